@@ -1,0 +1,1 @@
+"""Mergeable probabilistic sketches: HyperLogLog, Bloom filters, Count-Min and heavy hitters."""

@@ -1,0 +1,1 @@
+"""Adapters that run the engine's operators inside Apache Spark (the only package importing pyspark)."""
