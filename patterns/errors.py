@@ -52,6 +52,7 @@ class SourceError:
     file: str | None = None
     line_offset: int = 0  # lines before ``text`` in ``file`` (text embedded in a YAML file)
     col_offset: int = 0  # columns before ``text`` on its first line in ``file``
+    block_indent: int = 0  # columns before every line of ``text`` (a YAML block scalar)
 
     @property
     def line(self) -> int:
@@ -60,7 +61,7 @@ class SourceError:
     @property
     def column(self) -> int:
         ln, col = line_col(self.text, self.offset)
-        return col + (self.col_offset if ln == 1 else 0)
+        return col + self.block_indent + (self.col_offset if ln == 1 else 0)
 
     def format(self) -> str:
         ln, col = line_col(self.text, self.offset)

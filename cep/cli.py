@@ -1,0 +1,358 @@
+"""The ``cep`` command: check rule files, run them over event files, percolate, benchmark.
+
+Exit codes: 0 ok; 1 matches were found and ``--fail-on-match`` was given; 2 usage or rule errors;
+3 a runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import orjson
+
+from patterns.errors import CepError, RuleErrors
+
+__all__ = ["main", "build_parser", "OutputWriter"]
+
+EXIT_OK, EXIT_MATCHES, EXIT_USAGE, EXIT_RUNTIME = 0, 1, 2, 3
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 on usage errors already; keep the text short
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``cep`` command and its subcommands."""
+    p = _ArgumentParser(
+        prog="cep",
+        description=(
+            "Complex-event processing and stream search: run MATCH_RECOGNIZE rule files over event "
+            "streams, embedded or on Spark, and percolate documents against Lucene-syntax queries."
+        ),
+        epilog="Exit codes: 0 ok, 1 matches found with --fail-on-match, 2 usage or rule errors, 3 runtime failure.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="validate rule files and list every error", description=(
+        "Parse and check rule files (YAML or .sql). Prints every error with file, line, column and a "
+        "caret; exits 2 when any is found."))
+    c.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql)")
+
+    r = sub.add_parser("run", help="run a rule file over event files", description=(
+        "Run every rule of RULES over the input events in event-time order and write one JSON object "
+        "per complex event (the PARTITION BY columns, the measures and 'rule')."))
+    r.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
+    r.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
+                   help="event file: JSON lines (default), .csv/.tsv or .parquet. Repeat with NAME=PATH "
+                   "for several streams, merged in event time; events carry 'stream': NAME")
+    r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default)")
+    r.add_argument("--output-format", choices=("jsonl", "csv", "parquet"), default=None,
+                   help="output format (default: from the output file's ending, else jsonl)")
+    r.add_argument("--input-format", choices=("jsonl", "csv", "parquet"), default=None,
+                   help="input format (default: from each file's ending)")
+    r.add_argument("--late", metavar="FILE", help="write late events here (JSON lines)")
+    r.add_argument("--errors", metavar="FILE", help="write bad events here (JSON lines)")
+    r.add_argument("--time-field", help="event-time field used to merge several inputs "
+                   "(default: the rules' ORDER BY column)")
+    r.add_argument("--batch-size", type=int, default=8192, help="events per batch (default 8192)")
+    r.add_argument("--fail-on-match", action="store_true", help="exit 1 when any complex event was emitted")
+    r.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress bar on stderr (auto: only when stderr is a terminal)")
+    r.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+
+    pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
+        "Register Lucene-syntax queries and report, for each document, which queries match it."))
+    try:
+        from cep import percolate_cli
+
+        percolate_cli.add_arguments(pc)
+    except ImportError:  # pragma: no cover - the percolator is optional in a partial checkout
+        pc.set_defaults(_unavailable="the percolator is not installed")
+    return p
+
+
+# ------------------------------------------------------------------ output
+
+
+def _json_default(v: Any):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (set, frozenset, tuple)):
+        return list(v)
+    return str(v)
+
+
+class OutputWriter:
+    """Writes rows as JSON lines (streaming), CSV or Parquet (written on close)."""
+
+    def __init__(self, target: str, fmt: str | None = None):
+        self.target = target
+        if fmt is None:
+            suffix = Path(target).suffix.lower() if target != "-" else ""
+            fmt = {".csv": "csv", ".parquet": "parquet"}.get(suffix, "jsonl")
+        self.fmt = fmt
+        self.rows: list[dict] = []
+        self.count = 0
+        if fmt == "jsonl":
+            self.fh = sys.stdout.buffer if target == "-" else open(target, "wb")
+        elif target == "-" and fmt == "parquet":
+            raise CepError("Parquet output needs a file: pass --output FILE.parquet")
+
+    def write(self, rows: Iterable[dict]) -> None:
+        for row in rows:
+            self.count += 1
+            if self.fmt == "jsonl":
+                self.fh.write(orjson.dumps(row, default=_json_default, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
+            else:
+                self.rows.append(row)
+        if self.fmt == "jsonl" and self.target == "-":
+            self.fh.flush()
+
+    def close(self) -> None:
+        if self.fmt == "jsonl":
+            if self.target != "-":
+                self.fh.close()
+            return
+        cols: dict[str, None] = {}
+        for r in self.rows:
+            for k in r:
+                cols.setdefault(k, None)
+        if self.fmt == "csv":
+            import csv
+
+            fh = sys.stdout if self.target == "-" else open(self.target, "w", newline="")
+            w = csv.DictWriter(fh, fieldnames=list(cols))
+            w.writeheader()
+            for r in self.rows:
+                w.writerow(r)
+            if fh is not sys.stdout:
+                fh.close()
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in self.rows])
+            pq.write_table(table, self.target)
+
+
+# ------------------------------------------------------------------ run
+
+
+class _Progress:
+    def __init__(self, total_bytes: int, enabled: bool):
+        self.total = max(total_bytes, 1)
+        self.enabled = enabled
+        self.last = 0.0
+
+    def update(self, done_bytes: int, events: int, matches: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        frac = min(done_bytes / self.total, 1.0)
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r[{bar:<30}] {frac:6.1%} {events:,} events {matches:,} matches")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
+    out = []
+    for s in specs:
+        name, sep, path = s.partition("=")
+        if sep and name and not os.path.exists(s) and "/" not in name:
+            out.append((name, path))
+        else:
+            out.append((None, s))
+    return out
+
+
+def _merged_batches(inputs, time_field: str, fmt: str | None, batch_size: int) -> Iterator[tuple[Any, str | None]]:
+    """Several named inputs merged in event-time order (ties: input order, then file order)."""
+    from cep.events import batch_from_records, parse_times, read_events
+
+    def events(idx: int, name: str, path: str):
+        seq = 0
+        for b in read_events(path, batch_size, fmt):
+            for bl in b.bad:
+                yield (-(2**63), idx, seq, None, bl)
+                seq += 1
+            ms, ok, _ = parse_times(b.column(time_field))
+            for i in range(b.n):
+                rec = b.record(i)
+                rec.setdefault("stream", name)
+                yield (int(ms[i]) if ok[i] else -(2**63), idx, seq, (rec, b.line_of(i), b.source), None)
+                seq += 1
+
+    gens = [events(i, name or f"input{i}", path) for i, (name, path) in enumerate(inputs)]
+    recs: list[dict] = []
+    lines: list[int] = []
+    bad: list = []
+    for _, _, _, item, bl in heapq.merge(*gens):
+        if bl is not None:
+            bad.append(bl)
+            continue
+        rec, line, _src = item
+        recs.append(rec)
+        lines.append(line)
+        if len(recs) >= batch_size:
+            b = batch_from_records(recs, lines, "merged input")
+            b.bad, bad = bad, []
+            yield b, None
+            recs, lines = [], []
+    if recs or bad:
+        b = batch_from_records(recs, lines, "merged input")
+        b.bad = bad
+        yield b, None
+
+
+def cmd_check(args) -> int:
+    from patterns.rules import load_rules
+
+    status = EXIT_OK
+    for path in args.rules:
+        try:
+            rs = load_rules(path)
+        except RuleErrors as e:
+            n = len(e.errors)
+            print(str(e), file=sys.stderr)
+            print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        print(f"{path}: ok, {len(rs)} rule{'s' if len(rs) != 1 else ''} ({', '.join(rs.names())})")
+    return status
+
+
+def cmd_run(args) -> int:
+    from cep.engine import Engine
+    from cep.events import read_events
+    from patterns.rules import load_rules
+
+    try:
+        rules = load_rules(args.rules)
+    except RuleErrors as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    inputs = _parse_inputs(args.input)
+    for _, path in inputs:
+        if not os.path.exists(path):
+            print(f"cep run: input file not found: {path}", file=sys.stderr)
+            return EXIT_USAGE
+    named = [n for n, _ in inputs if n]
+    engine = Engine(rules, streams=named)
+    out = OutputWriter(args.output, args.output_format)
+    late = OutputWriter(args.late, "jsonl") if args.late else None
+    errs = OutputWriter(args.errors, "jsonl") if args.errors else None
+    total = sum(os.path.getsize(p) for _, p in inputs)
+    enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000)
+    progress = _Progress(total, enabled)
+    n_events = 0
+    n_late = 0
+    n_err = 0
+
+    def sink(res) -> None:
+        nonlocal n_late, n_err
+        out.write(res.matches)
+        n_late += len(res.late)
+        n_err += len(res.errors)
+        if late:
+            late.write(res.late)
+        if errs:
+            errs.write(res.errors)
+
+    try:
+        if len(inputs) == 1 and inputs[0][0] is None:
+            batches: Iterable[tuple[Any, str | None]] = ((b, None) for b in read_events(inputs[0][1], args.batch_size, args.input_format))
+        elif len(inputs) == 1:
+            name, path = inputs[0]
+            batches = ((b, name) for b in read_events(path, args.batch_size, args.input_format))
+        else:
+            tf = args.time_field
+            if tf is None:
+                fields = {r.compiled.statement.order_by for r in rules}
+                if len(fields) != 1:
+                    print(
+                        f"cep run: the rules order by different fields ({', '.join(sorted(fields))}); "
+                        "pass --time-field to say which one merges the inputs",
+                        file=sys.stderr,
+                    )
+                    return EXIT_USAGE
+                tf = fields.pop()
+            batches = _merged_batches(inputs, tf, args.input_format, args.batch_size)
+        done = 0
+        for b, stream in batches:
+            res = engine.process(b, stream)
+            n_events += b.n
+            done += b.n * 100
+            sink(res)
+            progress.update(min(done, total), n_events, out.count)
+        sink(engine.finish())
+    except CepError as e:
+        progress.close()
+        print(f"cep run: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        out.close()
+        if late:
+            late.close()
+        if errs:
+            errs.close()
+    progress.close()
+    if not args.quiet:
+        print(f"cep run: {n_events:,} events, {out.count:,} complex events, {n_late:,} late, {n_err:,} errors",
+              file=sys.stderr)
+        for name, c in engine.counts().items():
+            print(
+                f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
+                f"matches {c.matches:,}, peak partial matches {c.partial_matches_peak:,}",
+                file=sys.stderr,
+            )
+    if args.fail_on_match and out.count:
+        return EXIT_MATCHES
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cep`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "check":
+            return cmd_check(args)
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "percolate":
+            if getattr(args, "_unavailable", None):
+                print(f"cep percolate: {args._unavailable}", file=sys.stderr)
+                return EXIT_RUNTIME
+            from cep import percolate_cli
+
+            return percolate_cli.run(args)
+    except BrokenPipeError:
+        return EXIT_OK
+    except CepError as e:
+        print(f"cep {args.command}: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    parser.print_help()
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""Events in, as columnar batches: decoding JSON lines, CSV, Parquet, pandas and Arrow; event time."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import orjson
+
+__all__ = [
+    "EventBatch",
+    "BadLine",
+    "batch_from_records",
+    "batch_from_pandas",
+    "batch_from_arrow",
+    "to_batch",
+    "read_events",
+    "parse_times",
+    "format_time",
+]
+
+
+@dataclass
+class BadLine:
+    """An input line that could not be decoded into an event."""
+
+    line: int
+    reason: str
+    source: str | None = None
+    text: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "line": self.line, "reason": self.reason}
+        if self.text is not None:
+            out["text"] = self.text[:200]
+        return out
+
+
+@dataclass
+class EventBatch:
+    """A batch of events as columns (numpy object or numeric arrays), with where they came from."""
+
+    columns: dict[str, np.ndarray]
+    n: int
+    lines: np.ndarray | None = None
+    source: str | None = None
+    bad: list[BadLine] = field(default_factory=list)
+
+    def column(self, name: str) -> np.ndarray:
+        """The column ``name``, or an all-NULL column when the batch has no such field."""
+        col = self.columns.get(name)
+        if col is None:
+            col = np.full(self.n, None, dtype=object)
+        return col
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as a dict (NULL fields left out)."""
+        out = {}
+        for k, col in self.columns.items():
+            v = col[i]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            out[k] = v.item() if isinstance(v, np.generic) else v
+        return out
+
+    def line_of(self, i: int) -> int:
+        return int(self.lines[i]) if self.lines is not None else i + 1
+
+
+def batch_from_records(
+    records: list[dict[str, Any]], lines: list[int] | None = None, source: str | None = None
+) -> EventBatch:
+    """Columns from a list of dicts; a field missing from a record is NULL there.
+
+    Example:
+        >>> b = batch_from_records([{"a": 1}, {"a": 2, "b": "x"}])
+        >>> b.n, list(b.column("b"))
+        (2, [None, 'x'])
+    """
+    names: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            names.setdefault(k, None)
+    cols: dict[str, np.ndarray] = {}
+    n = len(records)
+    for k in names:
+        arr = np.empty(n, dtype=object)
+        arr[:] = [r.get(k) for r in records]
+        cols[k] = arr
+    return EventBatch(cols, n, np.asarray(lines, dtype=np.int64) if lines is not None else None, source)
+
+
+def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
+    """Columns from a pandas DataFrame (NaN and NaT read as NULL)."""
+    cols: dict[str, np.ndarray] = {}
+    for name in df.columns:
+        s = df[name]
+        arr = s.to_numpy()
+        if arr.dtype.kind in "fc" and np.isnan(arr).any():
+            obj = arr.astype(object)
+            obj[np.isnan(arr)] = None
+            arr = obj
+        elif arr.dtype.kind == "M":
+            arr = (s.astype("int64") // 1_000_000).to_numpy().astype(object)
+            arr[s.isna().to_numpy()] = None
+        elif arr.dtype == object:
+            arr = arr.copy()
+            mask = s.isna().to_numpy()
+            arr[mask] = None
+        cols[str(name)] = arr
+    return EventBatch(cols, len(df), None, source)
+
+
+def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
+    """Columns from a pyarrow Table or RecordBatch (nulls read as NULL; timestamps as epoch ms)."""
+    import pyarrow as pa
+
+    cols: dict[str, np.ndarray] = {}
+    for name, col in zip(table.schema.names, table.columns):
+        t = col.type
+        if pa.types.is_timestamp(t) or pa.types.is_date(t):
+            col = col.cast(pa.timestamp("ms")) if not pa.types.is_timestamp(t) else col.cast(pa.timestamp("ms"))
+            col = col.cast(pa.int64())
+        if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            arr = np.asarray(col.to_pylist(), dtype=object) if col.null_count or not pa.types.is_boolean(col.type) else col.to_numpy(zero_copy_only=False)
+            if arr.ndim != 1:  # lists/structs: keep Python objects
+                tmp = np.empty(len(col), dtype=object)
+                tmp[:] = col.to_pylist()
+                arr = tmp
+        else:
+            arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
+        cols[name] = arr
+    return EventBatch(cols, table.num_rows, None, source)
+
+
+def to_batch(events: Any, source: str | None = None) -> EventBatch:
+    """Accept an EventBatch, a list of dicts, a dict, a pandas DataFrame or an Arrow table/batch."""
+    if isinstance(events, EventBatch):
+        return events
+    if isinstance(events, dict):
+        return batch_from_records([events], source=source)
+    if isinstance(events, list):
+        return batch_from_records(events, source=source)
+    mod = type(events).__module__
+    if mod.startswith("pandas"):
+        return batch_from_pandas(events, source)
+    if mod.startswith("pyarrow"):
+        return batch_from_arrow(events, source)
+    raise TypeError(
+        f"cannot read events from {type(events).__name__}: expected a dict, a list of dicts, "
+        "a pandas DataFrame or a pyarrow Table / RecordBatch"
+    )
+
+
+# ------------------------------------------------------------------ files
+
+
+def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
+    src = str(path)
+    records: list[dict] = []
+    lines: list[int] = []
+    bad: list[BadLine] = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno <= start_line:
+                continue
+            stripped = raw.strip()
+            if not stripped:
+                continue
+            try:
+                obj = orjson.loads(stripped)
+            except orjson.JSONDecodeError as e:
+                text = raw.decode("utf-8", "replace").rstrip("\n")
+                bad.append(BadLine(lineno, f"malformed JSON: {e}", src, text))
+                continue
+            if not isinstance(obj, dict):
+                bad.append(
+                    BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None)
+                )
+                continue
+            records.append(obj)
+            lines.append(lineno)
+            if len(records) >= batch_size:
+                b = batch_from_records(records, lines, src)
+                b.bad = bad
+                yield b
+                records, lines, bad = [], [], []
+    if records or bad:
+        b = batch_from_records(records, lines, src)
+        b.bad = bad
+        yield b
+
+
+def _convert_csv_value(v: str) -> Any:
+    if v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        f = float(v)
+        return f if math.isfinite(f) else v
+    except ValueError:
+        return v
+
+
+def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
+    src = str(path)
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        sample = f.read(4096)
+        f.seek(0)
+        delim = "\t" if sample.count("\t") > sample.count(",") else ","
+        reader = csv.reader(f, delimiter=delim)
+        header = next(reader, None)
+        if header is None:
+            return
+        records: list[dict] = []
+        lines: list[int] = []
+        bad: list[BadLine] = []
+        for row in reader:
+            lineno = reader.line_num
+            if len(row) != len(header):
+                bad.append(BadLine(lineno, f"expected {len(header)} fields, found {len(row)}", src, delim.join(row)))
+                continue
+            records.append({h: _convert_csv_value(v) for h, v in zip(header, row)})
+            lines.append(lineno)
+            if len(records) >= batch_size:
+                b = batch_from_records(records, lines, src)
+                b.bad = bad
+                yield b
+                records, lines, bad = [], [], []
+        if records or bad:
+            b = batch_from_records(records, lines, src)
+            b.bad = bad
+            yield b
+
+
+def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    offset = 0
+    for rb in pf.iter_batches(batch_size=batch_size):
+        b = batch_from_arrow(rb, str(path))
+        b.lines = np.arange(offset + 1, offset + rb.num_rows + 1, dtype=np.int64)
+        offset += rb.num_rows
+        yield b
+
+
+def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None) -> Iterator[EventBatch]:
+    """Read a JSON lines (default), CSV/TSV or Parquet file as batches.
+
+    The format follows ``fmt`` or the file's ending (.jsonl/.json, .csv/.tsv, .parquet).
+    """
+    p = Path(path)
+    kind = (fmt or p.suffix.lstrip(".")).lower()
+    if kind in ("parquet", "pq"):
+        return _parquet_batches(p, batch_size)
+    if kind in ("csv", "tsv"):
+        return _csv_batches(p, batch_size)
+    return _jsonl_batches(p, batch_size)
+
+
+# ------------------------------------------------------------------ event time
+
+
+def parse_times(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Event times as int64 epoch milliseconds.
+
+    Accepts numbers (epoch milliseconds) and ISO-8601 strings (a date, or a date and time with an
+    optional offset; no offset means UTC). Returns ``(ms, ok, reasons)`` where ``reasons[i]``
+    explains a value that is not a time.
+
+    Example:
+        >>> ms, ok, _ = parse_times(np.array([1000, "1970-01-01T00:00:02Z", "x"], dtype=object))
+        >>> ms[:2].tolist(), ok.tolist()
+        ([1000, 2000], [True, True, False])
+    """
+    n = len(values)
+    out = np.zeros(n, dtype=np.int64)
+    ok = np.zeros(n, dtype=bool)
+    reasons: list[str | None] = [None] * n
+    if values.dtype.kind in "iu":
+        out[:] = values
+        ok[:] = True
+        return out, ok, reasons
+    if values.dtype.kind == "f":
+        fin = np.isfinite(values) & (np.abs(values) < 9.2e15)
+        out[fin] = values[fin].astype(np.int64)
+        ok[:] = fin
+        for i in np.flatnonzero(~fin):
+            reasons[i] = f"{values[i]!r} is not a finite epoch-millisecond time"
+        return out, ok, reasons
+    str_idx: list[int] = []
+    for i, v in enumerate(values.tolist()):
+        if isinstance(v, bool) or v is None:
+            reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
+        elif isinstance(v, int):
+            if -(2**63) < v < 2**63:
+                out[i] = v
+                ok[i] = True
+            else:
+                reasons[i] = f"{v!r} is out of range for epoch milliseconds"
+        elif isinstance(v, float):
+            if math.isfinite(v) and abs(v) < 9.2e15:
+                out[i] = int(v)
+                ok[i] = True
+            else:
+                reasons[i] = f"{v!r} is not a finite epoch-millisecond time"
+        elif isinstance(v, str):
+            str_idx.append(i)
+        else:
+            reasons[i] = f"{_short(v)} is a {type(v).__name__}, not a time"
+    if str_idx:
+        import pandas as pd
+
+        strs = [values[i] for i in str_idx]
+        parsed = pd.to_datetime(pd.Series(strs, dtype=object), format="ISO8601", utc=True, errors="coerce")
+        na = parsed.isna().to_numpy()
+        ms = parsed.to_numpy(dtype="datetime64[ms]", na_value=np.datetime64("NaT")).astype(np.int64)
+        for j, i in enumerate(str_idx):
+            if na[j]:
+                s = strs[j]
+                if s.strip().lstrip("-").isdigit():
+                    out[i] = int(s)
+                    ok[i] = True
+                else:
+                    reasons[i] = f"{_short(s)} is neither epoch milliseconds nor an ISO-8601 time"
+            else:
+                out[i] = ms[j]
+                ok[i] = True
+    return out, ok, reasons
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def format_time(ms: int) -> str:
+    """ISO-8601 UTC text of epoch milliseconds, for messages.
+
+    Example:
+        >>> format_time(0)
+        '1970-01-01T00:00:00.000Z'
+    """
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def iter_jsonl_text(text: str) -> Iterable[dict]:
+    """Events from JSON lines held in a string (tests and examples)."""
+    for line in io.StringIO(text):
+        line = line.strip()
+        if line:
+            yield orjson.loads(line)

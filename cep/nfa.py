@@ -1,0 +1,395 @@
+"""Keyed NFA execution of one compiled pattern: partial matches, preferment, skip, WITHIN.
+
+The automaton (:class:`PatternAutomaton`) is immutable and shared; every key's runtime state
+(:class:`KeyState`) is separate, small and serialisable. ``step_key`` advances one key's state over
+rows already in event-time order; ``expire`` applies the watermark to it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from patterns import ast as A
+from patterns.compiler import OP_MATCH, OP_VAR, CompiledPattern
+from cep.expressions import (
+    Layout,
+    MatchCtx,
+    Node,
+    compile_columnar,
+    compile_match_expr,
+    is_row_local,
+    split_conjuncts,
+    truthy,
+)
+
+__all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
+
+
+class Attempt:
+    """All partial matches that start at one row, in preference order, and the best match so far."""
+
+    __slots__ = ("start", "start_ts", "threads", "best")
+
+    def __init__(self, start: int, start_ts: int, threads: list, best: Node | None = None):
+        self.start = start
+        self.start_ts = start_ts
+        self.threads = threads  # [(pc, node)], highest preference first
+        self.best = best
+
+
+class KeyState:
+    """One partition key's runtime state: retained rows, live attempts, match counter."""
+
+    __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []  # rows [base, nrows) of the partition
+        self.base = 0
+        self.nrows = 0
+        self.attempts: deque[Attempt] = deque()
+        self.resume = 0  # first row at which a new match may start (after a skip)
+        self.match_number = 0
+        self.last_ts: int | None = None
+
+
+@dataclass
+class StepStats:
+    """Counters the operator reports."""
+
+    matches: int = 0
+    rows_emitted: int = 0
+    partial_matches_peak: int = 0
+    partial_matches_dropped: int = 0
+    eval_errors: int = 0
+    skip_errors: int = 0
+
+
+class PatternAutomaton:
+    """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
+
+    def __init__(self, cp: CompiledPattern, extra_columns: list[str] | None = None, max_partial_matches: int = 10_000):
+        mr = cp.statement
+        self.cp = cp
+        self.mr = mr
+        prog = cp.program
+        self.ins = prog.instructions
+        self.var_names = prog.var_names
+        self.nvars = len(self.var_names)
+        self.max_partial_matches = max_partial_matches
+        # closure[pc]: VAR / MATCH instructions reachable from pc without consuming a row, in
+        # preference order; a pc reached twice is the same run with less preference, so dropped.
+        self.closure = [self._closure(pc) for pc in range(len(self.ins))]
+        self.start_closure = self.closure[0]
+        self.start_bits = 0
+        for v in prog.start_vars:
+            self.start_bits |= 1 << v
+        self.within = mr.within_ms
+        self.skip = mr.skip
+        self.skip_vars = None
+        if mr.skip.var is not None:
+            self.skip_vars = (
+                frozenset([cp.var_ids[mr.skip.var]]) if mr.skip.var in cp.var_ids else cp.subsets[mr.skip.var]
+            )
+
+        cols = list(mr.partition_by) + [mr.order_by]
+        for c in extra_columns or []:
+            if c not in cols:
+                cols.append(c)
+        layout = Layout(cols, self.var_names, cp.subsets)
+        self.layout = layout
+
+        # DEFINE: split each condition into row-local conjuncts (column-wise, per batch) and the
+        # rest (per partial match).
+        self.local_kernels: list[list[Callable]] = [[] for _ in range(self.nvars)]
+        self.local_exprs: list[list[A.Expr]] = [[] for _ in range(self.nvars)]
+        self.hist: list[Callable | None] = [None] * self.nvars
+        self.row_local_fns: list[list[Callable]] = [[] for _ in range(self.nvars)]
+        max_back = 0
+        for vid, expr in cp.defines.items():
+            name = self.var_names[vid]
+            local, rest = [], []
+            for conj in split_conjuncts(expr):
+                (local if is_row_local(conj, name, cp.subsets, vid) else rest).append(conj)
+            for conj in local:
+                for x in A.walk_expr(conj):
+                    if isinstance(x, A.Nav) and x.kind == "PREV":
+                        max_back = max(max_back, x.offset)
+                    if isinstance(x, A.Column):
+                        layout.column(x.name)
+                self.local_exprs[vid].append(conj)
+                self.local_kernels[vid].append(compile_columnar(conj, name))
+                self.row_local_fns[vid].append(compile_match_expr(conj, layout, vid))
+            if rest:
+                cond = rest[0] if len(rest) == 1 else A.Logical("AND", tuple(rest))
+                self.hist[vid] = compile_match_expr(cond, layout, vid)
+        self.history_free = all(h is None for h in self.hist)
+
+        # MEASURES
+        self.measures: list[tuple[str, Callable]] = []
+        for m in mr.measures:
+            self.measures.append((m.name, compile_match_expr(m.expr, layout)))
+        for e in [m.expr for m in mr.measures] + list(cp.defines.values()):
+            for x in A.walk_expr(e):
+                if isinstance(x, A.Nav) and x.kind in ("PREV", "NEXT"):
+                    max_back = max(max_back, x.offset if x.kind == "PREV" else 0)
+        self.max_back = max_back
+        self.max_next = max(
+            [x.offset for m in mr.measures for x in A.walk_expr(m.expr) if isinstance(x, A.Nav) and x.kind == "NEXT"],
+            default=0,
+        )
+        self.aggs = layout.aggs
+        self.columns = layout.columns
+        self.npartition = len(mr.partition_by)
+        self.all_rows = mr.rows_per_match == "ALL"
+        self.time_index = layout.col_index[mr.order_by]
+
+    # ------------------------------------------------------------------ compile helpers
+    def _closure(self, pc: int) -> tuple[int, ...]:
+        out: list[int] = []
+        seen: set[int] = set()
+
+        def visit(p: int) -> None:
+            if p in seen:
+                return
+            seen.add(p)
+            ins = self.ins[p]
+            op = ins[0]
+            if op == 1:  # SPLIT
+                for t in ins[1]:
+                    visit(t)
+            elif op == 2:  # JMP
+                visit(ins[1])
+            else:
+                out.append(p)
+
+        visit(pc)
+        return tuple(out)
+
+    # ------------------------------------------------------------------ nodes
+    def new_node(self, rno: int, vid: int, parent: Node | None, row: tuple, excl: bool) -> Node:
+        if parent is None:
+            last = tuple(rno if v == vid else -1 for v in range(self.nvars))
+            first = last
+            aggs = tuple(a.init() for a in self.aggs)
+            n = 1
+        else:
+            pl = parent.last
+            last = pl[:vid] + (rno,) + pl[vid + 1 :]
+            pf = parent.first
+            first = pf if pf[vid] >= 0 else pf[:vid] + (rno,) + pf[vid + 1 :]
+            aggs = parent.aggs
+            n = parent.n + 1
+        if self.aggs:
+            aggs = tuple(
+                a.update(s, row) if (a.vars is None or vid in a.vars) else s for a, s in zip(self.aggs, aggs)
+            )
+        return Node(rno, vid, parent, n, last, first, aggs, excl)
+
+    # ------------------------------------------------------------------ stepping
+    def step_key(
+        self,
+        st: KeyState,
+        rows: list[tuple],
+        masks: list[int],
+        ts: list[int],
+        emit: Callable[[KeyState, Node], None],
+        stats: StepStats,
+        candidates: list[int] | None = None,
+    ) -> None:
+        """Advance ``st`` over ``rows`` (this key's rows in event-time order).
+
+        ``masks[j]`` has bit v set when row j passes the row-local part of variable v's condition.
+        ``candidates`` (optional) lists the positions whose mask can start a match; rows between
+        them are skipped wholesale while no partial match is alive.
+        """
+        start_rno = st.nrows
+        st.rows.extend(rows)
+        n = len(rows)
+        st.nrows += n
+        if n:
+            st.last_ts = ts[n - 1]
+        ins = self.ins
+        closure = self.closure
+        start_bits = self.start_bits
+        hist = self.hist
+        within = self.within
+        dedup = self.history_free
+        past_last = self.skip.mode == "PAST_LAST_ROW"
+        j = 0
+        ci = 0
+        ncand = len(candidates) if candidates is not None else 0
+        while j < n:
+            if not st.attempts and candidates is not None:
+                ci = bisect_left(candidates, max(j, st.resume - start_rno), ci)
+                if ci >= ncand:
+                    break
+                j = candidates[ci]
+            m = masks[j]
+            rno = start_rno + j
+            row = rows[j]
+            t = ts[j]
+            # advance every live attempt by this row
+            for a in st.attempts:
+                if not a.threads:
+                    continue
+                if within is not None and t - a.start_ts >= within:
+                    a.threads = []
+                    continue
+                a.threads = self._advance(a, a.threads, m, rno, row, st, stats, dedup, ins, closure, hist)
+            # a new attempt may start here
+            if m & start_bits and rno >= st.resume:
+                a = Attempt(rno, t, [])
+                init = [(pc, None) for pc in self.start_closure]
+                a.threads = self._advance(a, init, m, rno, row, st, stats, dedup, ins, closure, hist)
+                if a.threads or a.best is not None:
+                    st.attempts.append(a)
+            self._resolve(st, emit, stats, past_last)
+            j += 1
+        self._trim(st)
+
+    def _advance(self, a: Attempt, threads, m, rno, row, st, stats, dedup, ins, closure, hist) -> list:
+        new: list = []
+        seen: set[int] | None = set() if dedup else None
+        ctx = None
+        for pc, node in threads:
+            _, vid, nxt, excl = ins[pc]
+            if not (m >> vid) & 1:
+                continue
+            child = self.new_node(rno, vid, node, row, excl)
+            h = hist[vid]
+            if h is not None:
+                if ctx is None:
+                    ctx = MatchCtx(child, child, st.rows, st.base, st.nrows, st.match_number + 1)
+                else:
+                    ctx.node = ctx.final = child
+                try:
+                    ok = truthy(h(ctx))
+                except (TypeError, ValueError, ArithmeticError):
+                    stats.eval_errors += 1
+                    ok = False
+                if not ok:
+                    continue
+            matched = False
+            for q in closure[nxt]:
+                if ins[q][0] == OP_MATCH:
+                    a.best = child
+                    matched = True
+                    break
+                if seen is not None:
+                    if q in seen:
+                        continue
+                    seen.add(q)
+                new.append((q, child))
+            if matched:
+                break  # every later run is less preferred than this match
+        if len(new) > self.max_partial_matches:
+            stats.partial_matches_dropped += len(new) - self.max_partial_matches
+            del new[self.max_partial_matches :]
+        if len(new) > stats.partial_matches_peak:
+            stats.partial_matches_peak = len(new)
+        return new
+
+    def _resolve(self, st: KeyState, emit, stats: StepStats, past_last: bool) -> None:
+        attempts = st.attempts
+        while attempts:
+            head = attempts[0]
+            if head.threads:
+                if past_last and head.best is not None:
+                    # any match of the head ends at or after its best so far: later starts up to
+                    # there can never be reported
+                    end = head.best.rno
+                    while len(attempts) > 1 and attempts[1].start <= end:
+                        del attempts[1]
+                return
+            attempts.popleft()
+            best = head.best
+            if best is None:
+                continue
+            st.match_number += 1
+            stats.matches += 1
+            emit(st, best)
+            st.resume = self._resume_row(head.start, best, stats)
+            while attempts and attempts[0].start < st.resume:
+                attempts.popleft()
+
+    def _resume_row(self, start: int, best: Node, stats: StepStats) -> int:
+        mode = self.skip.mode
+        if mode == "PAST_LAST_ROW":
+            return best.rno + 1
+        if mode == "TO_NEXT_ROW":
+            return start + 1
+        vs = self.skip_vars
+        assert vs is not None
+        rows = [n.rno for n in best.chain() if n.vid in vs]
+        if not rows:
+            stats.skip_errors += 1  # the standard raises; a stream reports it and moves on
+            return start + 1
+        target = rows[0] if mode == "TO_FIRST" else rows[-1]
+        if target <= start:
+            stats.skip_errors += 1
+            return start + 1
+        return target
+
+    def expire(self, st: KeyState, watermark: int, emit, stats: StepStats) -> None:
+        """End every attempt that ``WITHIN`` rules out once event time reaches ``watermark``."""
+        if self.within is None or not st.attempts:
+            return
+        changed = False
+        for a in st.attempts:
+            if a.threads and watermark - a.start_ts >= self.within:
+                a.threads = []
+                changed = True
+        if changed:
+            self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")
+            self._trim(st)
+
+    def flush(self, st: KeyState, emit, stats: StepStats) -> None:
+        """End of input: every partial match ends; the best match of each attempt is final."""
+        for a in st.attempts:
+            a.threads = []
+        self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")
+        self._trim(st)
+
+    def _trim(self, st: KeyState) -> None:
+        keep = st.nrows - self.max_back
+        if st.attempts:
+            keep = min(keep, st.attempts[0].start - self.max_back)
+        drop = keep - st.base
+        if drop > 64 and drop * 2 > len(st.rows):
+            del st.rows[:drop]
+            st.base = keep
+
+    # ------------------------------------------------------------------ output
+    def match_rows(self, st: KeyState, best: Node, match_number: int) -> list[dict[str, Any]]:
+        """The output rows of one match (ONE ROW PER MATCH or ALL ROWS PER MATCH)."""
+        rows, base, nrows = st.rows, st.base, st.nrows
+        first_row = rows[best.rno - best.n + 1 - base]
+        key = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
+        if not self.all_rows:
+            ctx = MatchCtx(best, best, rows, base, nrows, match_number)
+            out = dict(key)
+            for name, fn in self.measures:
+                out[name] = fn(ctx)
+            return [out]
+        result = []
+        ctx = MatchCtx(best, best, rows, base, nrows, match_number)
+        extra_i = len(self.columns)
+        for node in best.chain():
+            if node.excl:
+                continue
+            ctx.node = node
+            row = rows[node.rno - base]
+            out = dict(key)
+            out[self.mr.order_by] = row[self.time_index]
+            for name, fn in self.measures:
+                out[name] = fn(ctx)
+            record = row[extra_i] if len(row) > extra_i else None
+            if isinstance(record, dict):
+                for k, v in record.items():
+                    if k not in out:
+                        out[k] = v
+            result.append(out)
+        return result

@@ -1,0 +1,479 @@
+"""One pattern rule as a keyed event-time operator: validation, watermark, buffering, matching.
+
+Batches flow in (``process``), complex events flow out. Per key, events wait in a buffer until
+the watermark (largest event time seen minus the allowed lateness) passes them, then run through
+the automaton in event-time order (ties keep arrival order). An event behind the watermark is
+late: it goes to the late output with its reason. ``finish`` is the final watermark.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cep.events import EventBatch, format_time, parse_times
+from cep.expressions import ColumnarUnsupported, Node
+from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
+from patterns.errors import CepError
+
+__all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError"]
+
+STATE_VERSION = 1
+_MAX_TS = np.iinfo(np.int64).max
+
+
+class StateVersionError(CepError):
+    """A snapshot written by another state encoding or for another rule."""
+
+
+@dataclass
+class OperatorCounts:
+    """What an operator has seen: every event read is processed, late, or an error."""
+
+    read: int = 0
+    processed: int = 0
+    late: int = 0
+    errors: int = 0
+    buffered: int = 0
+
+
+@dataclass
+class OperatorOutput:
+    """Rows produced by one call: complex events, late events, bad events."""
+
+    matches: list[dict[str, Any]] = field(default_factory=list)
+    late: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def extend(self, other: OperatorOutput) -> None:
+        self.matches.extend(other.matches)
+        self.late.extend(other.late)
+        self.errors.extend(other.errors)
+
+
+class _Pending:
+    """Events accepted but not yet passed by the watermark, as parallel arrays."""
+
+    def __init__(self, ncols: int):
+        self.ts = np.zeros(0, dtype=np.int64)
+        self.seq = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros(0, dtype=object)
+        self.cols = [np.zeros(0, dtype=object) for _ in range(ncols)]
+        self.records = np.zeros(0, dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+class PatternOperator:
+    """A MATCH_RECOGNIZE rule run over batches, keyed by its PARTITION BY columns.
+
+    Example:
+        >>> from patterns.rules import parse_rule_text
+        >>> rule = parse_rule_text('''SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        ...   MEASURES FIRST(A.ts) AS t0, COUNT(B.*) AS nb PATTERN (A B+)
+        ...   DEFINE A AS v = 0, B AS v > 0)''')
+        >>> op = PatternOperator(rule.compiled, name="r")
+        >>> out = op.process([{"k": 1, "ts": i, "v": v} for i, v in enumerate([0, 1, 2, 0, 5])])
+        >>> out.matches + op.finish().matches
+        [{'k': 1, 't0': 0, 'nb': 2, 'rule': 'r'}, {'k': 1, 't0': 3, 'nb': 1, 'rule': 'r'}]
+    """
+
+    def __init__(self, compiled, name: str = "rule", lateness_ms: int = 0, max_partial_matches: int = 10_000):
+        self.name = name
+        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches)
+        a = self.automaton
+        self.lateness = int(lateness_ms)
+        self.time_col = a.mr.order_by
+        self.key_cols = list(a.mr.partition_by)
+        self.columns = a.columns
+        self.keep_records = a.all_rows
+        self.states: dict[Any, KeyState] = {}
+        self.active: set[Any] = set()  # keys with live partial matches
+        self.max_ts: int | None = None
+        self.seq = 0
+        self.pending = _Pending(len(self.columns))
+        self.counts = OperatorCounts()
+        self.stats = StepStats()
+        self.demoted: set[tuple[int, int]] = set()
+        self._out: list[dict[str, Any]] = []
+        self._row_seq = 0
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def watermark(self) -> int | None:
+        return None if self.max_ts is None else self.max_ts - self.lateness
+
+    def process(self, events: Any) -> OperatorOutput:
+        """Take a batch of events (EventBatch, dicts, pandas or Arrow); return what it completes."""
+        from cep.events import to_batch
+
+        batch = to_batch(events)
+        out = OperatorOutput()
+        self._ingest(batch, out)
+        self._release(self.watermark, out)
+        return out
+
+    def finish(self) -> OperatorOutput:
+        """End of input: the final watermark passes everything, every partial match ends."""
+        out = OperatorOutput()
+        self._release(None, out, final=True)
+        return out
+
+    # ------------------------------------------------------------------ ingest
+    def _ingest(self, batch: EventBatch, out: OperatorOutput) -> None:
+        n = batch.n
+        self.counts.read += n
+        if n == 0:
+            return
+        ms, ok, reasons = parse_times(batch.column(self.time_col))
+        for i in np.flatnonzero(~ok):
+            r = reasons[i] or "not a time"
+            self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
+        keys = self._keys(batch, ok, out)
+        valid = ok & (keys != _BAD)
+        idx = np.flatnonzero(valid)
+        if len(idx) == 0:
+            return
+        ts = ms[idx]
+        # late: behind the watermark as it stood when the event arrived (running max before it)
+        prior = np.maximum.accumulate(np.concatenate(([self.max_ts if self.max_ts is not None else ts[0]], ts)))[:-1]
+        if self.max_ts is None:
+            prior[0] = ts[0]
+        wm_before = prior - self.lateness
+        late = ts < wm_before
+        for j in np.flatnonzero(late):
+            i = int(idx[j])
+            self.counts.late += 1
+            behind = int(wm_before[j] - ts[j])
+            rec = {
+                "rule": self.name,
+                "source": batch.source,
+                "line": batch.line_of(i),
+                "reason": (
+                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
+                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
+                ),
+                "event": batch.record(i),
+            }
+            out.late.append(rec)
+        new_max = int(ts.max())
+        self.max_ts = new_max if self.max_ts is None else max(self.max_ts, new_max)
+        keep = ~late
+        idx = idx[keep]
+        m = len(idx)
+        if m == 0:
+            return
+        p = self.pending
+        seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
+        self.seq += m
+        p.ts = np.concatenate((p.ts, ts[keep]))
+        p.seq = np.concatenate((p.seq, seq))
+        p.keys = np.concatenate((p.keys, keys[idx]))
+        for ci, c in enumerate(self.columns):
+            col = batch.column(c)[idx]
+            if col.dtype != object:
+                col = col.astype(object)
+            p.cols[ci] = np.concatenate((p.cols[ci], col))
+        if self.keep_records:
+            recs = np.empty(m, dtype=object)
+            recs[:] = [batch.record(int(i)) for i in idx]
+            p.records = np.concatenate((p.records, recs))
+        self.counts.buffered = len(p)
+
+    def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> np.ndarray:
+        n = batch.n
+        keys = np.empty(n, dtype=object)
+        if not self.key_cols:
+            keys[:] = [()] * n
+            return keys
+        cols = [batch.column(c) for c in self.key_cols]
+        for i in range(n):
+            if not ok[i]:
+                keys[i] = _BAD
+                continue
+            vals = []
+            bad = None
+            for c, col in zip(self.key_cols, cols):
+                v = col[i]
+                if isinstance(v, np.generic):
+                    v = v.item()
+                if v is None or (isinstance(v, float) and math.isnan(v)):
+                    bad = f"partition field {c!r} is missing (null)"
+                    break
+                if isinstance(v, (list, dict)):
+                    bad = f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number"
+                    break
+                vals.append(v)
+            if bad:
+                self._error(out, batch, i, bad)
+                keys[i] = _BAD
+            else:
+                keys[i] = vals[0] if len(vals) == 1 else tuple(vals)
+        return keys
+
+    def _error(self, out: OperatorOutput, batch: EventBatch, i: int, reason: str) -> None:
+        self.counts.errors += 1
+        out.errors.append(
+            {"rule": self.name, "source": batch.source, "line": batch.line_of(i), "reason": reason, "event": batch.record(i)}
+        )
+
+    # ------------------------------------------------------------------ release and match
+    def _release(self, watermark: int | None, out: OperatorOutput, final: bool = False) -> None:
+        p = self.pending
+        if len(p):
+            if final:
+                rel = np.ones(len(p), dtype=bool)
+            else:
+                rel = p.ts <= watermark if watermark is not None else np.zeros(len(p), dtype=bool)
+            if rel.any():
+                self._match(np.flatnonzero(rel), out)
+                keep = ~rel
+                p.ts, p.seq, p.keys = p.ts[keep], p.seq[keep], p.keys[keep]
+                p.cols = [c[keep] for c in p.cols]
+                if self.keep_records:
+                    p.records = p.records[keep]
+                self.counts.buffered = len(p)
+        a = self.automaton
+        emit = self._emitter(out)
+        if final:
+            for key in sorted(self.active, key=_sort_key):
+                st = self.states[key]
+                self._cur_key = key
+                a.flush(st, emit, self.stats)
+            self.active.clear()
+        elif watermark is not None and a.within is not None and self.active:
+            for key in sorted(self.active, key=_sort_key):
+                st = self.states[key]
+                self._cur_key = key
+                a.expire(st, watermark, emit, self.stats)
+                if not st.attempts:
+                    self.active.discard(key)
+
+    def _emitter(self, out: OperatorOutput):
+        a = self.automaton
+
+        def emit(st: KeyState, best: Node) -> None:
+            rows = a.match_rows(st, best, st.match_number)
+            for r in rows:
+                r["rule"] = self.name
+            self.stats.rows_emitted += len(rows)
+            out.matches.extend(rows)
+
+        return emit
+
+    def _match(self, rel: np.ndarray, out: OperatorOutput) -> None:
+        p = self.pending
+        keys = p.keys[rel]
+        ts = p.ts[rel]
+        seq = p.seq[rel]
+        import pandas as pd
+
+        codes, uniques = pd.factorize(keys, sort=False)
+        order = np.lexsort((seq, ts, codes))
+        codes = codes[order]
+        ts = ts[order]
+        sel = rel[order]
+        cols = [c[sel] for c in p.cols]
+        n = len(order)
+        self.counts.processed += n
+        # segment boundaries per key
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [n]))
+        seg_keys = [uniques[codes[s]] for s in starts]
+        states = []
+        for k in seg_keys:
+            k = k.item() if isinstance(k, np.generic) else k
+            st = self.states.get(k)
+            if st is None:
+                st = self.states[k] = KeyState()
+            states.append(st)
+        masks = self._masks(cols, starts, ends, states)
+        a = self.automaton
+        col_lists = [c.tolist() for c in cols]
+        if self.keep_records:
+            col_lists.append(p.records[sel].tolist())
+        rows = list(zip(*col_lists)) if col_lists else [()] * n
+        ts_list = ts.tolist()
+        cand_all = np.flatnonzero(masks & a.start_bits)
+        masks_list = masks.tolist()
+        emit = self._emitter(out)
+        for s, e, st, key in zip(starts.tolist(), ends.tolist(), states, seg_keys):
+            lo, hi = np.searchsorted(cand_all, [s, e])
+            cands = (cand_all[lo:hi] - s).tolist()
+            self._cur_key = key
+            a.step_key(st, rows[s:e], masks_list[s:e], ts_list[s:e], emit, self.stats, cands)
+            if st.attempts:
+                self.active.add(key)
+            else:
+                self.active.discard(key)
+
+    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState]) -> np.ndarray:
+        """Per row, bit v set when the row passes the row-local part of variable v's condition."""
+        a = self.automaton
+        n = len(cols[0]) if cols else 0
+        masks = np.zeros(n, dtype=np.int64)
+        cache: dict[tuple[str, int], tuple] = {}
+        col_index = a.layout.col_index
+
+        def get(name: str, lag: int):
+            key = (name, lag)
+            if key in cache:
+                return cache[key]
+            ci = col_index[name]
+            base = cols[ci]
+            if lag == 0:
+                vals = base
+            else:
+                vals = np.empty(n, dtype=object)
+                vals[lag:] = base[: n - lag] if lag < n else base[:0]
+                vals[: min(lag, n)] = None
+                # rows whose lagged row lies before this batch's segment: read the key's history
+                for s, e, st in zip(starts, ends, states):
+                    for o in range(min(lag, e - s)):
+                        r = st.nrows + o - lag
+                        if r >= 0 and r >= st.base and r - st.base < len(st.rows):
+                            vals[s + o] = st.rows[r - st.base][ci]
+                        else:
+                            vals[s + o] = None
+            res = _typed(vals)
+            cache[key] = res
+            return res
+
+        for vid in range(a.nvars):
+            ok = np.ones(n, dtype=bool)
+            for k, kernel in enumerate(a.local_kernels[vid]):
+                if (vid, k) in self.demoted:
+                    continue
+                try:
+                    ok &= kernel(get, n)
+                except (ColumnarUnsupported, TypeError):
+                    self._demote(vid, k)
+            masks |= ok.astype(np.int64) << vid
+        return masks
+
+    def _demote(self, vid: int, k: int) -> None:
+        """A row-local conjunct the column kernels cannot run: check it per partial match instead."""
+        from cep.expressions import truthy
+
+        self.demoted.add((vid, k))
+        a = self.automaton
+        fn = a.row_local_fns[vid][k]
+        prev = a.hist[vid]
+        if prev is None:
+            a.hist[vid] = fn
+        else:
+            a.hist[vid] = lambda ctx, f=fn, g=prev: (truthy(f(ctx)) and g(ctx))
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self) -> bytes:
+        """This operator's whole runtime state as bytes (restore with :meth:`restore`)."""
+        nodes: dict[int, int] = {}
+        flat: list[tuple] = []
+
+        def nid(node: Node | None) -> int:
+            if node is None:
+                return -1
+            chain = []
+            x: Node | None = node
+            while x is not None and id(x) not in nodes:
+                chain.append(x)
+                x = x.parent
+            for y in reversed(chain):
+                nodes[id(y)] = len(flat)
+                flat.append((y.rno, y.vid, nodes[id(y.parent)] if y.parent is not None else -1, y.n, y.last, y.first, y.aggs, y.excl))
+            return nodes[id(node)]
+
+        keys = []
+        for k, st in self.states.items():
+            attempts = [(a.start, a.start_ts, [(pc, nid(nd)) for pc, nd in a.threads], nid(a.best)) for a in st.attempts]
+            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts))
+        p = self.pending
+        state = {
+            "rule": self.name,
+            "program": self.automaton.ins,
+            "max_ts": self.max_ts,
+            "seq": self.seq,
+            "pending": (p.ts, p.seq, p.keys, p.cols, p.records),
+            "nodes": flat,
+            "keys": keys,
+            "active": list(self.active),
+            "counts": asdict(self.counts),
+            "stats": asdict(self.stats),
+            "demoted": sorted(self.demoted),
+        }
+        return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
+
+    def restore(self, data: bytes) -> None:
+        """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
+        if not data or data[0] != STATE_VERSION:
+            got = data[0] if data else None
+            raise StateVersionError(
+                f"rule {self.name!r}: snapshot has state version {got}, this engine reads version "
+                f"{STATE_VERSION}; replay the input from the start or use the engine that wrote it"
+            )
+        state = pickle.loads(data[1:])
+        if state["program"] != self.automaton.ins:
+            raise StateVersionError(
+                f"rule {self.name!r}: the snapshot was taken for a different pattern; "
+                "a changed PATTERN cannot resume old partial matches (start from an empty state)"
+            )
+        nodes: list[Node] = []
+        for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
+            nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
+        self.states = {}
+        for k, rows, base, nrows, attempts, resume, mnum, last_ts in state["keys"]:
+            st = KeyState()
+            st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
+            for start, start_ts, threads, best in attempts:
+                st.attempts.append(
+                    Attempt(start, start_ts, [(pc, nodes[i] if i >= 0 else None) for pc, i in threads], nodes[best] if best >= 0 else None)
+                )
+            self.states[k] = st
+        self.max_ts = state["max_ts"]
+        self.seq = state["seq"]
+        p = _Pending(len(self.columns))
+        p.ts, p.seq, p.keys, p.cols, p.records = state["pending"]
+        self.pending = p
+        self.active = set(state["active"])
+        self.counts = OperatorCounts(**state["counts"])
+        self.stats = StepStats(**state["stats"])
+        for vid, k in state["demoted"]:
+            if (vid, k) not in self.demoted:
+                self._demote(vid, k)
+
+
+class _BadKey:
+    def __repr__(self) -> str:
+        return "<bad key>"
+
+
+_BAD = _BadKey()
+
+
+def _sort_key(k: Any):
+    return (str(type(k).__name__), str(k))
+
+
+def _typed(vals: np.ndarray) -> tuple[np.ndarray, Any]:
+    """(values, nulls) for column kernels: numbers as float64 with NaN for NULL, else objects."""
+    if vals.dtype != object:
+        if vals.dtype.kind == "f":
+            return vals, np.isnan(vals)
+        return vals, False
+    lst = vals.tolist()
+    nulls = np.fromiter((v is None or (isinstance(v, float) and v != v) for v in lst), dtype=bool, count=len(lst))
+    kinds = {type(v) for v, nl in zip(lst, nulls) if not nl}
+    if kinds and kinds <= {int, float}:
+        f = np.array([0.0 if nl else v for v, nl in zip(lst, nulls)], dtype=np.float64)
+        if not nulls.any() and kinds == {int} and all(abs(v) < 2**53 for v in lst):
+            return np.array(lst, dtype=np.int64), False
+        return f, nulls
+    if kinds == {bool}:
+        return np.array([False if nl else v for v, nl in zip(lst, nulls)], dtype=bool), nulls
+    return vals, nulls

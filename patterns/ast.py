@@ -1,0 +1,297 @@
+"""Abstract syntax of MATCH_RECOGNIZE statements: row-pattern regexes and SQL expressions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Node",
+    "Expr",
+    "Literal",
+    "Column",
+    "Unary",
+    "Binary",
+    "Compare",
+    "Logical",
+    "Not",
+    "IsNull",
+    "Between",
+    "InList",
+    "Like",
+    "Case",
+    "Func",
+    "Nav",
+    "Agg",
+    "Classifier",
+    "MatchNumber",
+    "Pattern",
+    "PVar",
+    "PSeq",
+    "PAlt",
+    "PQuant",
+    "PPermute",
+    "PExclude",
+    "Measure",
+    "Define",
+    "Skip",
+    "MatchRecognize",
+    "walk_expr",
+]
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of every AST node; ``pos`` and ``end`` are character offsets into the statement."""
+
+    pos: int = field(default=0, kw_only=True, compare=False, repr=False)
+    end: int = field(default=0, kw_only=True, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Expr(Node):
+    """Base of SQL expressions."""
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    value: Any
+
+
+@dataclass(frozen=True)
+class Column(Expr):
+    """``name`` or ``var.name``; ``var`` is None for the universal row pattern variable."""
+
+    var: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str  # '-' or '+'
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str  # + - * / % ||
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Compare(Expr):
+    op: str  # = <> < <= > >=
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Logical(Expr):
+    op: str  # AND / OR
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    operand: Expr
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Between(Expr):
+    operand: Expr
+    low: Expr
+    high: Expr
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class InList(Expr):
+    operand: Expr
+    items: tuple[Expr, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    operand: Expr
+    pattern: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    """Searched CASE; a simple ``CASE x WHEN v`` is rewritten to ``WHEN x = v`` by the parser."""
+
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Func(Expr):
+    """A scalar function (ABS, ROUND, LOWER, COALESCE, ...)."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Nav(Expr):
+    """Navigation: PREV/NEXT (physical) and FIRST/LAST (logical) with an offset."""
+
+    kind: str  # PREV NEXT FIRST LAST
+    arg: Expr
+    offset: int
+    semantics: str = "RUNNING"  # RUNNING or FINAL
+
+
+@dataclass(frozen=True)
+class Agg(Expr):
+    """An aggregate over the rows mapped to ``var`` (None: every row of the match so far)."""
+
+    func: str  # SUM COUNT AVG MIN MAX
+    arg: Expr | None  # None for COUNT(*) / COUNT(A.*)
+    var: str | None
+    semantics: str = "RUNNING"
+
+
+@dataclass(frozen=True)
+class Classifier(Expr):
+    var: str | None = None
+    semantics: str = "RUNNING"
+
+
+@dataclass(frozen=True)
+class MatchNumber(Expr):
+    pass
+
+
+def walk_expr(e: Expr):
+    """Yield ``e`` and every expression below it, depth first."""
+    yield e
+    if isinstance(e, (Unary, Not)):
+        yield from walk_expr(e.operand)
+    elif isinstance(e, (Binary, Compare)):
+        yield from walk_expr(e.left)
+        yield from walk_expr(e.right)
+    elif isinstance(e, Logical):
+        for a in e.args:
+            yield from walk_expr(a)
+    elif isinstance(e, IsNull | Like):
+        yield from walk_expr(e.operand)
+    elif isinstance(e, Between):
+        yield from walk_expr(e.operand)
+        yield from walk_expr(e.low)
+        yield from walk_expr(e.high)
+    elif isinstance(e, InList):
+        yield from walk_expr(e.operand)
+        for a in e.items:
+            yield from walk_expr(a)
+    elif isinstance(e, Case):
+        for c, v in e.whens:
+            yield from walk_expr(c)
+            yield from walk_expr(v)
+        if e.default is not None:
+            yield from walk_expr(e.default)
+    elif isinstance(e, Func):
+        for a in e.args:
+            yield from walk_expr(a)
+    elif isinstance(e, Nav):
+        yield from walk_expr(e.arg)
+    elif isinstance(e, Agg):
+        if e.arg is not None:
+            yield from walk_expr(e.arg)
+
+
+# ---------------------------------------------------------------- row patterns
+
+
+@dataclass(frozen=True)
+class Pattern(Node):
+    """Base of row-pattern regex nodes."""
+
+
+@dataclass(frozen=True)
+class PVar(Pattern):
+    name: str
+
+
+@dataclass(frozen=True)
+class PSeq(Pattern):
+    items: tuple[Pattern, ...]
+
+
+@dataclass(frozen=True)
+class PAlt(Pattern):
+    options: tuple[Pattern, ...]
+
+
+@dataclass(frozen=True)
+class PQuant(Pattern):
+    """``item{low,high}``; ``high`` None is unbounded; ``greedy`` False for a reluctant ``?``."""
+
+    item: Pattern
+    low: int
+    high: int | None
+    greedy: bool = True
+
+
+@dataclass(frozen=True)
+class PPermute(Pattern):
+    items: tuple[Pattern, ...]
+
+
+@dataclass(frozen=True)
+class PExclude(Pattern):
+    item: Pattern
+
+
+# ---------------------------------------------------------------- the clause
+
+
+@dataclass(frozen=True)
+class Measure(Node):
+    expr: Expr
+    name: str
+
+
+@dataclass(frozen=True)
+class Define(Node):
+    var: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Skip(Node):
+    """AFTER MATCH SKIP: PAST_LAST_ROW, TO_NEXT_ROW, TO_FIRST (var), TO_LAST (var)."""
+
+    mode: str = "PAST_LAST_ROW"
+    var: str | None = None
+
+
+@dataclass(frozen=True)
+class MatchRecognize(Node):
+    """A whole ``SELECT ... FROM stream MATCH_RECOGNIZE (...)`` statement."""
+
+    source: str
+    select: tuple[str, ...] | None  # None for SELECT *
+    partition_by: tuple[str, ...]
+    order_by: str
+    measures: tuple[Measure, ...]
+    rows_per_match: str  # ONE or ALL
+    skip: Skip
+    pattern: Pattern
+    subsets: tuple[tuple[str, tuple[str, ...]], ...]
+    defines: tuple[Define, ...]
+    within_ms: int | None = None
+    text: str = field(default="", compare=False, repr=False)
+    select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)

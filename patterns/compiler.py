@@ -1,0 +1,423 @@
+"""Check a parsed MATCH_RECOGNIZE statement and compile its pattern into an automaton program.
+
+The program is plain data (tuples of ints), in the style of a regex virtual machine: threads run
+it in priority order, which gives the SQL standard's preferment (greedy or reluctant quantifiers,
+alternatives left to right) without backtracking over the input.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from patterns import ast as A
+from patterns.errors import CepSyntaxError, RuleError, SourceError
+
+__all__ = [
+    "OP_VAR",
+    "OP_SPLIT",
+    "OP_JMP",
+    "OP_MATCH",
+    "Program",
+    "CompiledPattern",
+    "compile_statement",
+    "check_statement",
+    "nullable",
+    "MAX_PROGRAM",
+]
+
+OP_VAR = 0  # (OP_VAR, var_id, next_pc, excluded)
+OP_SPLIT = 1  # (OP_SPLIT, (pc, pc, ...)) in priority order
+OP_JMP = 2  # (OP_JMP, pc)
+OP_MATCH = 3  # (OP_MATCH,)
+
+MAX_PROGRAM = 20_000  # instructions; bounded quantifiers are expanded, so cap the expansion
+MAX_PERMUTE = 7  # PERMUTE of n items expands to n! alternatives
+
+
+@dataclass(frozen=True)
+class Program:
+    """An automaton program: instructions, the variables' names, and where a match can start."""
+
+    instructions: tuple[tuple, ...]
+    var_names: tuple[str, ...]
+    start_vars: frozenset[int]
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+
+@dataclass(frozen=True)
+class CompiledPattern:
+    """A checked statement plus its automaton; immutable and shared by every key."""
+
+    statement: A.MatchRecognize
+    program: Program
+    var_ids: dict[str, int] = field(hash=False)
+    subsets: dict[str, frozenset[int]] = field(hash=False)
+    defines: dict[int, A.Expr] = field(hash=False)
+
+
+# ------------------------------------------------------------------ analysis helpers
+
+
+def nullable(p: A.Pattern) -> bool:
+    """Whether the pattern can match the empty sequence of rows."""
+    if isinstance(p, A.PVar):
+        return False
+    if isinstance(p, A.PSeq):
+        return all(nullable(i) for i in p.items)
+    if isinstance(p, A.PAlt):
+        return any(nullable(o) for o in p.options)
+    if isinstance(p, A.PQuant):
+        return p.low == 0 or nullable(p.item)
+    if isinstance(p, A.PPermute):
+        return all(nullable(i) for i in p.items)
+    if isinstance(p, A.PExclude):
+        return nullable(p.item)
+    raise TypeError(p)
+
+
+def pattern_vars(p: A.Pattern) -> list[A.PVar]:
+    """Every variable occurrence in the pattern, left to right."""
+    if isinstance(p, A.PVar):
+        return [p]
+    if isinstance(p, (A.PSeq, A.PPermute)):
+        return [v for i in p.items for v in pattern_vars(i)]
+    if isinstance(p, A.PAlt):
+        return [v for o in p.options for v in pattern_vars(o)]
+    if isinstance(p, (A.PQuant, A.PExclude)):
+        return pattern_vars(p.item)
+    raise TypeError(p)
+
+
+# ------------------------------------------------------------------ program builder
+
+
+class _Builder:
+    def __init__(self, var_ids: dict[str, int], text: str, file: str | None):
+        self.code: list[list] = []
+        self.var_ids = var_ids
+        self.text = text
+        self.file = file
+
+    def emit(self, *ins) -> int:
+        if len(self.code) >= MAX_PROGRAM:
+            raise RuleError(
+                SourceError(
+                    f"the pattern expands to more than {MAX_PROGRAM} automaton steps; "
+                    "lower the quantifier bounds or the PERMUTE size",
+                    self.text,
+                    0,
+                    1,
+                    self.file,
+                )
+            )
+        self.code.append(list(ins))
+        return len(self.code) - 1
+
+    def gen(self, p: A.Pattern, excluded: bool) -> None:
+        """Append code for ``p``; control falls through to the next instruction on success."""
+        if isinstance(p, A.PVar):
+            pc = self.emit(OP_VAR, self.var_ids[p.name], None, excluded)
+            self.code[pc][2] = pc + 1
+        elif isinstance(p, A.PSeq):
+            for item in p.items:
+                self.gen(item, excluded)
+        elif isinstance(p, A.PAlt):
+            split = self.emit(OP_SPLIT, [])
+            jumps = []
+            for opt in p.options:
+                self.code[split][1].append(len(self.code))
+                self.gen(opt, excluded)
+                jumps.append(self.emit(OP_JMP, None))
+            for j in jumps:
+                self.code[j][1] = len(self.code)
+        elif isinstance(p, A.PPermute):
+            n = len(p.items)
+            if n > MAX_PERMUTE:
+                raise RuleError(
+                    SourceError(
+                        f"PERMUTE of {n} items expands to {n}! alternatives; at most {MAX_PERMUTE} are supported",
+                        self.text,
+                        p.pos,
+                        7,
+                        self.file,
+                    )
+                )
+            alts = tuple(A.PSeq(tuple(p.items[i] for i in perm)) for perm in itertools.permutations(range(n)))
+            self.gen(A.PAlt(alts), excluded)
+        elif isinstance(p, A.PExclude):
+            self.gen(p.item, True)
+        elif isinstance(p, A.PQuant):
+            self.gen_quant(p, excluded)
+        else:  # pragma: no cover - the parser builds no other node
+            raise TypeError(p)
+
+    def optional(self, item: A.Pattern, greedy: bool, excluded: bool, rest=None) -> None:
+        """``item?`` (then ``rest`` inside the taken branch, for nested bounded repetition)."""
+        split = self.emit(OP_SPLIT, [])
+        body = len(self.code)
+        self.gen(item, excluded)
+        if rest is not None:
+            rest()
+        after = len(self.code)
+        self.code[split][1] = [body, after] if greedy else [after, body]
+
+    def gen_quant(self, p: A.PQuant, excluded: bool) -> None:
+        for _ in range(p.low):
+            self.gen(p.item, excluded)
+        if p.high is None:
+            # item* : L: split(body, out); body; jmp L
+            loop = self.emit(OP_SPLIT, [])
+            body = len(self.code)
+            self.gen(p.item, excluded)
+            self.emit(OP_JMP, loop)
+            out = len(self.code)
+            self.code[loop][1] = [body, out] if p.greedy else [out, body]
+            return
+        extra = p.high - p.low
+
+        def nest(k: int):
+            if k == 0:
+                return None
+            return lambda: self.optional(p.item, p.greedy, excluded, nest(k - 1))
+
+        if extra:
+            self.optional(p.item, p.greedy, excluded, nest(extra - 1))
+
+
+def _program(pattern: A.Pattern, var_ids: dict[str, int], text: str, file: str | None) -> Program:
+    b = _Builder(var_ids, text, file)
+    b.gen(pattern, False)
+    b.emit(OP_MATCH)
+    ins = tuple(
+        (c[0], tuple(c[1])) if c[0] == OP_SPLIT else tuple(c) for c in b.code
+    )
+    names = tuple(sorted(var_ids, key=var_ids.get))  # type: ignore[arg-type]
+    starts = frozenset(ins[pc][1] for pc in _closure_pcs(ins, 0) if ins[pc][0] == OP_VAR)
+    return Program(ins, names, starts)
+
+
+def _closure_pcs(ins: tuple[tuple, ...], pc: int) -> list[int]:
+    """The VAR and MATCH instructions reachable from ``pc`` without consuming a row."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [pc]
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        op = ins[p][0]
+        if op == OP_SPLIT:
+            stack.extend(reversed(ins[p][1]))
+        elif op == OP_JMP:
+            stack.append(ins[p][1])
+        else:
+            out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------ checks
+
+
+class _Checker:
+    def __init__(self, mr: A.MatchRecognize, file: str | None, line_offset: int, col_offset: int, block_indent: int):
+        self.mr = mr
+        self.errors: list[SourceError] = []
+        self.file = file
+        self.loc = dict(line_offset=line_offset, col_offset=col_offset, block_indent=block_indent)
+
+    def err(self, message: str, pos: int, width: int = 1) -> None:
+        self.errors.append(SourceError(message, self.mr.text, pos, width, self.file, **self.loc))
+
+    def run(self) -> tuple[dict[str, int], dict[str, frozenset[int]]]:
+        mr = self.mr
+        occurrences = pattern_vars(mr.pattern)
+        var_ids: dict[str, int] = {}
+        for v in occurrences:
+            var_ids.setdefault(v.name, len(var_ids))
+        subsets: dict[str, frozenset[int]] = {}
+        for name, members in mr.subsets:
+            pos = mr.text.find(name) if mr.text else 0
+            if name in var_ids:
+                self.err(f"SUBSET name {name!r} is already a pattern variable; choose another name", pos, len(name))
+                continue
+            if name in subsets:
+                self.err(f"SUBSET {name!r} is defined twice", pos, len(name))
+            bad = [m for m in members if m not in var_ids]
+            for m in bad:
+                self.err(
+                    f"SUBSET {name} names {m!r}, which is not a variable of PATTERN "
+                    f"(variables: {', '.join(var_ids)})",
+                    pos,
+                    len(name),
+                )
+            subsets[name] = frozenset(var_ids[m] for m in members if m in var_ids)
+        known = set(var_ids) | set(subsets)
+
+        if nullable(mr.pattern):
+            self.err(
+                "the pattern can match an empty sequence of rows; make at least one element mandatory "
+                "(for example A+ instead of A*)",
+                mr.pattern.pos,
+                1,
+            )
+
+        seen_define: set[str] = set()
+        for d in mr.defines:
+            if d.var in seen_define:
+                self.err(f"variable {d.var!r} is defined twice in DEFINE", d.pos, len(d.var))
+            seen_define.add(d.var)
+            if d.var not in var_ids:
+                self.err(
+                    f"DEFINE {d.var}: {d.var!r} does not occur in PATTERN (variables: {', '.join(var_ids)})",
+                    d.pos,
+                    len(d.var),
+                )
+                continue
+            self.check_expr(d.expr, known, in_define=True)
+
+        names: set[str] = set()
+        for m in mr.measures:
+            if m.name.lower() in names:
+                self.err(f"measure name {m.name!r} is used twice", m.pos, 1)
+            names.add(m.name.lower())
+            self.check_expr(m.expr, known, in_define=False)
+        for pc in mr.partition_by:
+            if pc.lower() in names:
+                self.err(f"measure {pc!r} has the name of a PARTITION BY column; rename it", mr.pos, 1)
+
+        if mr.skip.var is not None and mr.skip.var not in known:
+            self.err(
+                f"AFTER MATCH SKIP TO {mr.skip.var!r}: not a pattern variable or subset "
+                f"(variables: {', '.join(sorted(known))})",
+                mr.skip.pos,
+                len(mr.skip.var),
+            )
+        if mr.select is not None and mr.rows_per_match == "ONE":
+            available = {c.lower() for c in mr.partition_by} | names
+            for name, pos in zip(mr.select, mr.select_pos):
+                if name.lower() not in available:
+                    self.err(
+                        f"SELECT {name!r}: not an output column of ONE ROW PER MATCH "
+                        f"(available: {', '.join(list(mr.partition_by) + [m.name for m in mr.measures])})",
+                        pos,
+                        len(name),
+                    )
+        return var_ids, subsets
+
+    def check_expr(self, e: A.Expr, known: set[str], in_define: bool, inside: str | None = None) -> None:
+        if isinstance(e, A.Column):
+            if e.var is not None and e.var not in known:
+                self.err(
+                    f"{e.var}.{e.name}: {e.var!r} is not a pattern variable or subset "
+                    f"(variables: {', '.join(sorted(known))})",
+                    e.pos,
+                    len(e.var),
+                )
+            return
+        if isinstance(e, A.MatchNumber) and in_define:
+            self.err("MATCH_NUMBER() cannot be used in DEFINE", e.pos, 12)
+        if isinstance(e, A.Classifier) and e.var is not None and e.var not in known:
+            self.err(f"CLASSIFIER({e.var}): not a pattern variable or subset", e.pos, 10)
+        if isinstance(e, (A.Nav, A.Agg, A.Classifier)) and getattr(e, "semantics", "RUNNING") == "FINAL" and in_define:
+            self.err("FINAL cannot be used in DEFINE: a condition sees only the rows matched so far", e.pos, 5)
+        if isinstance(e, A.Nav):
+            if inside is not None:
+                self.err(f"{e.kind}(...) inside {inside}(...) is not supported", e.pos, len(e.kind))
+            if e.kind == "NEXT" and in_define:
+                self.err(
+                    "NEXT cannot be used in DEFINE: in a stream the next row is not known yet; "
+                    "rewrite the condition on the next variable with PREV",
+                    e.pos,
+                    4,
+                )
+            self.single_var(e.arg, e.kind, e.pos)
+            self.check_expr(e.arg, known, in_define, inside=e.kind)
+            return
+        if isinstance(e, A.Agg):
+            if inside is not None:
+                self.err(f"{e.func}(...) inside {inside}(...) is not supported", e.pos, len(e.func))
+            if e.var is not None and e.var not in known:
+                self.err(f"{e.func}({e.var}.*): {e.var!r} is not a pattern variable or subset", e.pos, len(e.func))
+            if e.arg is not None:
+                self.single_var(e.arg, e.func, e.pos)
+                self.check_expr(e.arg, known, in_define, inside=e.func)
+            return
+        for sub in _children(e):
+            self.check_expr(sub, known, in_define, inside)
+
+    def single_var(self, arg: A.Expr, fname: str, pos: int) -> None:
+        vars_ = {c.var for c in A.walk_expr(arg) if isinstance(c, A.Column)}
+        if len(vars_) > 1:
+            shown = ", ".join(sorted(v or "<universal>" for v in vars_))
+            self.err(f"{fname}(...): all columns must refer to one pattern variable, found {shown}", pos, len(fname))
+        if not any(isinstance(c, A.Column) for c in A.walk_expr(arg)) and fname not in ("COUNT",):
+            self.err(f"{fname}(...) needs a column reference in its argument", pos, len(fname))
+
+
+def _children(e: A.Expr) -> list[A.Expr]:
+    it = A.walk_expr(e)
+    next(it)
+    # direct children only: walk_expr is depth first, so collect the immediate ones by identity
+    direct: list[A.Expr] = []
+    if isinstance(e, (A.Unary, A.Not, A.IsNull, A.Like)):
+        direct = [e.operand]
+    elif isinstance(e, (A.Binary, A.Compare)):
+        direct = [e.left, e.right]
+    elif isinstance(e, A.Logical):
+        direct = list(e.args)
+    elif isinstance(e, A.Between):
+        direct = [e.operand, e.low, e.high]
+    elif isinstance(e, A.InList):
+        direct = [e.operand, *e.items]
+    elif isinstance(e, A.Case):
+        direct = [x for w in e.whens for x in w] + ([e.default] if e.default is not None else [])
+    elif isinstance(e, A.Func):
+        direct = list(e.args)
+    return direct
+
+
+def check_statement(
+    mr: A.MatchRecognize,
+    file: str | None = None,
+    line_offset: int = 0,
+    col_offset: int = 0,
+    block_indent: int = 0,
+) -> list[SourceError]:
+    """Every semantic error in ``mr`` (empty when the statement is valid)."""
+    c = _Checker(mr, file, line_offset, col_offset, block_indent)
+    c.run()
+    return c.errors
+
+
+def compile_statement(
+    mr: A.MatchRecognize,
+    file: str | None = None,
+    line_offset: int = 0,
+    col_offset: int = 0,
+    block_indent: int = 0,
+) -> CompiledPattern:
+    """Check ``mr`` and compile its pattern; raise RuleError with every problem found.
+
+    Example:
+        >>> from patterns.match_recognize import parse_statement
+        >>> cp = compile_statement(parse_statement(
+        ...     "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B+) DEFINE B AS B.x > 0)"))
+        >>> cp.program.var_names, sorted(cp.program.start_vars)
+        (('A', 'B'), [0])
+    """
+    c = _Checker(mr, file, line_offset, col_offset, block_indent)
+    var_ids, subsets = c.run()
+    if c.errors:
+        raise RuleError(c.errors)
+    try:
+        program = _program(mr.pattern, var_ids, mr.text, file)
+    except CepSyntaxError as e:
+        raise RuleError(
+            [SourceError(x.message, x.text, x.offset, x.width, file, line_offset, col_offset, block_indent) for x in e.errors]
+        ) from None
+    defines = {var_ids[d.var]: d.expr for d in mr.defines if d.var in var_ids}
+    return CompiledPattern(mr, program, var_ids, subsets, defines)

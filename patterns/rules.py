@@ -1,0 +1,242 @@
+"""Rule files: YAML files of named rules, or a bare .sql file holding one MATCH_RECOGNIZE statement.
+
+A YAML rule file::
+
+    rules:
+      - name: v_shape                # unique; names every output row
+        description: free text
+        lateness: 5 minutes          # allowed lateness (default 0)
+        max_partial_matches: 10000   # per key and attempt; more are dropped and counted
+        sql: |
+          SELECT * FROM bars MATCH_RECOGNIZE ( ... )
+
+Every error in a file is collected (file, line, column, a caret, what was expected) before one
+:class:`~patterns.errors.RuleErrors` is raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from patterns.compiler import CompiledPattern, compile_statement
+from patterns.errors import CepSyntaxError, RuleErrors, SourceError
+from patterns.match_recognize import parse_interval_ms, parse_statement
+
+__all__ = ["Rule", "RuleSet", "load_rules", "parse_rules", "parse_rule_text", "RULE_KEYS"]
+
+RULE_KEYS = {
+    "name": "unique rule name; tags every output row",
+    "kind": "pattern (the default when 'sql' is given)",
+    "description": "free text",
+    "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
+    "lateness": "allowed lateness: milliseconds or text such as '5 minutes' (default 0)",
+    "max_partial_matches": "cap on partial matches per key and start row (default 10000)",
+    "enabled": "false to keep a rule in the file without running it",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One checked, compiled rule."""
+
+    name: str
+    compiled: CompiledPattern
+    source: str = ""
+    lateness_ms: int = 0
+    max_partial_matches: int = 10_000
+    description: str = ""
+    kind: str = "pattern"
+
+    @property
+    def stream(self) -> str:
+        """The input stream the rule names in FROM."""
+        return self.compiled.statement.source
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The rules of one file, in file order."""
+
+    rules: tuple[Rule, ...]
+    path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __iter__(self):
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.rules]
+
+
+def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Rule:
+    """Parse and compile one MATCH_RECOGNIZE statement into a rule.
+
+    Example:
+        >>> r = parse_rule_text("SELECT * FROM s MATCH_RECOGNIZE (ORDER BY ts PATTERN (A+) DEFINE A AS x > 1)")
+        >>> r.name, r.stream
+        ('rule', 's')
+    """
+    mr = parse_statement(sql, file)
+    return Rule(name, compile_statement(mr, file), sql)
+
+
+def _ms(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"{what} must not be negative, found {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return parse_interval_ms(value)
+        except CepSyntaxError:
+            raise ValueError(
+                f"{what}: cannot read {value!r} as an interval; write milliseconds or text such as '5 minutes'"
+            ) from None
+    raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {value!r}")
+
+
+def parse_rules(text: str, file: str | None = None) -> RuleSet:
+    """Parse rule-file text: YAML with a ``rules:`` list, or one bare SQL statement.
+
+    Example:
+        >>> rs = parse_rules('''
+        ... rules:
+        ...   - name: up
+        ...     sql: SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) DEFINE B AS B.x > A.x)
+        ... ''')
+        >>> rs.names()
+        ['up']
+    """
+    stripped = text.lstrip()
+    if stripped[:6].upper() == "SELECT" or (file or "").endswith(".sql"):
+        name = Path(file).stem if file else "rule"
+        try:
+            return RuleSet((parse_rule_text(text, name, file),), file)
+        except CepSyntaxError as e:
+            raise RuleErrors(e.errors) from None
+    errors: list[SourceError] = []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        msg = f"not a valid YAML rule file: {getattr(e, 'problem', None) or e}"
+        if mark is not None:
+            raise RuleErrors([SourceError(msg, text, _offset(text, mark.line, mark.column), 1, file)]) from None
+        raise RuleErrors([SourceError(msg, text, 0, 1, file)]) from None
+    if root is None:
+        raise RuleErrors([SourceError("empty rule file: expected 'rules:' with a list of rules", text, 0, 1, file)])
+    rules_node = None
+    if isinstance(root, yaml.MappingNode):
+        for k, v in root.value:
+            if k.value == "rules":
+                rules_node = v
+            else:
+                errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules'", text, k, file))
+    if rules_node is None or not isinstance(rules_node, yaml.SequenceNode):
+        errors.append(_node_err("expected a top-level 'rules:' holding a list of rules", text, rules_node or root, file))
+        raise RuleErrors(errors)
+    rules: list[Rule] = []
+    seen: dict[str, Any] = {}
+    for item in rules_node.value:
+        if not isinstance(item, yaml.MappingNode):
+            errors.append(_node_err("each rule must be a mapping with 'name' and 'sql'", text, item, file))
+            continue
+        fields = {k.value: (k, v) for k, v in item.value}
+        for key, (knode, _) in fields.items():
+            if key not in RULE_KEYS:
+                errors.append(
+                    _node_err(f"unknown rule key {key!r}; known keys: {', '.join(RULE_KEYS)}", text, knode, file)
+                )
+        name_node = fields.get("name", (None, None))[1]
+        if name_node is None or not isinstance(name_node, yaml.ScalarNode) or not name_node.value:
+            errors.append(_node_err("rule has no 'name'", text, item, file))
+            continue
+        name = str(name_node.value)
+        if name in seen:
+            first = seen[name].start_mark.line + 1
+            errors.append(_node_err(f"duplicate rule name {name!r} (first defined on line {first})", text, name_node, file))
+            continue
+        seen[name] = name_node
+        py = yaml.safe_load(yaml.serialize(item)) or {}
+        if py.get("enabled", True) is False:
+            continue
+        kind = py.get("kind", "pattern")
+        if kind != "pattern":
+            errors.append(_node_err(f"rule {name!r}: unknown kind {kind!r}; expected 'pattern'", text, fields["kind"][1], file))
+            continue
+        sql_node = fields.get("sql", (None, None))[1]
+        if sql_node is None or not isinstance(sql_node, yaml.ScalarNode):
+            errors.append(_node_err(f"rule {name!r} has no 'sql' statement", text, item, file))
+            continue
+        opts: dict[str, Any] = {}
+        for key, conv in (("lateness", "lateness_ms"), ("max_partial_matches", "max_partial_matches")):
+            if key in py:
+                try:
+                    val = _ms(py[key], f"rule {name!r}: {key}") if key == "lateness" else int(py[key])
+                    if key == "max_partial_matches" and val < 1:
+                        raise ValueError(f"rule {name!r}: max_partial_matches must be at least 1, found {val}")
+                    opts[conv] = val
+                except (ValueError, TypeError) as e:
+                    errors.append(_node_err(str(e), text, fields[key][1], file))
+        sql = sql_node.value
+        line_off, col_off, indent = _scalar_position(text, sql_node)
+        try:
+            mr = parse_statement(sql, file)
+            compiled = compile_statement(mr, file, line_off, col_off, indent)
+        except CepSyntaxError as e:
+            for err in e.errors:
+                errors.append(
+                    SourceError(err.message, sql, err.offset, err.width, file, line_off, col_off, indent)
+                )
+            continue
+        rules.append(Rule(name, compiled, sql, description=str(py.get("description", "")), **opts))
+    if errors:
+        raise RuleErrors(errors)
+    return RuleSet(tuple(rules), file)
+
+
+def _offset(text: str, line0: int, col0: int) -> int:
+    lines = text.splitlines(keepends=True)
+    return sum(len(x) for x in lines[:line0]) + col0
+
+
+def _node_err(message: str, text: str, node: Any, file: str | None) -> SourceError:
+    if node is None:
+        return SourceError(message, text, 0, 1, file)
+    m = node.start_mark
+    return SourceError(message, text, _offset(text, m.line, m.column), 1, file)
+
+
+def _scalar_position(text: str, node: yaml.ScalarNode) -> tuple[int, int, int]:
+    """(line offset, first-line column offset, block indent) of a scalar's value in the file."""
+    m = node.start_mark
+    if node.style in ("|", ">"):
+        lines = text.splitlines()
+        first = m.line + 1
+        while first < len(lines) and not lines[first].strip():
+            first += 1
+        indent = len(lines[first]) - len(lines[first].lstrip()) if first < len(lines) else 0
+        return first, 0, indent
+    quote = 1 if node.style in ("'", '"') else 0
+    return m.line, m.column + quote, 0
+
+
+def load_rules(path: str | Path) -> RuleSet:
+    """Load and check a rule file (YAML or .sql); raise RuleErrors listing every problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuleErrors([SourceError(f"rule file not found: {p}", "", 0, 1, str(p))]) from None
+    except UnicodeDecodeError as e:
+        raise RuleErrors([SourceError(f"rule file is not UTF-8 text: {e}", "", 0, 1, str(p))]) from None
+    return parse_rules(text, str(p))
