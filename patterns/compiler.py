@@ -154,16 +154,6 @@ class _Builder:
         else:  # pragma: no cover - the parser builds no other node
             raise TypeError(p)
 
-    def optional(self, item: A.Pattern, greedy: bool, excluded: bool, rest=None) -> None:
-        """``item?`` (then ``rest`` inside the taken branch, for nested bounded repetition)."""
-        split = self.emit(OP_SPLIT, [])
-        body = len(self.code)
-        self.gen(item, excluded)
-        if rest is not None:
-            rest()
-        after = len(self.code)
-        self.code[split][1] = [body, after] if greedy else [after, body]
-
     def gen_quant(self, p: A.PQuant, excluded: bool) -> None:
         for _ in range(p.low):
             self.gen(p.item, excluded)
@@ -176,15 +166,15 @@ class _Builder:
             out = len(self.code)
             self.code[loop][1] = [body, out] if p.greedy else [out, body]
             return
-        extra = p.high - p.low
-
-        def nest(k: int):
-            if k == 0:
-                return None
-            return lambda: self.optional(p.item, p.greedy, excluded, nest(k - 1))
-
-        if extra:
-            self.optional(p.item, p.greedy, excluded, nest(extra - 1))
+        # item{0,k} as nested optionals item (item (item)?)?: every skip jumps past the nest
+        splits = []
+        for _ in range(p.high - p.low):
+            splits.append(self.emit(OP_SPLIT, []))
+            self.gen(p.item, excluded)
+        out = len(self.code)
+        for sp in splits:
+            body = sp + 1
+            self.code[sp][1] = [body, out] if p.greedy else [out, body]
 
 
 def _program(pattern: A.Pattern, var_ids: dict[str, int], text: str, file: str | None) -> Program:

@@ -155,7 +155,7 @@ class _Parser:
         self.take()
         self.expect_kw("BY", "after ORDER")
         order_tok = self.ident("the event-time column in ORDER BY")
-        if self.accept_kw("DESC"):
+        if self.at_kw("DESC"):
             raise self.error("ORDER BY ... DESC is not supported: event time only moves forward")
         self.accept_kw("ASC")
         if self.at_op(","):
@@ -588,7 +588,7 @@ class _Parser:
                 self.take()
                 self.expect_op(")", "to close COUNT(var.*)")
                 return A.Agg("COUNT", None, v, pos=pos)
-            if self.accept_kw("DISTINCT"):
+            if self.at_kw("DISTINCT"):
                 raise self.error(f"{name}(DISTINCT ...) is not supported in MATCH_RECOGNIZE")
             arg = self.expr()
             self.expect_op(")", f"to close {name}(...)")
@@ -668,15 +668,17 @@ def parse_interval_ms(text: str) -> int:
     """
     s = text.strip()
     if not s.upper().startswith("INTERVAL"):
-        parts = s.split()
-        if len(parts) == 2:
-            s = f"INTERVAL '{parts[0]}' {parts[1]}"
-        elif len(parts) == 1:
-            num = "".join(ch for ch in s if ch.isdigit() or ch == ".")
-            unit = s[len(num):].strip().lower()
-            short = {"ms": "MILLISECOND", "s": "SECOND", "m": "MINUTE", "min": "MINUTE", "h": "HOUR", "d": "DAY"}
-            if unit in short and num:
-                s = f"INTERVAL '{num}' {short[unit]}"
+        num = ""
+        for ch in s:
+            if not (ch.isdigit() or ch == "."):
+                break
+            num += ch
+        unit = s[len(num) :].strip()
+        short = {"ms": "MILLISECOND", "s": "SECOND", "sec": "SECOND", "m": "MINUTE", "min": "MINUTE",
+                 "mins": "MINUTES", "h": "HOUR", "d": "DAY"}
+        unit = short.get(unit.lower(), unit)
+        if num and unit:
+            s = f"INTERVAL '{num}' {unit}"
     p = _Parser(s)
     ms = p.interval()
     if p.tok.kind != "EOF":
