@@ -166,7 +166,11 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
             errors.append(_node_err(f"duplicate rule name {name!r} (first defined on line {first})", text, name_node, file))
             continue
         seen[name] = name_node
-        py = yaml.safe_load(yaml.serialize(item)) or {}
+        try:
+            py = yaml.safe_load(yaml.serialize(item)) or {}
+        except yaml.YAMLError as e:
+            errors.append(_node_err(f"rule {name!r}: {getattr(e, 'problem', None) or e}", text, item, file))
+            continue
         if py.get("enabled", True) is False:
             continue
         kind = py.get("kind", "pattern")

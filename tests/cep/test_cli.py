@@ -1,0 +1,152 @@
+"""The ``cep`` command: check, run (formats, outputs, several streams), exit codes, help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cep.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+RULE = """
+rules:
+  - name: rise
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES A.ts AS t0, LAST(B.ts) AS t1
+        PATTERN (A B+)
+        DEFINE B AS B.px > PREV(B.px))
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULE)
+    events = tmp_path / "ticks.jsonl"
+    lines = [
+        {"sym": "X", "ts": 0, "px": 1},
+        {"sym": "X", "ts": 1, "px": 2},
+        "not json",
+        {"sym": "X", "ts": 2, "px": 3},
+        {"sym": "X", "ts": 0, "px": 9},
+        {"sym": "X", "ts": 3, "px": 1},
+    ]
+    events.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return tmp_path, rules, events
+
+
+def test_check_ok_and_errors(files, capsys, tmp_path):
+    _, rules, _ = files
+    assert main(["check", str(rules)]) == 0
+    assert "ok, 1 rule (rise)" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    sql: SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A*) DEFINE Q AS TRUE)\n")
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3:" in err and "^" in err
+    assert "2 errors" in err
+
+
+def test_run_writes_matches_late_and_errors(files, capsys):
+    tmp, rules, events = files
+    out, late, errs = tmp / "out.jsonl", tmp / "late.jsonl", tmp / "errors.jsonl"
+    code = main(["run", str(rules), "--input", str(events), "--output", str(out), "--late", str(late),
+                 "--errors", str(errs)])
+    assert code == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == [{"sym": "X", "t0": 0, "t1": 2, "rule": "rise"}]
+    late_rows = [json.loads(x) for x in late.read_text().splitlines()]
+    assert [r["line"] for r in late_rows] == [5]
+    err_rows = [json.loads(x) for x in errs.read_text().splitlines()]
+    assert err_rows[0]["line"] == 3 and "malformed JSON" in err_rows[0]["reason"]
+    summary = capsys.readouterr().err
+    assert "1 complex events, 1 late, 1 errors" in summary
+
+
+def test_run_to_stdout_csv_and_parquet(files, capsys):
+    tmp, rules, events = files
+    assert main(["run", str(rules), "--input", str(events), "-q"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["t1"] == 2
+    csv_out = tmp / "o.csv"
+    assert main(["run", str(rules), "--input", str(events), "-o", str(csv_out), "-q"]) == 0
+    assert csv_out.read_text().splitlines() == ["sym,t0,t1,rule", "X,0,2,rise"]
+    pq_out = tmp / "o.parquet"
+    assert main(["run", str(rules), "--input", str(events), "-o", str(pq_out), "-q"]) == 0
+    assert pq.read_table(pq_out).to_pylist() == [{"sym": "X", "t0": 0, "t1": 2, "rule": "rise"}]
+
+
+def test_csv_and_parquet_inputs(files, tmp_path):
+    tmp, rules, _ = files
+    csv_in = tmp / "ticks.csv"
+    csv_in.write_text("sym,ts,px\nX,0,1\nX,1,2\nX,2,3\nX,3,1\n")
+    out = tmp / "o.jsonl"
+    assert main(["run", str(rules), "--input", str(csv_in), "-o", str(out), "-q"]) == 0
+    assert json.loads(out.read_text())["t1"] == 2
+    import pyarrow as pa
+
+    pq_in = tmp / "ticks.parquet"
+    pq.write_table(pa.Table.from_pylist([{"sym": "X", "ts": t, "px": p} for t, p in enumerate([1, 2, 3, 1])]), pq_in)
+    assert main(["run", str(rules), "--input", str(pq_in), "-o", str(out), "-q"]) == 0
+    assert json.loads(out.read_text())["t1"] == 2
+
+
+def test_fail_on_match_and_usage_errors(files, capsys):
+    _, rules, events = files
+    assert main(["run", str(rules), "--input", str(events), "--fail-on-match", "-q"]) == 1
+    assert main(["run", str(rules), "--input", "missing.jsonl"]) == 2
+    assert "input file not found: missing.jsonl" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ei:
+        main(["run"])
+    assert ei.value.code == 2
+    assert main([]) == 2
+
+
+def test_several_named_inputs_are_merged_in_event_time(tmp_path):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        """
+rules:
+  - name: search_click
+    sql: |
+      SELECT * FROM events MATCH_RECOGNIZE (
+        PARTITION BY session ORDER BY ts
+        MEASURES S.q AS q, C.url AS url
+        PATTERN (S C) WITHIN INTERVAL '1' HOUR
+        DEFINE S AS stream = 'searches', C AS stream = 'clicks')
+"""
+    )
+    s = tmp_path / "s.jsonl"
+    c = tmp_path / "c.jsonl"
+    s.write_text('{"session": 1, "ts": 10, "q": "a"}\n{"session": 2, "ts": 30, "q": "b"}\n')
+    c.write_text('{"session": 1, "ts": 20, "url": "/x"}\n{"session": 2, "ts": 40, "url": "/y"}\n')
+    out = tmp_path / "o.jsonl"
+    assert main(["run", str(rules), "--input", f"searches={s}", "--input", f"clicks={c}", "-o", str(out), "-q"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted((r["session"], r["q"], r["url"]) for r in rows) == [(1, "a", "/x"), (2, "b", "/y")]
+
+
+def test_help_is_complete():
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "run", "--help"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0
+    for flag in ("--input", "--output", "--late", "--errors", "--fail-on-match", "--output-format"):
+        assert flag in proc.stdout
+
+
+def test_bundled_quickstart_runs(capsys):
+    code = main(["run", str(REPO / "rules/trading.yaml"), "--input",
+                 str(REPO / "rules/data/sp500_daily_2017_sample.jsonl"), "-q"])
+    assert code == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {r["rule"] for r in rows} == {"v_shape", "three_up_then_drop"}
+    for r in rows:
+        if r["rule"] == "v_shape":
+            assert r["bottom_close"] < r["start_close"] <= r["end_close"]
+        else:
+            assert r["drop_pct"] < -2
