@@ -91,8 +91,27 @@ def batch_from_records(
     for k in names:
         arr = np.empty(n, dtype=object)
         arr[:] = [r.get(k) for r in records]
-        cols[k] = arr
+        cols[k] = _narrow(arr)
     return EventBatch(cols, n, np.asarray(lines, dtype=np.int64) if lines is not None else None, source)
+
+
+def _narrow(arr: np.ndarray) -> np.ndarray:
+    """A numeric or boolean array where every value has that one type (no NULL), else as is."""
+    import pandas as pd
+
+    if not len(arr):
+        return arr
+    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    try:
+        if kind == "integer":
+            return arr.astype(np.int64)
+        if kind == "floating":
+            return arr.astype(np.float64)
+        if kind == "boolean":
+            return arr.astype(bool)
+    except (OverflowError, ValueError, TypeError):
+        pass
+    return arr
 
 
 def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:

@@ -24,6 +24,7 @@ __all__ = [
     "split_conjuncts",
     "is_row_local",
     "compile_columnar",
+    "compile_local_rows",
     "ColumnarUnsupported",
     "truthy",
 ]
@@ -524,6 +525,29 @@ def is_row_local(e: A.Expr, var: str, subsets: dict[str, frozenset[int]], var_id
         if isinstance(x, A.Classifier) and x.var is not None:
             return False
     return True
+
+
+def compile_local_rows(e: A.Expr, var_name: str) -> tuple[list[tuple[str, int]], Callable]:
+    """A row-local condition evaluated row by row: the columns it needs and ``f((i, arrays))``.
+
+    ``arrays[(name, lag)]`` holds the column ``lag`` rows back within the key, as Python values.
+    Used where the column kernels cannot run (mixed types, functions without a kernel).
+    """
+    needs: list[tuple[str, int]] = []
+
+    def c(x: A.Expr, lag: int = 0) -> Callable:
+        if isinstance(x, A.Column):
+            key = (x.name, lag)
+            if key not in needs:
+                needs.append(key)
+            return lambda ctx: ctx[1][key][ctx[0]]
+        if isinstance(x, A.Nav):
+            return c(x.arg, lag + (x.offset if x.kind == "PREV" else 0))
+        if isinstance(x, A.Classifier):
+            return lambda ctx: var_name
+        return _compile_common(x, lambda y: c(y, lag))
+
+    return needs, c(e)
 
 
 # ------------------------------------------------------------------ column-wise kernels

@@ -19,6 +19,7 @@ from cep.expressions import (
     MatchCtx,
     Node,
     compile_columnar,
+    compile_local_rows,
     compile_match_expr,
     is_row_local,
     split_conjuncts,
@@ -121,7 +122,7 @@ class PatternAutomaton:
                         layout.column(x.name)
                 self.local_exprs[vid].append(conj)
                 self.local_kernels[vid].append(compile_columnar(conj, name))
-                self.row_local_fns[vid].append(compile_match_expr(conj, layout, vid))
+                self.row_local_fns[vid].append(compile_local_rows(conj, name))
             if rest:
                 cond = rest[0] if len(rest) == 1 else A.Logical("AND", tuple(rest))
                 self.hist[vid] = compile_match_expr(cond, layout, vid)
@@ -145,6 +146,7 @@ class PatternAutomaton:
         self.npartition = len(mr.partition_by)
         self.all_rows = mr.rows_per_match == "ALL"
         self.time_index = layout.col_index[mr.order_by]
+        self._init_dfa()
 
     # ------------------------------------------------------------------ compile helpers
     def _closure(self, pc: int) -> tuple[int, ...]:
@@ -192,25 +194,31 @@ class PatternAutomaton:
     def step_key(
         self,
         st: KeyState,
-        rows: list[tuple],
+        cols: list[list],
+        s: int,
+        e: int,
         masks: list[int],
         ts: list[int],
         emit: Callable[[KeyState, Node], None],
         stats: StepStats,
         candidates: list[int] | None = None,
     ) -> None:
-        """Advance ``st`` over ``rows`` (this key's rows in event-time order).
+        """Advance ``st`` over rows ``s..e-1`` of a batch (this key's rows, in event-time order).
 
-        ``masks[j]`` has bit v set when row j passes the row-local part of variable v's condition.
-        ``candidates`` (optional) lists the positions whose mask can start a match; rows between
-        them are skipped wholesale while no partial match is alive.
+        ``cols`` holds the batch's columns (the automaton's layout) as lists; ``masks[j]`` has bit
+        v set when row j passes the row-local part of variable v's condition. ``candidates``
+        (optional, sorted) lists the rows whose mask can start a match: while no partial match is
+        alive, the rows between them are skipped without being looked at.
         """
-        start_rno = st.nrows
-        st.rows.extend(rows)
-        n = len(rows)
-        st.nrows += n
-        if n:
-            st.last_ts = ts[n - 1]
+        if self.dfa:
+            return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates)
+        start_rno = st.nrows - s  # partition row number of batch row j is start_rno + j
+        st.nrows += e - s
+        if e > s:
+            st.last_ts = ts[e - 1]
+        max_back = self.max_back
+        rows = st.rows
+        mat = s  # batch rows [s, mat) are materialised in st.rows
         ins = self.ins
         closure = self.closure
         start_bits = self.start_bits
@@ -218,18 +226,26 @@ class PatternAutomaton:
         within = self.within
         dedup = self.history_free
         past_last = self.skip.mode == "PAST_LAST_ROW"
-        j = 0
+        j = s
         ci = 0
         ncand = len(candidates) if candidates is not None else 0
-        while j < n:
+        while j < e:
             if not st.attempts and candidates is not None:
                 ci = bisect_left(candidates, max(j, st.resume - start_rno), ci)
                 if ci >= ncand:
                     break
                 j = candidates[ci]
+                keep_from = j - max_back
+                if keep_from > mat:
+                    rows = self._drop_before(st, start_rno + keep_from)
+                    mat = keep_from
+            if mat <= j:
+                upto = min(e, j + 64)
+                rows.extend(zip(*[c[mat:upto] for c in cols]))
+                mat = upto
             m = masks[j]
             rno = start_rno + j
-            row = rows[j]
+            row = rows[rno - st.base]
             t = ts[j]
             # advance every live attempt by this row
             for a in st.attempts:
@@ -246,9 +262,26 @@ class PatternAutomaton:
                 a.threads = self._advance(a, init, m, rno, row, st, stats, dedup, ins, closure, hist)
                 if a.threads or a.best is not None:
                     st.attempts.append(a)
-            self._resolve(st, emit, stats, past_last)
+            if st.attempts:
+                self._resolve(st, emit, stats, past_last)
             j += 1
+        if not st.attempts and e - max_back > mat:
+            rows = self._drop_before(st, start_rno + e - max_back)
+            mat = e - max_back
+        if mat < e:
+            rows.extend(zip(*[c[mat:e] for c in cols]))
         self._trim(st)
+
+    @staticmethod
+    def _drop_before(st: KeyState, rno: int) -> list:
+        """Forget retained rows before partition row ``rno`` (which may lie past the last one)."""
+        end = st.base + len(st.rows)
+        if rno >= end:
+            st.rows = []
+        else:
+            del st.rows[: rno - st.base]
+        st.base = rno
+        return st.rows
 
     def _advance(self, a: Attempt, threads, m, rno, row, st, stats, dedup, ins, closure, hist) -> list:
         new: list = []
@@ -300,7 +333,7 @@ class PatternAutomaton:
                 if past_last and head.best is not None:
                     # any match of the head ends at or after its best so far: later starts up to
                     # there can never be reported
-                    end = head.best.rno
+                    end = head.best if isinstance(head.best, int) else head.best.rno
                     while len(attempts) > 1 and attempts[1].start <= end:
                         del attempts[1]
                 return
@@ -308,6 +341,8 @@ class PatternAutomaton:
             best = head.best
             if best is None:
                 continue
+            if isinstance(best, int):
+                best = self._rebuild(st, head.start, best, stats)
             st.match_number += 1
             stats.matches += 1
             emit(st, best)
@@ -340,7 +375,7 @@ class PatternAutomaton:
         changed = False
         for a in st.attempts:
             if a.threads and watermark - a.start_ts >= self.within:
-                a.threads = []
+                a.threads = self._dead
                 changed = True
         if changed:
             self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")
@@ -349,7 +384,7 @@ class PatternAutomaton:
     def flush(self, st: KeyState, emit, stats: StepStats) -> None:
         """End of input: every partial match ends; the best match of each attempt is final."""
         for a in st.attempts:
-            a.threads = []
+            a.threads = self._dead
         self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")
         self._trim(st)
 
@@ -361,6 +396,135 @@ class PatternAutomaton:
         if drop > 64 and drop * 2 > len(st.rows):
             del st.rows[:drop]
             st.base = keep
+
+
+    # ------------------------------------------------------------------ lazy DFA (history-free)
+    # When no condition looks back at the match, a run's future depends only on its automaton
+    # state, so the ordered list of live states of an attempt (after dropping less preferred
+    # duplicates) is a DFA state, and its transition on a row mask is computed once and cached.
+    # Nodes are not built while streaming; a match's rows are mapped to variables afterwards by
+    # replaying the attempt over its own rows.
+
+    _dead: Any = []
+
+    def _init_dfa(self) -> None:
+        self.dfa = self.history_free
+        self._dead = 0 if self.dfa else []
+        self.dfa_states: list[tuple[int, ...]] = [()]
+        self.dfa_ids: dict[tuple[int, ...], int] = {(): 0}
+        self.dfa_trans: list[dict[int, tuple[int, bool]]] = [{}]
+        self.dfa_start = self._dfa_id(tuple(self.start_closure))
+
+    def _dfa_id(self, pcs: tuple[int, ...]) -> int:
+        sid = self.dfa_ids.get(pcs)
+        if sid is None:
+            sid = len(self.dfa_states)
+            self.dfa_ids[pcs] = sid
+            self.dfa_states.append(pcs)
+            self.dfa_trans.append({})
+        return sid
+
+    def _dfa_step(self, sid: int, m: int) -> tuple[int, bool]:
+        ins, closure = self.ins, self.closure
+        new: list[int] = []
+        seen: set[int] = set()
+        matched = False
+        for pc in self.dfa_states[sid]:
+            _, vid, nxt, _ = ins[pc]
+            if not (m >> vid) & 1:
+                continue
+            for q in closure[nxt]:
+                if ins[q][0] == OP_MATCH:
+                    matched = True
+                    break
+                if q not in seen:
+                    seen.add(q)
+                    new.append(q)
+            if matched:
+                break
+        res = (self._dfa_id(tuple(new)), matched)
+        if len(self.dfa_trans[sid]) < 4096:
+            self.dfa_trans[sid][m] = res
+        return res
+
+    def _step_key_dfa(self, st, cols, s, e, masks, ts, emit, stats, candidates) -> None:
+        start_rno = st.nrows - s
+        st.nrows += e - s
+        if e > s:
+            st.last_ts = ts[e - 1]
+        max_back = self.max_back
+        rows = st.rows
+        mat = s
+        start_bits = self.start_bits
+        within = self.within
+        past_last = self.skip.mode == "PAST_LAST_ROW"
+        trans = self.dfa_trans
+        start_sid = self.dfa_start
+        attempts = st.attempts
+        j = s
+        ci = 0
+        ncand = len(candidates) if candidates is not None else 0
+        while j < e:
+            if not attempts and candidates is not None:
+                ci = bisect_left(candidates, max(j, st.resume - start_rno), ci)
+                if ci >= ncand:
+                    break
+                j = candidates[ci]
+                keep_from = j - max_back
+                if keep_from > mat:
+                    rows = self._drop_before(st, start_rno + keep_from)
+                    mat = keep_from
+            if mat <= j:
+                upto = min(e, j + 64)
+                rows.extend(zip(*[c[mat:upto] for c in cols]))
+                mat = upto
+            m = masks[j]
+            rno = start_rno + j
+            t = ts[j]
+            for a in attempts:
+                sid = a.threads
+                if not sid:
+                    continue
+                if within is not None and t - a.start_ts >= within:
+                    a.threads = 0
+                    continue
+                r = trans[sid].get(m)
+                if r is None:
+                    r = self._dfa_step(sid, m)
+                a.threads = r[0]
+                if r[1]:
+                    a.best = rno
+            if m & start_bits and rno >= st.resume:
+                head = attempts[0] if attempts else None
+                if not (past_last and head is not None and head.best is not None and head.best >= rno):
+                    r = trans[start_sid].get(m)
+                    if r is None:
+                        r = self._dfa_step(start_sid, m)
+                    if r[0] or r[1]:
+                        attempts.append(Attempt(rno, t, r[0], rno if r[1] else None))
+            if attempts:
+                self._resolve(st, emit, stats, past_last)
+                if len(attempts) > stats.partial_matches_peak:
+                    stats.partial_matches_peak = len(attempts)
+            j += 1
+        if not attempts and e - max_back > mat:
+            rows = self._drop_before(st, start_rno + e - max_back)
+            mat = e - max_back
+        if mat < e:
+            rows.extend(zip(*[c[mat:e] for c in cols]))
+        self._trim(st)
+
+    def _rebuild(self, st: KeyState, start: int, end: int, stats: StepStats) -> Node:
+        """Map the rows of a match found by the DFA to variables (replay with partial matches)."""
+        a = Attempt(start, 0, [])
+        threads: list = [(pc, None) for pc in self.start_closure]
+        for rno in range(start, end + 1):
+            row = st.rows[rno - st.base]
+            threads = self._advance(a, threads, row[-1], rno, row, st, stats, True, self.ins, self.closure, self.hist)
+            if not threads:
+                break
+        assert a.best is not None and a.best.rno == end, "replay must find the match the DFA found"
+        return a.best
 
     # ------------------------------------------------------------------ output
     def match_rows(self, st: KeyState, best: Node, match_number: int) -> list[dict[str, Any]]:

@@ -173,12 +173,10 @@ class PatternOperator:
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
         p.seq = np.concatenate((p.seq, seq))
-        p.keys = np.concatenate((p.keys, keys[idx]))
+        p.keys = keys[idx] if len(p.keys) == 0 else _concat(p.keys, keys[idx])
         for ci, c in enumerate(self.columns):
             col = batch.column(c)[idx]
-            if col.dtype != object:
-                col = col.astype(object)
-            p.cols[ci] = np.concatenate((p.cols[ci], col))
+            p.cols[ci] = col if len(p.cols[ci]) == 0 else _concat(p.cols[ci], col)
         if self.keep_records:
             recs = np.empty(m, dtype=object)
             recs[:] = [batch.record(int(i)) for i in idx]
@@ -186,34 +184,43 @@ class PatternOperator:
         self.counts.buffered = len(p)
 
     def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> np.ndarray:
+        """Partition keys per row: the value (one column) or a tuple; ``_BAD`` where unusable."""
+        import pandas as pd
+
         n = batch.n
-        keys = np.empty(n, dtype=object)
         if not self.key_cols:
+            keys = np.empty(n, dtype=object)
             keys[:] = [()] * n
+            keys[~ok] = _BAD
             return keys
         cols = [batch.column(c) for c in self.key_cols]
-        for i in range(n):
-            if not ok[i]:
-                keys[i] = _BAD
-                continue
-            vals = []
-            bad = None
-            for c, col in zip(self.key_cols, cols):
-                v = col[i]
-                if isinstance(v, np.generic):
-                    v = v.item()
-                if v is None or (isinstance(v, float) and math.isnan(v)):
-                    bad = f"partition field {c!r} is missing (null)"
-                    break
-                if isinstance(v, (list, dict)):
-                    bad = f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number"
-                    break
-                vals.append(v)
-            if bad:
-                self._error(out, batch, i, bad)
-                keys[i] = _BAD
+        bad = ~ok
+        reasons: dict[int, str] = {}
+        for c, col in zip(self.key_cols, cols):
+            if col.dtype == object:
+                kind = pd.api.types.infer_dtype(col, skipna=True)
+                nulls = pd.isna(col)
+                if kind not in ("string", "integer", "floating", "mixed-integer-float", "boolean", "empty", "bytes"):
+                    for i in np.flatnonzero(~nulls & ~bad):
+                        v = col[i]
+                        if isinstance(v, (list, dict, set, tuple)):
+                            reasons.setdefault(int(i), f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number")
+                            bad[i] = True
+            elif col.dtype.kind == "f":
+                nulls = np.isnan(col)
             else:
-                keys[i] = vals[0] if len(vals) == 1 else tuple(vals)
+                nulls = np.zeros(n, dtype=bool)
+            for i in np.flatnonzero(nulls & ~bad):
+                reasons.setdefault(int(i), f"partition field {c!r} is missing (null)")
+                bad[i] = True
+        for i in sorted(reasons):
+            self._error(out, batch, i, reasons[i])
+        if len(cols) == 1:
+            keys = cols[0].astype(object) if cols[0].dtype != object else cols[0].copy()
+        else:
+            keys = np.empty(n, dtype=object)
+            keys[:] = list(zip(*[c.tolist() for c in cols]))
+        keys[bad] = _BAD
         return keys
 
     def _error(self, out: OperatorOutput, batch: EventBatch, i: int, reason: str) -> None:
@@ -298,16 +305,16 @@ class PatternOperator:
         col_lists = [c.tolist() for c in cols]
         if self.keep_records:
             col_lists.append(p.records[sel].tolist())
-        rows = list(zip(*col_lists)) if col_lists else [()] * n
         ts_list = ts.tolist()
         cand_all = np.flatnonzero(masks & a.start_bits)
         masks_list = masks.tolist()
+        col_lists.append(masks_list)  # each retained row ends with its mask (replay of DFA matches)
         emit = self._emitter(out)
-        for s, e, st, key in zip(starts.tolist(), ends.tolist(), states, seg_keys):
-            lo, hi = np.searchsorted(cand_all, [s, e])
-            cands = (cand_all[lo:hi] - s).tolist()
+        cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
+        cand_list = cand_all.tolist()
+        for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
             self._cur_key = key
-            a.step_key(st, rows[s:e], masks_list[s:e], ts_list[s:e], emit, self.stats, cands)
+            a.step_key(st, col_lists, s, e, masks_list, ts_list, emit, self.stats, cand_list[cuts[i] : cuts[i + 1]])
             if st.attempts:
                 self.active.add(key)
             else:
@@ -330,17 +337,24 @@ class PatternOperator:
             if lag == 0:
                 vals = base
             else:
-                vals = np.empty(n, dtype=object)
+                numeric = base.dtype.kind in "iuf"
+                vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
                 vals[lag:] = base[: n - lag] if lag < n else base[:0]
-                vals[: min(lag, n)] = None
+                vals[: min(lag, n)] = np.nan if numeric else None
                 # rows whose lagged row lies before this batch's segment: read the key's history
                 for s, e, st in zip(starts, ends, states):
                     for o in range(min(lag, e - s)):
                         r = st.nrows + o - lag
+                        v = None
                         if r >= 0 and r >= st.base and r - st.base < len(st.rows):
-                            vals[s + o] = st.rows[r - st.base][ci]
-                        else:
-                            vals[s + o] = None
+                            v = st.rows[r - st.base][ci]
+                        if numeric and not isinstance(v, (int, float)):
+                            if v is not None:
+                                vals = vals.astype(object)
+                                numeric = False
+                            else:
+                                v = np.nan
+                        vals[s + o] = v
             res = _typed(vals)
             cache[key] = res
             return res
@@ -348,27 +362,37 @@ class PatternOperator:
         for vid in range(a.nvars):
             ok = np.ones(n, dtype=bool)
             for k, kernel in enumerate(a.local_kernels[vid]):
-                if (vid, k) in self.demoted:
-                    continue
-                try:
-                    ok &= kernel(get, n)
-                except (ColumnarUnsupported, TypeError):
-                    self._demote(vid, k)
+                if (vid, k) not in self.demoted:
+                    try:
+                        ok &= kernel(get, n)
+                        continue
+                    except (ColumnarUnsupported, TypeError):
+                        # mixed types or a function without a kernel: evaluate row by row
+                        self.demoted.add((vid, k))
+                ok &= self._rowwise(a.row_local_fns[vid][k], get, n)
             masks |= ok.astype(np.int64) << vid
         return masks
 
-    def _demote(self, vid: int, k: int) -> None:
-        """A row-local conjunct the column kernels cannot run: check it per partial match instead."""
+    def _rowwise(self, compiled, get, n: int) -> np.ndarray:
         from cep.expressions import truthy
 
-        self.demoted.add((vid, k))
-        a = self.automaton
-        fn = a.row_local_fns[vid][k]
-        prev = a.hist[vid]
-        if prev is None:
-            a.hist[vid] = fn
-        else:
-            a.hist[vid] = lambda ctx, f=fn, g=prev: (truthy(f(ctx)) and g(ctx))
+        needs, fn = compiled
+        arrays = {}
+        for key in needs:
+            vals, nulls = get(*key)
+            lst = vals.tolist() if isinstance(vals, np.ndarray) else [vals] * n
+            if nulls is not False and nulls is not None:
+                nl = np.broadcast_to(np.asarray(nulls, dtype=bool), (n,))
+                for i in np.flatnonzero(nl):
+                    lst[i] = None
+            arrays[key] = lst
+        out = np.zeros(n, dtype=bool)
+        for i in range(n):
+            try:
+                out[i] = truthy(fn((i, arrays)))
+            except (TypeError, ValueError, ArithmeticError):
+                self.stats.eval_errors += 1
+        return out
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> bytes:
@@ -391,7 +415,14 @@ class PatternOperator:
 
         keys = []
         for k, st in self.states.items():
-            attempts = [(a.start, a.start_ts, [(pc, nid(nd)) for pc, nd in a.threads], nid(a.best)) for a in st.attempts]
+            attempts = []
+            for a in st.attempts:
+                if isinstance(a.threads, int):  # lazy-DFA attempt: its automaton states, by value
+                    threads: Any = ("dfa", self.automaton.dfa_states[a.threads])
+                else:
+                    threads = [(pc, nid(nd)) for pc, nd in a.threads]
+                best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
+                attempts.append((a.start, a.start_ts, threads, best))
             keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts))
         p = self.pending
         state = {
@@ -431,9 +462,15 @@ class PatternOperator:
             st = KeyState()
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
             for start, start_ts, threads, best in attempts:
-                st.attempts.append(
-                    Attempt(start, start_ts, [(pc, nodes[i] if i >= 0 else None) for pc, i in threads], nodes[best] if best >= 0 else None)
-                )
+                if isinstance(threads, tuple) and threads and threads[0] == "dfa":
+                    th: Any = self.automaton._dfa_id(tuple(threads[1]))
+                else:
+                    th = [(pc, nodes[i] if i >= 0 else None) for pc, i in threads]
+                if isinstance(best, tuple):
+                    b: Any = best[1]
+                else:
+                    b = nodes[best] if best >= 0 else None
+                st.attempts.append(Attempt(start, start_ts, th, b))
             self.states[k] = st
         self.max_ts = state["max_ts"]
         self.seq = state["seq"]
@@ -443,9 +480,7 @@ class PatternOperator:
         self.active = set(state["active"])
         self.counts = OperatorCounts(**state["counts"])
         self.stats = StepStats(**state["stats"])
-        for vid, k in state["demoted"]:
-            if (vid, k) not in self.demoted:
-                self._demote(vid, k)
+        self.demoted = {tuple(x) for x in state["demoted"]}
 
 
 class _BadKey:
@@ -460,20 +495,29 @@ def _sort_key(k: Any):
     return (str(type(k).__name__), str(k))
 
 
+def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype != b.dtype and (a.dtype == object or b.dtype == object or a.dtype.kind != b.dtype.kind):
+        return np.concatenate((a.astype(object), b.astype(object)))
+    return np.concatenate((a, b))
+
+
 def _typed(vals: np.ndarray) -> tuple[np.ndarray, Any]:
     """(values, nulls) for column kernels: numbers as float64 with NaN for NULL, else objects."""
     if vals.dtype != object:
         if vals.dtype.kind == "f":
             return vals, np.isnan(vals)
         return vals, False
-    lst = vals.tolist()
-    nulls = np.fromiter((v is None or (isinstance(v, float) and v != v) for v in lst), dtype=bool, count=len(lst))
-    kinds = {type(v) for v, nl in zip(lst, nulls) if not nl}
-    if kinds and kinds <= {int, float}:
-        f = np.array([0.0 if nl else v for v, nl in zip(lst, nulls)], dtype=np.float64)
-        if not nulls.any() and kinds == {int} and all(abs(v) < 2**53 for v in lst):
-            return np.array(lst, dtype=np.int64), False
+    import pandas as pd
+
+    kind = pd.api.types.infer_dtype(vals, skipna=True)
+    nulls = pd.isna(vals)
+    if kind in ("integer", "floating", "mixed-integer-float", "decimal"):
+        f = pd.Series(vals, dtype=object).astype("float64").to_numpy()
         return f, nulls
-    if kinds == {bool}:
-        return np.array([False if nl else v for v, nl in zip(lst, nulls)], dtype=bool), nulls
+    if kind == "boolean":
+        b = np.zeros(len(vals), dtype=bool)
+        b[~nulls] = vals[~nulls].astype(bool)
+        return b, nulls
+    if kind == "empty":
+        return np.full(len(vals), np.nan), np.ones(len(vals), dtype=bool)
     return vals, nulls
