@@ -371,13 +371,15 @@ class MatchCtx:
 
 def _last_row(node: Node, vars_: frozenset[int] | None, k: int) -> int:
     """Row number of the k-th last row (0 = last) mapped to one of ``vars_`` up to ``node``."""
-    if k == 0:
+    if k == 0 and node.last is not None:
         if vars_ is None:
             return node.rno
         if len(vars_) == 1:
             (v,) = vars_
             return node.last[v]
         return max(node.last[v] for v in vars_)
+    if vars_ is None:
+        return node.rno - k if k < node.n else -1
     n: Node | None = node
     while n is not None:
         if vars_ is None or n.vid in vars_:
@@ -389,9 +391,9 @@ def _last_row(node: Node, vars_: frozenset[int] | None, k: int) -> int:
 
 
 def _first_row(node: Node, vars_: frozenset[int] | None, k: int) -> int:
-    if k == 0:
-        if vars_ is None:
-            return node.rno - node.n + 1  # a match is a run of consecutive rows
+    if vars_ is None:
+        return node.rno - node.n + 1 + k if k < node.n else -1  # a match is a run of consecutive rows
+    if k == 0 and node.first is not None:
         if len(vars_) == 1:
             (v,) = vars_
             return node.first[v]

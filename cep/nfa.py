@@ -32,13 +32,14 @@ __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 class Attempt:
     """All partial matches that start at one row, in preference order, and the best match so far."""
 
-    __slots__ = ("start", "start_ts", "threads", "best")
+    __slots__ = ("start", "start_ts", "threads", "best", "path")
 
-    def __init__(self, start: int, start_ts: int, threads: list, best: Node | None = None):
+    def __init__(self, start: int, start_ts: int, threads: Any, best: Any = None, path: list | None = None):
         self.start = start
         self.start_ts = start_ts
-        self.threads = threads  # [(pc, node)], highest preference first
-        self.best = best
+        self.threads = threads  # [(pc, node)] highest preference first; or a DFA state id
+        self.best = best  # a Node; or, for a DFA attempt, the last row of the best match
+        self.path = path  # DFA attempts: the state before each of their rows (for replay)
 
 
 class KeyState:
@@ -172,6 +173,19 @@ class PatternAutomaton:
 
     # ------------------------------------------------------------------ nodes
     def new_node(self, rno: int, vid: int, parent: Node | None, row: tuple, excl: bool) -> Node:
+        if not self.track:
+            # history-free rules: measures walk the (short) chain instead of indexed lookups
+            if parent is None:
+                aggs = tuple(a.init() for a in self.aggs) if self.aggs else ()
+                n = 1
+            else:
+                aggs = parent.aggs
+                n = parent.n + 1
+            if self.aggs:
+                aggs = tuple(
+                    a.update(s, row) if (a.vars is None or vid in a.vars) else s for a, s in zip(self.aggs, aggs)
+                )
+            return Node(rno, vid, parent, n, None, None, aggs, excl)
         if parent is None:
             last = tuple(rno if v == vid else -1 for v in range(self.nvars))
             first = last
@@ -202,6 +216,7 @@ class PatternAutomaton:
         emit: Callable[[KeyState, Node], None],
         stats: StepStats,
         candidates: list[int] | None = None,
+        rows_all: list[tuple] | None = None,
     ) -> None:
         """Advance ``st`` over rows ``s..e-1`` of a batch (this key's rows, in event-time order).
 
@@ -211,7 +226,7 @@ class PatternAutomaton:
         alive, the rows between them are skipped without being looked at.
         """
         if self.dfa:
-            return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates)
+            return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates, rows_all)
         start_rno = st.nrows - s  # partition row number of batch row j is start_rno + j
         st.nrows += e - s
         if e > s:
@@ -241,7 +256,7 @@ class PatternAutomaton:
                     mat = keep_from
             if mat <= j:
                 upto = min(e, j + 64)
-                rows.extend(zip(*[c[mat:upto] for c in cols]))
+                rows.extend(rows_all[mat:upto] if rows_all is not None else zip(*[c[mat:upto] for c in cols]))
                 mat = upto
             m = masks[j]
             rno = start_rno + j
@@ -269,8 +284,9 @@ class PatternAutomaton:
             rows = self._drop_before(st, start_rno + e - max_back)
             mat = e - max_back
         if mat < e:
-            rows.extend(zip(*[c[mat:e] for c in cols]))
-        self._trim(st)
+            rows.extend(rows_all[mat:e] if rows_all is not None else zip(*[c[mat:e] for c in cols]))
+        if len(rows) > 128:
+            self._trim(st)
 
     @staticmethod
     def _drop_before(st: KeyState, rno: int) -> list:
@@ -342,7 +358,7 @@ class PatternAutomaton:
             if best is None:
                 continue
             if isinstance(best, int):
-                best = self._rebuild(st, head.start, best, stats)
+                best = self._rebuild(st, head, best)
             st.match_number += 1
             stats.matches += 1
             emit(st, best)
@@ -409,6 +425,7 @@ class PatternAutomaton:
 
     def _init_dfa(self) -> None:
         self.dfa = self.history_free
+        self.track = not self.dfa
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]
         self.dfa_ids: dict[tuple[int, ...], int] = {(): 0}
@@ -424,30 +441,33 @@ class PatternAutomaton:
             self.dfa_trans.append({})
         return sid
 
-    def _dfa_step(self, sid: int, m: int) -> tuple[int, bool]:
+    def _dfa_step(self, sid: int, m: int) -> tuple[int, int, tuple[int, ...]]:
+        """(next state, the pc whose step completed a match or -1, the pc each new run came from)."""
         ins, closure = self.ins, self.closure
         new: list[int] = []
+        parents: list[int] = []
         seen: set[int] = set()
-        matched = False
+        match_pc = -1
         for pc in self.dfa_states[sid]:
             _, vid, nxt, _ = ins[pc]
             if not (m >> vid) & 1:
                 continue
             for q in closure[nxt]:
                 if ins[q][0] == OP_MATCH:
-                    matched = True
+                    match_pc = pc
                     break
                 if q not in seen:
                     seen.add(q)
                     new.append(q)
-            if matched:
+                    parents.append(pc)
+            if match_pc >= 0:
                 break
-        res = (self._dfa_id(tuple(new)), matched)
+        res = (self._dfa_id(tuple(new)), match_pc, tuple(parents))
         if len(self.dfa_trans[sid]) < 4096:
             self.dfa_trans[sid][m] = res
         return res
 
-    def _step_key_dfa(self, st, cols, s, e, masks, ts, emit, stats, candidates) -> None:
+    def _step_key_dfa(self, st, cols, s, e, masks, ts, emit, stats, candidates, rows_all=None) -> None:
         start_rno = st.nrows - s
         st.nrows += e - s
         if e > s:
@@ -476,7 +496,7 @@ class PatternAutomaton:
                     mat = keep_from
             if mat <= j:
                 upto = min(e, j + 64)
-                rows.extend(zip(*[c[mat:upto] for c in cols]))
+                rows.extend(rows_all[mat:upto] if rows_all is not None else zip(*[c[mat:upto] for c in cols]))
                 mat = upto
             m = masks[j]
             rno = start_rno + j
@@ -491,8 +511,9 @@ class PatternAutomaton:
                 r = trans[sid].get(m)
                 if r is None:
                     r = self._dfa_step(sid, m)
+                a.path.append(sid)
                 a.threads = r[0]
-                if r[1]:
+                if r[1] >= 0:
                     a.best = rno
             if m & start_bits and rno >= st.resume:
                 head = attempts[0] if attempts else None
@@ -500,8 +521,8 @@ class PatternAutomaton:
                     r = trans[start_sid].get(m)
                     if r is None:
                         r = self._dfa_step(start_sid, m)
-                    if r[0] or r[1]:
-                        attempts.append(Attempt(rno, t, r[0], rno if r[1] else None))
+                    if r[0] or r[1] >= 0:
+                        attempts.append(Attempt(rno, t, r[0], rno if r[1] >= 0 else None, [start_sid]))
             if attempts:
                 self._resolve(st, emit, stats, past_last)
                 if len(attempts) > stats.partial_matches_peak:
@@ -511,20 +532,36 @@ class PatternAutomaton:
             rows = self._drop_before(st, start_rno + e - max_back)
             mat = e - max_back
         if mat < e:
-            rows.extend(zip(*[c[mat:e] for c in cols]))
-        self._trim(st)
+            rows.extend(rows_all[mat:e] if rows_all is not None else zip(*[c[mat:e] for c in cols]))
+        if len(rows) > 128:
+            self._trim(st)
 
-    def _rebuild(self, st: KeyState, start: int, end: int, stats: StepStats) -> Node:
-        """Map the rows of a match found by the DFA to variables (replay with partial matches)."""
-        a = Attempt(start, 0, [])
-        threads: list = [(pc, None) for pc in self.start_closure]
-        for rno in range(start, end + 1):
-            row = st.rows[rno - st.base]
-            threads = self._advance(a, threads, row[-1], rno, row, st, stats, True, self.ins, self.closure, self.hist)
-            if not threads:
-                break
-        assert a.best is not None and a.best.rno == end, "replay must find the match the DFA found"
-        return a.best
+    def _rebuild(self, st: KeyState, a: Attempt, end: int) -> Node:
+        """Map the rows of a DFA match to variables: walk the recorded states back from the end."""
+        start = a.start
+        path = a.path
+        rows, base = st.rows, st.base
+        trans = self.dfa_trans
+        length = end - start + 1
+        consumers = [0] * length
+        sid = path[length - 1]
+        m = rows[end - base][-1]
+        r = trans[sid].get(m) or self._dfa_step(sid, m)
+        c = r[1]
+        consumers[-1] = c
+        for i in range(length - 1, 0, -1):
+            prev = path[i - 1]
+            m = rows[start + i - 1 - base][-1]
+            r = trans[prev].get(m) or self._dfa_step(prev, m)
+            c = r[2][self.dfa_states[r[0]].index(c)]
+            consumers[i - 1] = c
+        ins = self.ins
+        node = None
+        for i, c in enumerate(consumers):
+            rno = start + i
+            node = self.new_node(rno, ins[c][1], node, rows[rno - base], ins[c][3])
+        assert node is not None
+        return node
 
     # ------------------------------------------------------------------ output
     def match_rows(self, st: KeyState, best: Node, match_number: int) -> list[dict[str, Any]]:

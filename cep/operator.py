@@ -250,13 +250,11 @@ class PatternOperator:
         if final:
             for key in sorted(self.active, key=_sort_key):
                 st = self.states[key]
-                self._cur_key = key
                 a.flush(st, emit, self.stats)
             self.active.clear()
         elif watermark is not None and a.within is not None and self.active:
             for key in sorted(self.active, key=_sort_key):
                 st = self.states[key]
-                self._cur_key = key
                 a.expire(st, watermark, emit, self.stats)
                 if not st.attempts:
                     self.active.discard(key)
@@ -312,13 +310,17 @@ class PatternOperator:
         emit = self._emitter(out)
         cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
         cand_list = cand_all.tolist()
+        # dense candidates: build every row tuple at once (one C-level zip) rather than per key
+        rows_all = list(zip(*col_lists)) if len(cand_list) * 8 > n else None
+        step = a.step_key
+        stats = self.stats
+        active = self.active
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
-            self._cur_key = key
-            a.step_key(st, col_lists, s, e, masks_list, ts_list, emit, self.stats, cand_list[cuts[i] : cuts[i + 1]])
+            step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[cuts[i] : cuts[i + 1]], rows_all)
             if st.attempts:
-                self.active.add(key)
-            else:
-                self.active.discard(key)
+                active.add(key)
+            elif key in active:
+                active.discard(key)
 
     def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState]) -> np.ndarray:
         """Per row, bit v set when the row passes the row-local part of variable v's condition."""
@@ -342,19 +344,26 @@ class PatternOperator:
                 vals[lag:] = base[: n - lag] if lag < n else base[:0]
                 vals[: min(lag, n)] = np.nan if numeric else None
                 # rows whose lagged row lies before this batch's segment: read the key's history
-                for s, e, st in zip(starts, ends, states):
-                    for o in range(min(lag, e - s)):
+                seg_len = ends - starts
+                for o in range(lag):
+                    sel = np.flatnonzero(seg_len > o)
+                    if not len(sel):
+                        break
+                    fill = []
+                    for idx in sel.tolist():
+                        st = states[idx]
                         r = st.nrows + o - lag
-                        v = None
-                        if r >= 0 and r >= st.base and r - st.base < len(st.rows):
-                            v = st.rows[r - st.base][ci]
-                        if numeric and not isinstance(v, (int, float)):
-                            if v is not None:
-                                vals = vals.astype(object)
-                                numeric = False
-                            else:
-                                v = np.nan
-                        vals[s + o] = v
+                        i = r - st.base
+                        fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
+                    if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
+                        vals = vals.astype(object)
+                        numeric = False
+                    if numeric:
+                        vals[starts[sel] + o] = np.array([np.nan if v is None else v for v in fill], dtype=float)
+                    else:
+                        tmp = np.empty(len(fill), dtype=object)
+                        tmp[:] = fill
+                        vals[starts[sel] + o] = tmp
             res = _typed(vals)
             cache[key] = res
             return res
@@ -418,7 +427,8 @@ class PatternOperator:
             attempts = []
             for a in st.attempts:
                 if isinstance(a.threads, int):  # lazy-DFA attempt: its automaton states, by value
-                    threads: Any = ("dfa", self.automaton.dfa_states[a.threads])
+                    ds = self.automaton.dfa_states
+                    threads: Any = ("dfa", ds[a.threads], [ds[x] for x in a.path])
                 else:
                     threads = [(pc, nid(nd)) for pc, nd in a.threads]
                 best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
@@ -462,15 +472,17 @@ class PatternOperator:
             st = KeyState()
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
             for start, start_ts, threads, best in attempts:
+                path = None
                 if isinstance(threads, tuple) and threads and threads[0] == "dfa":
                     th: Any = self.automaton._dfa_id(tuple(threads[1]))
+                    path = [self.automaton._dfa_id(tuple(x)) for x in threads[2]]
                 else:
                     th = [(pc, nodes[i] if i >= 0 else None) for pc, i in threads]
                 if isinstance(best, tuple):
                     b: Any = best[1]
                 else:
                     b = nodes[best] if best >= 0 else None
-                st.attempts.append(Attempt(start, start_ts, th, b))
+                st.attempts.append(Attempt(start, start_ts, th, b, path))
             self.states[k] = st
         self.max_ts = state["max_ts"]
         self.seq = state["seq"]
