@@ -45,7 +45,7 @@ class Attempt:
 class KeyState:
     """One partition key's runtime state: retained rows, live attempts, match counter."""
 
-    __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts")
+    __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts", "deferred")
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []  # rows [base, nrows) of the partition
@@ -55,6 +55,7 @@ class KeyState:
         self.resume = 0  # first row at which a new match may start (after a skip)
         self.match_number = 0
         self.last_ts: int | None = None
+        self.deferred: deque[tuple[Node, int]] = deque()  # matches waiting for NEXT's rows
 
 
 @dataclass
@@ -408,6 +409,9 @@ class PatternAutomaton:
         keep = st.nrows - self.max_back
         if st.attempts:
             keep = min(keep, st.attempts[0].start - self.max_back)
+        if st.deferred:
+            first = st.deferred[0][0]
+            keep = min(keep, first.rno - first.n + 1 - self.max_back)
         drop = keep - st.base
         if drop > 64 and drop * 2 > len(st.rows):
             del st.rows[:drop]

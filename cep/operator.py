@@ -251,25 +251,39 @@ class PatternOperator:
             for key in sorted(self.active, key=_sort_key):
                 st = self.states[key]
                 a.flush(st, emit, self.stats)
+                self._emit_deferred(st, emit, final=True)
             self.active.clear()
         elif watermark is not None and a.within is not None and self.active:
             for key in sorted(self.active, key=_sort_key):
                 st = self.states[key]
                 a.expire(st, watermark, emit, self.stats)
-                if not st.attempts:
+                if not st.attempts and not st.deferred:
                     self.active.discard(key)
 
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
 
-        def emit(st: KeyState, best: Node) -> None:
-            rows = a.match_rows(st, best, st.match_number)
+        def emit(st: KeyState, best: Node, number: int | None = None) -> None:
+            if number is None:
+                number = st.match_number
+                if a.max_next and (st.deferred or best.rno + a.max_next >= st.nrows):
+                    # NEXT(...) in a measure reads rows after the match: wait until they exist
+                    st.deferred.append((best, number))
+                    return
+            rows = a.match_rows(st, best, number)
             for r in rows:
                 r["rule"] = self.name
             self.stats.rows_emitted += len(rows)
             out.matches.extend(rows)
 
         return emit
+
+    def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
+        """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
+        need = self.automaton.max_next
+        while st.deferred and (final or st.deferred[0][0].rno + need < st.nrows):
+            best, number = st.deferred.popleft()
+            emit(st, best, number)
 
     def _match(self, rel: np.ndarray, out: OperatorOutput) -> None:
         p = self.pending
@@ -317,7 +331,9 @@ class PatternOperator:
         active = self.active
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
             step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[cuts[i] : cuts[i + 1]], rows_all)
-            if st.attempts:
+            if st.deferred:
+                self._emit_deferred(st, emit)
+            if st.attempts or st.deferred:
                 active.add(key)
             elif key in active:
                 active.discard(key)
@@ -433,7 +449,8 @@ class PatternOperator:
                     threads = [(pc, nid(nd)) for pc, nd in a.threads]
                 best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
                 attempts.append((a.start, a.start_ts, threads, best))
-            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts))
+            deferred = [(nid(b), num) for b, num in st.deferred]
+            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred))
         p = self.pending
         state = {
             "rule": self.name,
@@ -468,8 +485,9 @@ class PatternOperator:
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
         self.states = {}
-        for k, rows, base, nrows, attempts, resume, mnum, last_ts in state["keys"]:
+        for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred in state["keys"]:
             st = KeyState()
+            st.deferred.extend((nodes[i], num) for i, num in deferred)
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
             for start, start_ts, threads, best in attempts:
                 path = None

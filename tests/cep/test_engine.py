@@ -194,3 +194,19 @@ rules:
         (4, "D", 5, 5, "n4"),
     ]
     assert {r["mn"] for r in rows} == {1}
+
+
+def test_next_in_measures_waits_for_the_row_after_the_match():
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES LAST(B.v) AS last_b, NEXT(B.v) AS after_b, NEXT(B.v, 2) AS after2, PREV(A.v) AS before
+        PATTERN (A B+) DEFINE A AS v = 0, B AS v > 0 AND v < 5)"""
+    from patterns.rules import parse_rule_text
+
+    ev = [{"k": 1, "ts": i, "v": v} for i, v in enumerate([7, 0, 1, 2, 9, 8, 0, 3])]
+    want = [
+        {"k": 1, "last_b": 2, "after_b": 9, "after2": 8, "before": 7, "rule": "r"},
+        {"k": 1, "last_b": 3, "after_b": None, "after2": None, "before": 8, "rule": "r"},
+    ]
+    for chunks in ([ev], [[e] for e in ev], [ev[:4], ev[4:5], ev[5:]]):
+        eng = Engine([parse_rule_text(sql, name="r")])
+        assert eng.run(chunks).matches == want, chunks

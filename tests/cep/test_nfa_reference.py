@@ -254,7 +254,7 @@ def test_snapshot_restore_mid_stream_changes_nothing(seed):
     rnd = random.Random(seed)
     sql = (
         "SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts "
-        "MEASURES FIRST(A.ts) AS t0, LAST(C.ts) AS t1, AVG(B.x) AS ab "
+        "MEASURES FIRST(A.ts) AS t0, LAST(C.ts) AS t1, AVG(B.x) AS ab, NEXT(C.x) AS nx "
         "PATTERN (A B+? C | A C) WITHIN INTERVAL '30' MILLISECOND "
         "DEFINE A AS A.x < 2, B AS B.x >= A.x, C AS C.x > LAST(B.x, 1))"
     )
