@@ -252,7 +252,7 @@ class PatternAutomaton:
                     break
                 j = candidates[ci]
                 keep_from = j - max_back
-                if keep_from > mat:
+                if keep_from > mat and not st.deferred:
                     rows = self._drop_before(st, start_rno + keep_from)
                     mat = keep_from
             if mat <= j:
@@ -281,7 +281,7 @@ class PatternAutomaton:
             if st.attempts:
                 self._resolve(st, emit, stats, past_last)
             j += 1
-        if not st.attempts and e - max_back > mat:
+        if not st.attempts and not st.deferred and e - max_back > mat:
             rows = self._drop_before(st, start_rno + e - max_back)
             mat = e - max_back
         if mat < e:
@@ -495,7 +495,7 @@ class PatternAutomaton:
                     break
                 j = candidates[ci]
                 keep_from = j - max_back
-                if keep_from > mat:
+                if keep_from > mat and not st.deferred:
                     rows = self._drop_before(st, start_rno + keep_from)
                     mat = keep_from
             if mat <= j:
@@ -532,7 +532,7 @@ class PatternAutomaton:
                 if len(attempts) > stats.partial_matches_peak:
                     stats.partial_matches_peak = len(attempts)
             j += 1
-        if not attempts and e - max_back > mat:
+        if not attempts and not st.deferred and e - max_back > mat:
             rows = self._drop_before(st, start_rno + e - max_back)
             mat = e - max_back
         if mat < e:
