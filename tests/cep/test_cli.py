@@ -150,3 +150,13 @@ def test_bundled_quickstart_runs(capsys):
             assert r["bottom_close"] < r["start_close"] <= r["end_close"]
         else:
             assert r["drop_pct"] < -2
+
+
+def test_bundled_two_stream_example_runs(capsys):
+    code = main(["run", str(REPO / "rules/sessions.yaml"),
+                 "--input", f"searches={REPO / 'rules/data/searches.jsonl'}",
+                 "--input", f"clicks={REPO / 'rules/data/clicks.jsonl'}", "-q"])
+    assert code == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) >= 3
+    assert all(0 <= r["seconds_later"] < 3600 and r["query"] for r in rows)
