@@ -160,3 +160,23 @@ def test_bundled_two_stream_example_runs(capsys):
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(rows) >= 3
     assert all(0 <= r["seconds_later"] < 3600 and r["query"] for r in rows)
+
+
+def test_merging_inputs_needs_one_time_field(tmp_path, capsys):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - name: a\n    sql: SELECT * FROM x MATCH_RECOGNIZE (ORDER BY ts PATTERN (A))\n"
+        "  - name: b\n    sql: SELECT * FROM y MATCH_RECOGNIZE (ORDER BY time PATTERN (A))\n"
+    )
+    f = tmp_path / "e.jsonl"
+    f.write_text('{"ts": 1, "time": 1}\n')
+    assert main(["run", str(rules), "--input", f"x={f}", "--input", f"y={f}"]) == 2
+    assert "the rules order by different fields (time, ts); pass --time-field" in capsys.readouterr().err
+    assert main(["run", str(rules), "--input", f"x={f}", "--input", f"y={f}", "--time-field", "ts", "-q"]) == 0
+
+
+def test_parquet_output_needs_a_file(files, capsys):
+    _, rules, events = files
+    assert main(["run", str(rules), "--input", str(events), "--output-format", "parquet"]) == 3
+    assert "Parquet output needs a file: pass --output FILE.parquet" in capsys.readouterr().err
