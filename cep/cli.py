@@ -318,7 +318,9 @@ def cmd_run(args) -> int:
         for name, c in engine.counts().items():
             print(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
-                f"matches {c.matches:,}, peak partial matches {c.partial_matches_peak:,}",
+                f"matches {c.matches:,}, peak partial matches {c.partial_matches_peak:,}"
+                + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")
+                + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
             )
     if args.fail_on_match and out.count:

@@ -49,6 +49,7 @@ class Counts:
     matches: int
     partial_matches_peak: int
     partial_matches_dropped: int
+    cap_hits: int
     eval_errors: int
 
 
@@ -66,7 +67,11 @@ class Engine:
         self.streams = set(streams or ())
         self.operators: dict[str, PatternOperator] = {
             r.name: PatternOperator(
-                r.compiled, name=r.name, lateness_ms=r.lateness_ms, max_partial_matches=r.max_partial_matches
+                r.compiled,
+                name=r.name,
+                lateness_ms=r.lateness_ms,
+                max_partial_matches=r.max_partial_matches,
+                on_cap=r.on_cap,
             )
             for r in self.rules
         }
@@ -115,7 +120,7 @@ class Engine:
             c, s = op.counts, op.stats
             res[name] = Counts(
                 c.read, c.processed, c.late, c.errors, c.buffered, s.matches, s.partial_matches_peak,
-                s.partial_matches_dropped, s.eval_errors,
+                s.partial_matches_dropped, s.cap_hits, s.eval_errors,
             )
         return res
 

@@ -66,6 +66,7 @@ class StepStats:
     rows_emitted: int = 0
     partial_matches_peak: int = 0
     partial_matches_dropped: int = 0
+    cap_hits: int = 0
     eval_errors: int = 0
     skip_errors: int = 0
 
@@ -73,7 +74,13 @@ class StepStats:
 class PatternAutomaton:
     """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
 
-    def __init__(self, cp: CompiledPattern, extra_columns: list[str] | None = None, max_partial_matches: int = 10_000):
+    def __init__(
+        self,
+        cp: CompiledPattern,
+        extra_columns: list[str] | None = None,
+        max_partial_matches: int = 10_000,
+        on_cap: str = "drop_oldest",
+    ):
         mr = cp.statement
         self.cp = cp
         self.mr = mr
@@ -82,6 +89,7 @@ class PatternAutomaton:
         self.var_names = prog.var_names
         self.nvars = len(self.var_names)
         self.max_partial_matches = max_partial_matches
+        self.on_cap = on_cap
         # closure[pc]: VAR / MATCH instructions reachable from pc without consuming a row, in
         # preference order; a pc reached twice is the same run with less preference, so dropped.
         self.closure = [self._closure(pc) for pc in range(len(self.ins))]
@@ -278,6 +286,8 @@ class PatternAutomaton:
                 a.threads = self._advance(a, init, m, rno, row, st, stats, dedup, ins, closure, hist)
                 if a.threads or a.best is not None:
                     st.attempts.append(a)
+            if len(st.attempts) > 1 and sum(len(x.threads) for x in st.attempts) > self.max_partial_matches:
+                self._over_cap(st, stats)
             if st.attempts:
                 self._resolve(st, emit, stats, past_last)
             j += 1
@@ -341,6 +351,24 @@ class PatternAutomaton:
         if len(new) > stats.partial_matches_peak:
             stats.partial_matches_peak = len(new)
         return new
+
+    def _over_cap(self, st: KeyState, stats: StepStats) -> None:
+        """More partial matches than the cap: apply the rule's policy, count what is dropped."""
+        stats.cap_hits += 1
+        if self.on_cap == "skip_key":
+            # forget every partial match of the key; it starts afresh from the next row
+            for a in st.attempts:
+                stats.partial_matches_dropped += len(a.threads) if isinstance(a.threads, list) else 1
+            st.attempts.clear()
+            return
+        def size(a: Attempt) -> int:
+            return len(a.threads) if isinstance(a.threads, list) else 1
+
+        live = sum(size(a) for a in st.attempts)
+        while live > self.max_partial_matches and len(st.attempts) > 1:
+            a = st.attempts.popleft()  # the oldest start row
+            live -= size(a)
+            stats.partial_matches_dropped += size(a)
 
     def _resolve(self, st: KeyState, emit, stats: StepStats, past_last: bool) -> None:
         attempts = st.attempts
@@ -527,6 +555,8 @@ class PatternAutomaton:
                         r = self._dfa_step(start_sid, m)
                     if r[0] or r[1] >= 0:
                         attempts.append(Attempt(rno, t, r[0], rno if r[1] >= 0 else None, [start_sid]))
+                        if len(attempts) > self.max_partial_matches:
+                            self._over_cap(st, stats)
             if attempts:
                 self._resolve(st, emit, stats, past_last)
                 if len(attempts) > stats.partial_matches_peak:

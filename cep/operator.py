@@ -83,9 +83,16 @@ class PatternOperator:
         [{'k': 1, 't0': 0, 'nb': 2, 'rule': 'r'}, {'k': 1, 't0': 3, 'nb': 1, 'rule': 'r'}]
     """
 
-    def __init__(self, compiled, name: str = "rule", lateness_ms: int = 0, max_partial_matches: int = 10_000):
+    def __init__(
+        self,
+        compiled,
+        name: str = "rule",
+        lateness_ms: int = 0,
+        max_partial_matches: int = 10_000,
+        on_cap: str = "drop_oldest",
+    ):
         self.name = name
-        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches)
+        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches, on_cap=on_cap)
         a = self.automaton
         self.lateness = int(lateness_ms)
         self.time_col = a.mr.order_by

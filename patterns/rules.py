@@ -34,7 +34,8 @@ RULE_KEYS = {
     "description": "free text",
     "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
     "lateness": "allowed lateness: milliseconds or text such as '5 minutes' (default 0)",
-    "max_partial_matches": "cap on partial matches per key and start row (default 10000)",
+    "max_partial_matches": "cap on live partial matches per key, and per start row (default 10000)",
+    "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
     "enabled": "false to keep a rule in the file without running it",
 }
 
@@ -48,6 +49,7 @@ class Rule:
     source: str = ""
     lateness_ms: int = 0
     max_partial_matches: int = 10_000
+    on_cap: str = "drop_oldest"
     description: str = ""
     kind: str = "pattern"
 
@@ -191,6 +193,13 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
                     opts[conv] = val
                 except (ValueError, TypeError) as e:
                     errors.append(_node_err(str(e), text, fields[key][1], file))
+        if "on_cap" in py:
+            if py["on_cap"] not in ("drop_oldest", "skip_key"):
+                errors.append(
+                    _node_err(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {py['on_cap']!r}", text, fields["on_cap"][1], file)
+                )
+            else:
+                opts["on_cap"] = py["on_cap"]
         sql = sql_node.value
         line_off, col_off, indent = _scalar_position(text, sql_node)
         try:

@@ -1,0 +1,233 @@
+"""The ``cep percolate`` subcommand: match JSON-lines documents against JSON-lines queries."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+import orjson
+
+from cep.percolator import DocumentMatches, Percolator, PercolatorConfig
+from patterns.errors import CepSyntaxError, caret_line
+from patterns.lucene import QueryConfig
+
+__all__ = ["add_arguments", "run", "sort_ids"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``percolate`` options to ``parser``.
+
+    Example:
+        >>> p = argparse.ArgumentParser(prog="cep percolate"); add_arguments(p)
+        >>> a = p.parse_args(["--queries", "q.jsonl", "--input", "d.jsonl", "--default-field",
+        ...                   "title", "--default-operator", "and"])
+        >>> a.default_fields, a.default_operator, a.output
+        (['title'], 'AND', '-')
+    """
+    parser.add_argument("--queries", required=True, metavar="QUERIES.jsonl",
+                        help='query lines: {"id": ..., "query": "...", "metadata": {...}}')
+    parser.add_argument("--input", required=True, metavar="DOCS.jsonl",
+                        help="document lines: JSON objects with an 'id' ('-' reads stdin)")
+    parser.add_argument("--output", default="-", metavar="OUT",
+                        help="where to write one result line per document ('-': stdout)")
+    parser.add_argument("--default-field", action="append", dest="default_fields",
+                        metavar="F", help="field searched by unqualified terms (repeatable; "
+                        "default: every string field except 'id')")
+    parser.add_argument("--default-operator", type=str.upper, choices=["OR", "AND"],
+                        default="OR", help="operator between clauses without one (default OR)")
+    parser.add_argument("--highlight", action="store_true",
+                        help='add "spans": {query id: [[field, start, end], ...]} to each line')
+    parser.add_argument("--batch-size", type=int, default=1000, metavar="N",
+                        help="documents percolated together (default 1000)")
+
+
+def sort_ids(ids: list[Any]) -> list[Any]:
+    """Query ids sorted: numbers first (by value), then strings, then anything else.
+
+    Example:
+        >>> sort_ids(["b", 10, "a", 2])
+        [2, 10, 'a', 'b']
+    """
+    def key(x: Any) -> tuple[int, Any]:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return (0, x)
+        if isinstance(x, str):
+            return (1, x)
+        return (2, repr(x))
+
+    return sorted(ids, key=key)
+
+
+@contextmanager
+def _open_out(path: str) -> Iterator[IO[bytes]]:
+    if path == "-":
+        yield sys.stdout.buffer if hasattr(sys.stdout, "buffer") else _TextAsBytes(sys.stdout)
+        return
+    with open(path, "wb") as fh:
+        yield fh
+
+
+class _TextAsBytes:
+    """Lets us write bytes to a text stream (pytest's capsys replaces stdout with one)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(data.decode("utf-8"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _load_queries(path: str, perc: Percolator) -> tuple[int, int]:
+    loaded = rejected = 0
+    first_line: dict[Any, int] = {}
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                _warn(f"{where}: skipped query line: invalid JSON ({exc})")
+                rejected += 1
+                continue
+            problem = None
+            if not isinstance(row, dict):
+                problem = f"expected a JSON object, got {type(row).__name__}"
+            elif "id" not in row or not isinstance(row["id"], (str, int)) or isinstance(
+                row["id"], bool
+            ):
+                problem = "needs an 'id' (a string or an integer)"
+            elif not isinstance(row.get("query"), str):
+                problem = "needs a 'query' string"
+            elif not isinstance(row.get("metadata", {}), dict):
+                problem = "'metadata' must be a JSON object"
+            elif row["id"] in first_line:
+                problem = (f"duplicate query id {row['id']!r} (first on line "
+                           f"{first_line[row['id']]}); this line is ignored")
+            if problem is not None:
+                _warn(f"{where}: skipped query line: {problem}")
+                rejected += 1
+                continue
+            try:
+                perc.register(row["id"], row["query"], row.get("metadata") or {})
+            except CepSyntaxError as exc:
+                for e in exc.errors:
+                    _warn(f"{where}: skipped query {row['id']!r}: column {e.column}: "
+                          f"{e.message}\n{caret_line(e.text, e.line, e.column, e.width)}")
+                rejected += 1
+                continue
+            first_line[row["id"]] = lineno
+            loaded += 1
+    return loaded, rejected
+
+
+def _documents(path: str, skipped: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    fh = sys.stdin.buffer if path == "-" else open(path, "rb")
+    name = "<stdin>" if path == "-" else path
+    try:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                _warn(f"{name}:{lineno}: skipped document: invalid JSON ({exc})")
+                skipped[0] += 1
+                continue
+            if not isinstance(doc, dict):
+                _warn(f"{name}:{lineno}: skipped document: expected a JSON object, "
+                      f"got {type(doc).__name__}")
+                skipped[0] += 1
+                continue
+            if "id" not in doc:
+                _warn(f"{name}:{lineno}: skipped document: it has no 'id'")
+                skipped[0] += 1
+                continue
+            yield lineno, doc
+    finally:
+        if fh is not sys.stdin.buffer:
+            fh.close()
+
+
+def _line(doc: dict[str, Any], res: DocumentMatches, highlight: bool) -> bytes:
+    out: dict[str, Any] = {"id": doc["id"], "matches": sort_ids(list(res.ids))}
+    if highlight:
+        out["spans"] = {str(qid): [list(s) for s in res.spans.get(qid, ())]
+                        for qid in out["matches"]}
+    return orjson.dumps(out) + b"\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cep percolate``; returns the exit code (2 when no query could be loaded).
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> q, i = os.path.join(d, "q.jsonl"), os.path.join(d, "d.jsonl")
+        >>> _ = open(q, "w").write('{"id": "q1", "query": "apple"}\\n')
+        >>> _ = open(i, "w").write('{"id": 1, "text": "Apple pie"}\\n')
+        >>> p = argparse.ArgumentParser(); add_arguments(p)
+        >>> run(p.parse_args(["--queries", q, "--input", i]))  # doctest: +NORMALIZE_WHITESPACE
+        {"id":1,"matches":["q1"]}
+        0
+    """
+    if args.batch_size < 1:
+        _warn(f"--batch-size must be at least 1, got {args.batch_size}")
+        return 2
+    config = PercolatorConfig(query=QueryConfig(
+        default_operator=args.default_operator,
+        default_fields=tuple(args.default_fields) if args.default_fields else None,
+    ))
+    perc = Percolator(config)
+    try:
+        loaded, rejected = _load_queries(args.queries, perc)
+    except OSError as exc:
+        _warn(f"cannot read queries: {exc}")
+        return 2
+    if loaded == 0:
+        _warn(f"{args.queries}: no query could be loaded ({rejected} rejected); nothing to do")
+        return 2
+    skipped = [0]
+    n_docs = n_matches = n_errors = 0
+    try:
+        docs_iter = _documents(args.input, skipped)
+        with _open_out(args.output) as out:
+            batch: list[tuple[int, dict[str, Any]]] = []
+
+            def flush() -> None:
+                nonlocal n_docs, n_matches, n_errors
+                result = perc.percolate_batch([d for _, d in batch], highlight=args.highlight)
+                for (lineno, doc), res in zip(batch, result.results):
+                    for qid, reason in res.errors.items():
+                        _warn(f"{args.input}:{lineno}: query {qid!r} could not be evaluated "
+                              f"({reason}); counted as no match")
+                    out.write(_line(doc, res, args.highlight))
+                n_docs += len(batch)
+                n_matches += result.stats.matches
+                n_errors += result.stats.errors
+                batch.clear()
+
+            for item in docs_iter:
+                batch.append(item)
+                if len(batch) >= args.batch_size:
+                    flush()
+            if batch:
+                flush()
+            out.flush()
+    except OSError as exc:
+        _warn(f"cannot read documents or write results: {exc}")
+        return 2
+    _warn(f"percolate: {loaded} queries loaded, {rejected} rejected; {n_docs} documents, "
+          f"{skipped[0]} skipped; {n_matches} matches, {n_errors} query errors")
+    return 0

@@ -1,0 +1,68 @@
+"""Bounded state: caps on partial matches turn an explosion into counted drops, never a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from cep.engine import Engine
+from patterns.errors import RuleErrors
+from patterns.rules import parse_rules
+
+
+def rules(pattern: str, define: str, cap: int, policy: str = "drop_oldest") -> str:
+    return f"""
+rules:
+  - name: r
+    max_partial_matches: {cap}
+    on_cap: {policy}
+    sql: |
+      SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES COUNT(*) AS n PATTERN ({pattern}) DEFINE {define})
+"""
+
+
+def live(engine: Engine) -> tuple[int, int]:
+    """(most start rows alive for one key, most partial matches alive for one key)."""
+    op = engine.operators["r"]
+    attempts = max((len(st.attempts) for st in op.states.values()), default=0)
+    threads = max(
+        (sum(len(a.threads) if isinstance(a.threads, list) else 1 for a in st.attempts) for st in op.states.values()),
+        default=0,
+    )
+    return attempts, threads
+
+
+@pytest.mark.parametrize("history", [True, False])
+def test_every_row_starts_a_match_that_never_ends(history):
+    # A+ B where B never holds: every row opens a partial match that lives for ever
+    cond = "A AS SUM(A.x) >= 0, B AS x < 0" if history else "A AS x >= 0, B AS x < 0"
+    eng = Engine(parse_rules(rules("A+ B", cond, cap=20)))
+    for start in range(0, 4000, 500):
+        eng.process([{"k": i % 3, "ts": start + i, "x": 1} for i in range(500)])
+        attempts, threads = live(eng)
+        assert attempts <= 20 and threads <= 20
+    c = eng.counts()["r"]
+    assert c.cap_hits > 0 and c.partial_matches_dropped > 0
+
+
+def test_exponential_alternatives_stay_within_the_cap():
+    # (A | B)+ C where A and B both hold and look back: the runs double at every row
+    eng = Engine(parse_rules(rules("(A | B)+ C", "A AS COUNT(A.*) >= 0, B AS COUNT(B.*) >= 0, C AS x < 0", cap=64)))
+    eng.process([{"k": 1, "ts": i, "x": 1} for i in range(1000)])
+    attempts, threads = live(eng)
+    assert attempts <= 64 and threads <= 64
+    assert eng.counts()["r"].partial_matches_dropped > 1000
+
+
+def test_skip_key_policy_forgets_the_keys_partial_matches():
+    eng = Engine(parse_rules(rules("A+ B", "A AS x >= 0, B AS x < 0", cap=10, policy="skip_key")))
+    eng.process([{"k": 1, "ts": i, "x": 1} for i in range(105)])
+    attempts, _ = live(eng)
+    assert attempts <= 10
+    out = eng.process([{"k": 1, "ts": 200, "x": -1}]).matches + eng.finish().matches
+    assert len(out) == 1 and out[0]["n"] <= 11  # the match starts after the last reset
+
+
+def test_bad_policy_is_refused():
+    with pytest.raises(RuleErrors, match="on_cap must be drop_oldest or skip_key, found 'explode'"):
+        parse_rules(rules("A+ B", "A AS x >= 0", cap=10, policy="explode"))
