@@ -96,7 +96,7 @@ SHAPES: dict[str, dict] = {
 def many_rules_sqls(n: int) -> list[str]:
     rng = np.random.default_rng(7)
     out = []
-    for i in range(n):
+    for _ in range(n):
         th = round(101.8 + rng.random(), 2)
         out.append(f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
               MEASURES A.ts AS t0, C.ts AS t1 PATTERN (A B C)

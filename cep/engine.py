@@ -24,8 +24,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from cep.events import EventBatch, to_batch
-from cep.operator import OperatorOutput, PatternOperator, StateVersionError
+from cep.events import to_batch
+from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = ["Engine", "EngineOutput", "Counts"]
@@ -53,6 +53,23 @@ class Counts:
     eval_errors: int
 
 
+# rule kind -> "module:Class" of its operator; every operator has from_rule(rule), process(batch),
+# finish(), snapshot(), restore(bytes), and the counters `counts` and `stats`.
+OPERATORS = {
+    "pattern": "cep.operator:PatternOperator",
+    "analytics": "cep.analytics:WindowOperator",
+    "search": "cep.search_rules:SearchOperator",
+}
+
+
+def make_operator(rule: Rule) -> Any:
+    """The runtime operator of one rule, by its kind."""
+    import importlib
+
+    module, _, cls = OPERATORS[rule.kind].partition(":")
+    return getattr(importlib.import_module(module), cls).from_rule(rule)
+
+
 class Engine:
     """Runs every rule of a rule set over pushed events; each output row names its rule.
 
@@ -65,16 +82,7 @@ class Engine:
             rules = load_rules(rules)
         self.rules = list(rules)
         self.streams = set(streams or ())
-        self.operators: dict[str, PatternOperator] = {
-            r.name: PatternOperator(
-                r.compiled,
-                name=r.name,
-                lateness_ms=r.lateness_ms,
-                max_partial_matches=r.max_partial_matches,
-                on_cap=r.on_cap,
-            )
-            for r in self.rules
-        }
+        self.operators: dict[str, Any] = {r.name: make_operator(r) for r in self.rules}
         self.bad_lines = 0
 
     def _reads(self, rule: Rule, stream: str | None) -> bool:
@@ -119,8 +127,9 @@ class Engine:
         for name, op in self.operators.items():
             c, s = op.counts, op.stats
             res[name] = Counts(
-                c.read, c.processed, c.late, c.errors, c.buffered, s.matches, s.partial_matches_peak,
-                s.partial_matches_dropped, s.cap_hits, s.eval_errors,
+                c.read, c.processed, c.late, c.errors, c.buffered, s.matches,
+                getattr(s, "partial_matches_peak", 0), getattr(s, "partial_matches_dropped", 0),
+                getattr(s, "cap_hits", 0), getattr(s, "eval_errors", 0),
             )
         return res
 

@@ -12,8 +12,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from patterns import ast as A
-from patterns.compiler import OP_MATCH, OP_VAR, CompiledPattern
 from cep.expressions import (
     Layout,
     MatchCtx,
@@ -25,6 +23,8 @@ from cep.expressions import (
     split_conjuncts,
     truthy,
 )
+from patterns import ast as A
+from patterns.compiler import OP_MATCH, CompiledPattern
 
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 

@@ -8,7 +8,6 @@ late: it goes to the late output with its reason. ``finish`` is the final waterm
 
 from __future__ import annotations
 
-import math
 import pickle
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -109,6 +108,17 @@ class PatternOperator:
         self.demoted: set[tuple[int, int]] = set()
         self._out: list[dict[str, Any]] = []
         self._row_seq = 0
+
+    @classmethod
+    def from_rule(cls, rule) -> PatternOperator:
+        """The operator of a pattern rule, with the rule's options."""
+        return cls(
+            rule.compiled,
+            name=rule.name,
+            lateness_ms=rule.lateness_ms,
+            max_partial_matches=rule.max_partial_matches,
+            on_cap=rule.on_cap,
+        )
 
     # ------------------------------------------------------------------ public API
     @property

@@ -26,18 +26,95 @@ from patterns.compiler import CompiledPattern, compile_statement
 from patterns.errors import CepSyntaxError, RuleErrors, SourceError
 from patterns.match_recognize import parse_interval_ms, parse_statement
 
-__all__ = ["Rule", "RuleSet", "load_rules", "parse_rules", "parse_rule_text", "RULE_KEYS"]
+__all__ = ["Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "RULE_KEYS", "RULE_KINDS"]
 
-RULE_KEYS = {
+COMMON_KEYS = {
     "name": "unique rule name; tags every output row",
-    "kind": "pattern (the default when 'sql' is given)",
+    "kind": "pattern (the default), analytics or search",
     "description": "free text",
-    "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
     "lateness": "allowed lateness: milliseconds or text such as '5 minutes' (default 0)",
-    "max_partial_matches": "cap on live partial matches per key, and per start row (default 10000)",
-    "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
     "enabled": "false to keep a rule in the file without running it",
 }
+PATTERN_KEYS = {
+    "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
+    "max_partial_matches": "cap on live partial matches per key, and per start row (default 10000)",
+    "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
+}
+RULE_KEYS = {**COMMON_KEYS, **PATTERN_KEYS}
+
+# kind -> module that defines KEYS (dict of key -> description) and parse(src: RuleSource)
+RULE_KINDS = {"pattern": "patterns.rules", "analytics": "patterns.analytics", "search": "patterns.search_rules"}
+
+
+@dataclass
+class RuleSource:
+    """One rule's YAML mapping, handed to the parser of its kind, with helpers for errors."""
+
+    name: str
+    kind: str
+    data: dict[str, Any]
+    fields: dict[str, tuple[Any, Any]]  # key -> (key node, value node)
+    node: Any
+    text: str
+    file: str | None
+
+    def error(self, message: str, key: str | None = None) -> SourceError:
+        """An error at the value of ``key`` (or at the rule)."""
+        node = self.fields[key][1] if key in self.fields else self.node
+        return _node_err(message, self.text, node, self.file)
+
+    def scalar(self, key: str) -> tuple[str, tuple[int, int, int]] | None:
+        """The text of a scalar value and its position (line offset, column offset, indent)."""
+        node = self.fields.get(key, (None, None))[1]
+        if node is None or not isinstance(node, yaml.ScalarNode):
+            return None
+        return node.value, _scalar_position(self.text, node)
+
+    def text_errors(self, key: str, exc: CepSyntaxError) -> list[SourceError]:
+        """Errors found inside the scalar value of ``key``, placed at their line and column in the file."""
+        got = self.scalar(key)
+        if got is None:
+            return [self.error(e.message, key) for e in exc.errors]
+        value, (line_off, col_off, indent) = got
+        return [SourceError(e.message, value, e.offset, e.width, self.file, line_off, col_off, indent) for e in exc.errors]
+
+
+def _kind(kind: str):
+    import importlib
+
+    mod = importlib.import_module(RULE_KINDS[kind])
+    if kind == "pattern":
+        return _parse_pattern, PATTERN_KEYS
+    return mod.parse, mod.KEYS
+
+
+def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[SourceError]]:
+    errors: list[SourceError] = []
+    py, name = src.data, src.name
+    got = src.scalar("sql")
+    if got is None:
+        return None, [src.error(f"rule {name!r} has no 'sql' statement")]
+    extra: dict[str, Any] = {}
+    if "max_partial_matches" in py:
+        try:
+            val = int(py["max_partial_matches"])
+            if val < 1:
+                raise ValueError(f"rule {name!r}: max_partial_matches must be at least 1, found {val}")
+            extra["max_partial_matches"] = val
+        except (ValueError, TypeError) as e:
+            errors.append(src.error(str(e), "max_partial_matches"))
+    if "on_cap" in py:
+        if py["on_cap"] not in ("drop_oldest", "skip_key"):
+            errors.append(src.error(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {py['on_cap']!r}", "on_cap"))
+        else:
+            extra["on_cap"] = py["on_cap"]
+    sql, (line_off, col_off, indent) = got
+    try:
+        mr = parse_statement(sql, src.file)
+        compiled = compile_statement(mr, src.file, line_off, col_off, indent)
+    except CepSyntaxError as e:
+        return None, errors + src.text_errors("sql", e)
+    return (compiled, None, extra), errors
 
 
 @dataclass(frozen=True)
@@ -45,18 +122,21 @@ class Rule:
     """One checked, compiled rule."""
 
     name: str
-    compiled: CompiledPattern
+    compiled: CompiledPattern | None
     source: str = ""
     lateness_ms: int = 0
     max_partial_matches: int = 10_000
     on_cap: str = "drop_oldest"
     description: str = ""
     kind: str = "pattern"
+    spec: Any = None  # the compiled form of a non-pattern rule (analytics, search)
 
     @property
     def stream(self) -> str:
-        """The input stream the rule names in FROM."""
-        return self.compiled.statement.source
+        """The input stream the rule reads (FROM in SQL, 'from' in other kinds)."""
+        if self.compiled is not None:
+            return self.compiled.statement.source
+        return getattr(self.spec, "stream", "") or ""
 
 
 @dataclass(frozen=True)
@@ -153,11 +233,6 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
             errors.append(_node_err("each rule must be a mapping with 'name' and 'sql'", text, item, file))
             continue
         fields = {k.value: (k, v) for k, v in item.value}
-        for key, (knode, _) in fields.items():
-            if key not in RULE_KEYS:
-                errors.append(
-                    _node_err(f"unknown rule key {key!r}; known keys: {', '.join(RULE_KEYS)}", text, knode, file)
-                )
         name_node = fields.get("name", (None, None))[1]
         if name_node is None or not isinstance(name_node, yaml.ScalarNode) or not name_node.value:
             errors.append(_node_err("rule has no 'name'", text, item, file))
@@ -176,42 +251,43 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
         if py.get("enabled", True) is False:
             continue
         kind = py.get("kind", "pattern")
-        if kind != "pattern":
-            errors.append(_node_err(f"rule {name!r}: unknown kind {kind!r}; expected 'pattern'", text, fields["kind"][1], file))
+        if kind not in RULE_KINDS:
+            errors.append(
+                _node_err(
+                    f"rule {name!r}: unknown kind {kind!r}; expected one of: {', '.join(RULE_KINDS)}",
+                    text,
+                    fields["kind"][1],
+                    file,
+                )
+            )
             continue
-        sql_node = fields.get("sql", (None, None))[1]
-        if sql_node is None or not isinstance(sql_node, yaml.ScalarNode):
-            errors.append(_node_err(f"rule {name!r} has no 'sql' statement", text, item, file))
-            continue
+        src = RuleSource(name, kind, py, fields, item, text, file)
+        parse_kind, kind_keys = _kind(kind)
+        for key, (knode, _) in fields.items():
+            if key not in COMMON_KEYS and key not in kind_keys:
+                errors.append(
+                    _node_err(
+                        f"unknown key {key!r} for a {kind} rule; known keys: {', '.join([*COMMON_KEYS, *kind_keys])}",
+                        text,
+                        knode,
+                        file,
+                    )
+                )
         opts: dict[str, Any] = {}
-        for key, conv in (("lateness", "lateness_ms"), ("max_partial_matches", "max_partial_matches")):
-            if key in py:
-                try:
-                    val = _ms(py[key], f"rule {name!r}: {key}") if key == "lateness" else int(py[key])
-                    if key == "max_partial_matches" and val < 1:
-                        raise ValueError(f"rule {name!r}: max_partial_matches must be at least 1, found {val}")
-                    opts[conv] = val
-                except (ValueError, TypeError) as e:
-                    errors.append(_node_err(str(e), text, fields[key][1], file))
-        if "on_cap" in py:
-            if py["on_cap"] not in ("drop_oldest", "skip_key"):
-                errors.append(
-                    _node_err(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {py['on_cap']!r}", text, fields["on_cap"][1], file)
-                )
-            else:
-                opts["on_cap"] = py["on_cap"]
-        sql = sql_node.value
-        line_off, col_off, indent = _scalar_position(text, sql_node)
-        try:
-            mr = parse_statement(sql, file)
-            compiled = compile_statement(mr, file, line_off, col_off, indent)
-        except CepSyntaxError as e:
-            for err in e.errors:
-                errors.append(
-                    SourceError(err.message, sql, err.offset, err.width, file, line_off, col_off, indent)
-                )
+        if "lateness" in py:
+            try:
+                opts["lateness_ms"] = _ms(py["lateness"], f"rule {name!r}: lateness")
+            except ValueError as e:
+                errors.append(src.error(str(e), "lateness"))
+        result, errs = parse_kind(src)
+        errors.extend(errs)
+        if result is None or errs:
             continue
-        rules.append(Rule(name, compiled, sql, description=str(py.get("description", "")), **opts))
+        compiled, spec, extra = result
+        rules.append(
+            Rule(name, compiled, src.data.get("sql", ""), description=str(py.get("description", "")), kind=kind,
+                 spec=spec, **opts, **extra)
+        )
     if errors:
         raise RuleErrors(errors)
     return RuleSet(tuple(rules), file)

@@ -6,8 +6,6 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
-
 from cep.engine import Engine
 from patterns.match_recognize import parse_statement
 from patterns.rules import load_rules

@@ -91,7 +91,7 @@ rules:
     assert any("duplicate rule name 'one' (first defined on line 2)" in m for m in messages)
     assert any("cannot read 'soon' as an interval" in m for m in messages)
     assert any("DEFINE Z: 'Z' does not occur in PATTERN" in m for m in messages)
-    assert any("unknown rule key 'colour'" in m for m in messages)
+    assert any("unknown key 'colour' for a pattern rule" in m for m in messages)
     assert any("rule 'three' has no 'sql' statement" in m for m in messages)
     assert any("rule has no 'name'" in m for m in messages)
     dup = next(e for e in errs if "duplicate" in e.message)
@@ -106,7 +106,7 @@ rules:
         ("rulez: []\n", "unknown top-level key 'rulez'"),
         ("rules: [\n", "not a valid YAML rule file"),
         ("rules:\n  - 7\n", "each rule must be a mapping"),
-        ("rules:\n  - name: x\n    kind: weird\n    sql: s\n", "unknown kind 'weird'"),
+        ("rules:\n  - name: x\n    kind: weird\n    sql: s\n", "unknown kind 'weird'; expected one of: pattern, analytics, search"),
         ("rules:\n  - name: x\n    max_partial_matches: 0\n    sql: s\n", "max_partial_matches must be at least 1"),
         ("rules:\n  - name: x\n    lateness: -5\n    sql: s\n", "must not be negative"),
     ],
