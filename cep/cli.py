@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import orjson
 
+from cep.progress import Progress
 from patterns.errors import CepError, RuleErrors
 
 __all__ = ["main", "build_parser", "OutputWriter"]
@@ -68,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only when stderr is a terminal)")
     r.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+
+    b = sub.add_parser("bench", help="measure a rule file on your own events", description=(
+        "Run a rule file over your events and report, per rule and for all rules together: events/s, "
+        "matches, partial matches alive (peak and at end), late and bad events, peak memory, and the "
+        "time split between decoding, ingest, predicate evaluation and automaton stepping."))
+    from cep import bench as _bench
+
+    _bench.add_arguments(b)
 
     pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
         "Register Lucene-syntax queries and report, for each document, which queries match it."))
@@ -145,29 +154,6 @@ class OutputWriter:
 
 
 # ------------------------------------------------------------------ run
-
-
-class _Progress:
-    def __init__(self, total_bytes: int, enabled: bool):
-        self.total = max(total_bytes, 1)
-        self.enabled = enabled
-        self.last = 0.0
-
-    def update(self, done_bytes: int, events: int, matches: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.last < 0.2:
-            return
-        self.last = now
-        frac = min(done_bytes / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r[{bar:<30}] {frac:6.1%} {events:,} events {matches:,} matches")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
@@ -259,7 +245,7 @@ def cmd_run(args) -> int:
     errs = OutputWriter(args.errors, "jsonl") if args.errors else None
     total = sum(os.path.getsize(p) for _, p in inputs)
     enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000)
-    progress = _Progress(total, enabled)
+    progress = Progress(total, enabled)
     n_events = 0
     n_late = 0
     n_err = 0
@@ -340,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "bench":
+            from cep import bench
+
+            return bench.run(args)
         if args.command == "percolate":
             if getattr(args, "_unavailable", None):
                 print(f"cep percolate: {args._unavailable}", file=sys.stderr)

@@ -69,6 +69,9 @@ class StepStats:
     cap_hits: int = 0
     eval_errors: int = 0
     skip_errors: int = 0
+    seconds_ingest: float = 0.0  # time fields, keys, lateness, buffering
+    seconds_predicates: float = 0.0  # column-wise condition masks
+    seconds_automaton: float = 0.0  # stepping partial matches, measures, output rows
 
 
 class PatternAutomaton:

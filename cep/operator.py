@@ -9,6 +9,7 @@ late: it goes to the late output with its reason. ``finish`` is the final waterm
 from __future__ import annotations
 
 import pickle
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -131,9 +132,19 @@ class PatternOperator:
 
         batch = to_batch(events)
         out = OperatorOutput()
+        t0 = time.perf_counter()
         self._ingest(batch, out)
+        self.stats.seconds_ingest += time.perf_counter() - t0
         self._release(self.watermark, out)
         return out
+
+    def live_partial_matches(self) -> int:
+        """Partial matches alive now, over every key."""
+        total = 0
+        for key in self.active:
+            for a in self.states[key].attempts:
+                total += len(a.threads) if isinstance(a.threads, list) else (1 if a.threads else 0)
+        return total
 
     def finish(self) -> OperatorOutput:
         """End of input: the final watermark passes everything, every partial match ends."""
@@ -329,7 +340,10 @@ class PatternOperator:
             if st is None:
                 st = self.states[k] = KeyState()
             states.append(st)
+        t0 = time.perf_counter()
         masks = self._masks(cols, starts, ends, states)
+        t1 = time.perf_counter()
+        self.stats.seconds_predicates += t1 - t0
         a = self.automaton
         col_lists = [c.tolist() for c in cols]
         if self.keep_records:
@@ -354,6 +368,7 @@ class PatternOperator:
                 active.add(key)
             elif key in active:
                 active.discard(key)
+        stats.seconds_automaton += time.perf_counter() - t1
 
     def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState]) -> np.ndarray:
         """Per row, bit v set when the row passes the row-local part of variable v's condition."""

@@ -180,3 +180,19 @@ def test_parquet_output_needs_a_file(files, capsys):
     _, rules, events = files
     assert main(["run", str(rules), "--input", str(events), "--output-format", "parquet"]) == 3
     assert "Parquet output needs a file: pass --output FILE.parquet" in capsys.readouterr().err
+
+
+def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    code = main(["bench", str(REPO / "rules/trading.yaml"), "--input", str(REPO / "rules/data/sp500_daily_2017_sample.jsonl"),
+                 "--repeat", "1", "--batch-size", "300", "--json", str(out_json), "--plot", str(out_png)])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "v_shape" in table and "three_up_then_drop" in table and "events/s" in table
+    res = json.loads(out_json.read_text())
+    assert res["events"] == 1255
+    by_rule = {r["rule"]: r for r in res["rules"]}
+    assert by_rule["v_shape"]["matches"] > 10
+    assert len(res["timeline"]) == 5 and res["timeline"][-1]["events"] == 1255
+    assert out_png.stat().st_size > 1000
+    assert main(["bench", str(REPO / "rules/trading.yaml"), "--input", "nope.jsonl"]) == 2
