@@ -163,7 +163,7 @@ class PatternOperator:
             r = reasons[i] or "not a time"
             self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
         keys = self._keys(batch, ok, out)
-        valid = ok & (keys != _BAD)
+        valid = ok if keys.dtype != object else ok & (keys != _BAD)
         idx = np.flatnonzero(valid)
         if len(idx) == 0:
             return
@@ -244,6 +244,8 @@ class PatternOperator:
         for i in sorted(reasons):
             self._error(out, batch, i, reasons[i])
         if len(cols) == 1:
+            if cols[0].dtype.kind in "iu" and not bad.any():
+                return cols[0]  # integer keys stay integers: factorizing them is fast
             keys = cols[0].astype(object) if cols[0].dtype != object else cols[0].copy()
         else:
             keys = np.empty(n, dtype=object)
@@ -360,8 +362,31 @@ class PatternOperator:
         step = a.step_key
         stats = self.stats
         active = self.active
+        max_back = a.max_back
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
-            step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[cuts[i] : cuts[i + 1]], rows_all)
+            c0, c1 = cuts[i], cuts[i + 1]
+            if c0 == c1 and not st.attempts and not st.deferred:
+                # nothing can start and nothing is alive: only the key's row count and the rows
+                # that PREV may look back at change
+                st.nrows += e - s
+                st.last_ts = ts_list[e - 1]
+                if max_back:
+                    keep = max(s, e - max_back)
+                    tail = rows_all[keep:e] if rows_all is not None else list(zip(*[c[keep:e] for c in col_lists]))
+                    if keep > s:
+                        st.rows = list(tail)
+                    else:
+                        st.rows.extend(tail)
+                        if len(st.rows) > max_back:
+                            del st.rows[: len(st.rows) - max_back]
+                    st.base = st.nrows - len(st.rows)
+                else:
+                    st.rows.clear()
+                    st.base = st.nrows
+                if key in active:
+                    active.discard(key)
+                continue
+            step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
             if st.deferred:
                 self._emit_deferred(st, emit)
             if st.attempts or st.deferred:
