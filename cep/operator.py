@@ -100,7 +100,9 @@ class PatternOperator:
         self.columns = a.columns
         self.keep_records = a.all_rows
         self.states: dict[Any, KeyState] = {}
-        self.active: set[Any] = set()  # keys with live partial matches
+        # keys with live partial matches, in the order they became live (a dict: ordered, so the
+        # order of rows emitted at a watermark is the same in every run)
+        self.active: dict[Any, None] = {}
         self.max_ts: int | None = None
         self.seq = 0
         self.pending = _Pending(len(self.columns))
@@ -109,6 +111,13 @@ class PatternOperator:
         self.demoted: set[tuple[int, int]] = set()
         self._out: list[dict[str, Any]] = []
         self._row_seq = 0
+        # durable runs and bounded state, set through Engine.set_row_ids / Engine.set_state_limits
+        self.row_ids = False  # each output row gets a deterministic "_id"
+        self.idle_state_ttl_ms: int | None = None
+        self.max_partial_matches_total: int | None = None
+        self.max_buffered_events: int | None = None
+        self.floor: int | None = None  # the watermark as forced forward by the buffered-events cap
+        self._next_sweep: int | None = None
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -124,7 +133,10 @@ class PatternOperator:
     # ------------------------------------------------------------------ public API
     @property
     def watermark(self) -> int | None:
-        return None if self.max_ts is None else self.max_ts - self.lateness
+        if self.max_ts is None:
+            return self.floor
+        wm = self.max_ts - self.lateness
+        return wm if self.floor is None or wm >= self.floor else self.floor
 
     def process(self, events: Any) -> OperatorOutput:
         """Take a batch of events (EventBatch, dicts, pandas or Arrow); return what it completes."""
@@ -134,6 +146,8 @@ class PatternOperator:
         out = OperatorOutput()
         t0 = time.perf_counter()
         self._ingest(batch, out)
+        if self.max_buffered_events is not None and len(self.pending) > self.max_buffered_events:
+            self._force_watermark()
         self.stats.seconds_ingest += time.perf_counter() - t0
         self._release(self.watermark, out)
         return out
@@ -173,6 +187,8 @@ class PatternOperator:
         if self.max_ts is None:
             prior[0] = ts[0]
         wm_before = prior - self.lateness
+        if self.floor is not None:
+            wm_before = np.maximum(wm_before, self.floor)
         late = ts < wm_before
         for j in np.flatnonzero(late):
             i = int(idx[j])
@@ -278,17 +294,17 @@ class PatternOperator:
         a = self.automaton
         emit = self._emitter(out)
         if final:
-            for key in sorted(self.active, key=_sort_key):
+            for key in list(self.active):
                 st = self.states[key]
                 a.flush(st, emit, self.stats)
                 self._emit_deferred(st, emit, final=True)
             self.active.clear()
         elif watermark is not None and a.within is not None and self.active:
-            for key in sorted(self.active, key=_sort_key):
+            for key in list(self.active):
                 st = self.states[key]
                 a.expire(st, watermark, emit, self.stats)
                 if not st.attempts and not st.deferred:
-                    self.active.discard(key)
+                    del self.active[key]
 
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
@@ -303,6 +319,8 @@ class PatternOperator:
             rows = a.match_rows(st, best, number)
             for r in rows:
                 r["rule"] = self.name
+            if self.row_ids:
+                self._add_ids(st, best, number, rows)
             self.stats.rows_emitted += len(rows)
             out.matches.extend(rows)
 
@@ -342,6 +360,8 @@ class PatternOperator:
             if st is None:
                 st = self.states[k] = KeyState()
             states.append(st)
+        if self.idle_state_ttl_ms is not None:
+            self._idle_sessions(seg_keys, states, ts[starts], out)
         t0 = time.perf_counter()
         masks = self._masks(cols, starts, ends, states)
         t1 = time.perf_counter()
@@ -384,15 +404,15 @@ class PatternOperator:
                     st.rows.clear()
                     st.base = st.nrows
                 if key in active:
-                    active.discard(key)
+                    del active[key]
                 continue
             step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
             if st.deferred:
                 self._emit_deferred(st, emit)
             if st.attempts or st.deferred:
-                active.add(key)
+                active[key] = None
             elif key in active:
-                active.discard(key)
+                del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
     def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState]) -> np.ndarray:
@@ -521,6 +541,7 @@ class PatternOperator:
             "counts": asdict(self.counts),
             "stats": asdict(self.stats),
             "demoted": sorted(self.demoted),
+            "floor": self.floor,
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -564,10 +585,11 @@ class PatternOperator:
         p = _Pending(len(self.columns))
         p.ts, p.seq, p.keys, p.cols, p.records = state["pending"]
         self.pending = p
-        self.active = set(state["active"])
+        self.active = dict.fromkeys(state["active"])
         self.counts = OperatorCounts(**state["counts"])
         self.stats = StepStats(**state["stats"])
         self.demoted = {tuple(x) for x in state["demoted"]}
+        self.floor = state.get("floor")
 
 
 class _BadKey:
@@ -576,10 +598,6 @@ class _BadKey:
 
 
 _BAD = _BadKey()
-
-
-def _sort_key(k: Any):
-    return (str(type(k).__name__), str(k))
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
