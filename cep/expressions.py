@@ -168,7 +168,14 @@ class AggSpec:
     arg: Callable[[tuple], Any] | None  # value of one row; None for COUNT(*)
 
     def init(self):
-        return (0, 0) if self.func in ("SUM", "AVG") else (0 if self.func == "COUNT" else None)
+        f = self.func
+        if f in ("SUM", "AVG"):
+            return (0, 0)
+        if f == "COUNT":
+            return 0
+        if f == "COUNT_DISTINCT":
+            return frozenset()
+        return None
 
     def update(self, state, row: tuple):
         f = self.func
@@ -181,15 +188,29 @@ class AggSpec:
             return state + 1
         if f in ("SUM", "AVG"):
             return (state[0] + v, state[1] + 1)
+        if f == "COUNT_DISTINCT":
+            return state if v in state else state | {v}
+        if f == "APPROX_COUNT_DISTINCT":
+            # a HyperLogLog (sparse while small); copied, since partial matches share history
+            from sketches import HyperLogLog
+
+            h = state.copy() if state is not None else HyperLogLog(p=12)
+            h.update(v)
+            return h
         if state is None:
             return v
         return min(state, v) if f == "MIN" else max(state, v)
 
     def final(self, state):
-        if self.func == "SUM":
+        f = self.func
+        if f == "SUM":
             return state[0] if state[1] else None
-        if self.func == "AVG":
+        if f == "AVG":
             return state[0] / state[1] if state[1] else None
+        if f == "COUNT_DISTINCT":
+            return len(state)
+        if f == "APPROX_COUNT_DISTINCT":
+            return 0 if state is None else int(round(state.estimate()))
         return state
 
 

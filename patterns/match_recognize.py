@@ -43,7 +43,7 @@ SCALAR_FUNCTIONS = {
     "LEAST": (1, 99),
     "MOD": 2,
 }
-AGGREGATES = {"SUM", "COUNT", "AVG", "MIN", "MAX"}
+AGGREGATES = {"SUM", "COUNT", "AVG", "MIN", "MAX", "APPROX_COUNT_DISTINCT"}
 NAVIGATION = {"PREV", "NEXT", "FIRST", "LAST"}
 
 # Words that end an expression or a clause; never taken as a column name.
@@ -589,7 +589,12 @@ class _Parser:
                 self.expect_op(")", "to close COUNT(var.*)")
                 return A.Agg("COUNT", None, v, pos=pos)
             if self.at_kw("DISTINCT"):
-                raise self.error(f"{name}(DISTINCT ...) is not supported in MATCH_RECOGNIZE")
+                if name != "COUNT":
+                    raise self.error(f"{name}(DISTINCT ...) is not supported; only COUNT(DISTINCT ...)")
+                self.take()
+                arg = self.expr()
+                self.expect_op(")", "to close COUNT(DISTINCT ...)")
+                return A.Agg("COUNT_DISTINCT", arg, None, pos=pos)
             arg = self.expr()
             self.expect_op(")", f"to close {name}(...)")
             return A.Agg(name, arg, None, pos=pos)  # var is resolved by the checker

@@ -210,3 +210,23 @@ def test_next_in_measures_waits_for_the_row_after_the_match():
     for chunks in ([ev], [[e] for e in ev], [ev[:4], ev[4:5], ev[5:]]):
         eng = Engine([parse_rule_text(sql, name="r")])
         assert eng.run(chunks).matches == want, chunks
+
+
+def test_distinct_counts_exact_and_approximate_over_a_variable():
+    import random
+
+    from patterns.rules import parse_rule_text
+
+    # S starts a session, A+ takes its rows, E ends it: one partial match per session
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES COUNT(DISTINCT A.v) AS exact, APPROX_COUNT_DISTINCT(A.v) AS approx, COUNT(A.*) AS n
+        PATTERN (S A+ E) DEFINE S AS kind = 's', A AS kind = 'a' AND COUNT(DISTINCT A.v) <= 1500, E AS kind = 'e')"""
+    rnd = random.Random(5)
+    values = [rnd.randint(0, 2000) for _ in range(1500)]
+    ev = [{"k": 1, "ts": 0, "kind": "s"}]
+    ev += [{"k": 1, "ts": i + 1, "kind": "a", "v": v} for i, v in enumerate(values)]
+    ev += [{"k": 1, "ts": 10_000, "kind": "e"}]
+    (row,) = Engine([parse_rule_text(sql, name="r")]).run([ev]).matches
+    exact = len(set(values))
+    assert row["n"] == 1500 and row["exact"] == exact
+    assert abs(row["approx"] - exact) <= 3 * 1.04 / 64 * exact  # p=12: 4096 registers
