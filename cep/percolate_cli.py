@@ -64,7 +64,8 @@ def sort_ids(ids: list[Any]) -> list[Any]:
 @contextmanager
 def _open_out(path: str) -> Iterator[IO[bytes]]:
     if path == "-":
-        yield sys.stdout.buffer if hasattr(sys.stdout, "buffer") else _TextAsBytes(sys.stdout)
+        out: Any = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else _TextAsBytes(sys.stdout)
+        yield out
         return
     with open(path, "wb") as fh:
         yield fh

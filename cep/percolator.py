@@ -1,0 +1,1859 @@
+"""The percolator: standing Lucene queries indexed by their terms, matched against documents."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, Union
+
+import ahocorasick
+import numpy as np
+import orjson
+
+from patterns.analysis import AnalysisConfig, Analyzer, Token
+from patterns.errors import CepError
+from patterns.lucene import (
+    BoolNode,
+    ExistsNode,
+    MatchAllNode,
+    MatchNoneNode,
+    Node,
+    PhraseNode,
+    PrefixNode,
+    QueryConfig,
+    RangeNode,
+    TermNode,
+    WildcardNode,
+    compile_query,
+    iter_nodes,
+    parse_date_ms,
+    parse_number,
+)
+
+__all__ = [
+    "PercolatorConfig",
+    "Key",
+    "QueryPlan",
+    "Presearcher",
+    "RegisteredQuery",
+    "DocumentMatches",
+    "BatchStats",
+    "BatchResult",
+    "Percolator",
+    "NoFiltering",
+    "Span",
+    "QueryId",
+]
+
+QueryId = Hashable
+Span = tuple[str, int, int]
+"""``(field, start, end)``: character offsets into the original field text; a list element's
+field is written ``name[i]``."""
+
+Key = tuple[Union[str, None], str, str]
+"""A presearcher term: ``(field or None for the default fields, kind, text)``; kind ``t`` is a
+whole token, ``p`` a token prefix, ``i`` a fragment inside a token."""
+
+_FORMAT = "cep-percolator-queries"
+_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True)
+class PercolatorConfig:
+    """How queries are parsed and indexed and how documents are read."""
+
+    query: QueryConfig = field(default_factory=QueryConfig)
+    """Query parsing and text analysis (default operator, default fields, analysis)."""
+    id_field: str | None = "id"
+    """Document field holding its identity; never searched as a default field."""
+    term_frequencies: Mapping[str, float] | None = field(default=None, compare=False, hash=False)
+    """Relative document frequency (0..1) per term, to pick a conjunction's rarest term; None
+    estimates selectivity from term length."""
+    scanner: Literal["dict", "aho"] = "dict"
+    """``dict``: whole-token terms by dict lookup, prefixes and fragments by Aho-Corasick;
+    ``aho``: every term by one Aho-Corasick pass over ``" tok1 tok2 ... "``."""
+    delta_limit: int = 2_000
+    """Queries registered since the last full build go to a small delta segment until there are
+    more than this many (or more than 1/8 of the base), then everything is rebuilt."""
+
+    vector_threshold: int = 64
+    """Batches of at least this many documents take the vectorised (numpy) path."""
+
+    def __post_init__(self) -> None:
+        if self.scanner not in ("dict", "aho"):
+            raise ValueError(f"scanner must be 'dict' or 'aho', got {self.scanner!r}")
+
+
+def _config_to_json(config: PercolatorConfig) -> dict[str, Any]:
+    q, a = config.query, config.query.analysis
+    return {
+        "query": {
+            "default_operator": q.default_operator,
+            "default_fields": list(q.default_fields) if q.default_fields is not None else None,
+            "allow_leading_wildcard": q.allow_leading_wildcard,
+            "auto_phrase": q.auto_phrase,
+            "analysis": {"lowercase": a.lowercase, "stopwords": sorted(a.stopwords),
+                         "stemmer": a.stemmer},
+        },
+        "id_field": config.id_field,
+        "term_frequencies": (dict(config.term_frequencies)
+                             if config.term_frequencies is not None else None),
+        "scanner": config.scanner,
+        "delta_limit": config.delta_limit,
+        "vector_threshold": config.vector_threshold,
+    }
+
+
+def _config_from_json(data: dict[str, Any]) -> PercolatorConfig:
+    q = dict(data["query"])
+    a = q.pop("analysis")
+    analysis = AnalysisConfig(a["lowercase"], frozenset(a["stopwords"]), a["stemmer"])
+    fields = q.pop("default_fields")
+    query = QueryConfig(default_fields=tuple(fields) if fields is not None else None,
+                        analysis=analysis, **q)
+    return PercolatorConfig(query=query, **{k: v for k, v in data.items() if k != "query"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Presearcher: which terms must a matching document contain?
+
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What the index stores for one query (plain data).
+
+    ``keys``: a document containing none of them cannot match (None: check every document).
+    ``kind``: ``proven`` (a hit on any key is a match: a term or a disjunction of terms),
+    ``flat`` (decided by which keys hit: all of ``required``, one of each of ``groups``, none of
+    ``forbidden``), or ``general`` (verified on the document; ``required`` is a quick filter).
+    ``required`` is ordered most selective first.
+    """
+
+    kind: Literal["proven", "flat", "general"]
+    keys: frozenset[Key] | None
+    required: tuple[Key, ...] = ()
+    groups: tuple[frozenset[Key], ...] = ()
+    forbidden: frozenset[Key] = frozenset()
+    ranges: tuple[RangeNode, ...] = ()
+    """Numeric and date ranges a flat query's document must also satisfy (MUST clauses)."""
+
+    @property
+    def all_keys(self) -> frozenset[Key]:
+        """Every key the scanner must report for this plan."""
+        out = set(self.keys or ())
+        out.update(self.required, self.forbidden)
+        for g in self.groups:
+            out.update(g)
+        return frozenset(out)
+
+
+def _key_of(node: Node) -> Key | None:
+    """The one key whose presence decides ``node``: a term, a prefix, or an exact phrase of
+    adjacent terms (its terms joined by spaces, found by Aho-Corasick in ``" t1 t2 ... "``)."""
+    if isinstance(node, TermNode):
+        return (node.field, "t", node.term)
+    if isinstance(node, PrefixNode):
+        return (node.field, "p", node.prefix)
+    if (
+        isinstance(node, PhraseNode)
+        and node.slop == 0
+        and node.positions == tuple(range(len(node.terms)))
+    ):
+        return (node.field, "t", " ".join(node.terms))
+    return None
+
+
+def _key_disjunction(node: Node) -> frozenset[Key] | None:
+    """Keys of a term, a prefix, or an OR of those; None when the node is something else."""
+    key = _key_of(node)
+    if key is not None:
+        return frozenset((key,))
+    if isinstance(node, BoolNode) and not node.must and not node.must_not:
+        out: set[Key] = set()
+        for child in node.should:
+            sub = _key_disjunction(child)
+            if sub is None:
+                return None
+            out |= sub
+        return frozenset(out)
+    return None
+
+
+def _wildcard_keys(node: WildcardNode) -> list[Key]:
+    """Keys every token matching the wildcard contains: its literal prefix (``p``) and each
+    later literal run of three or more characters (``i``)."""
+    parts = re.split(r"[*?]", node.pattern)
+    out: list[Key] = []
+    if parts[0]:
+        out.append((node.field, "p", parts[0]))
+    out.extend((node.field, "i", frag) for frag in parts[1:] if len(frag) >= 3)
+    return out
+
+
+class Presearcher:
+    """Extract from each query the terms a matching document must contain.
+
+    A conjunction is indexed by its most selective child, a disjunction by the union of its
+    children, prohibited clauses add nothing, wildcards by their literal prefix (or longest
+    literal fragment); a query with nothing to extract is checked against every document.
+
+    Example:
+        >>> p = Presearcher()
+        >>> sorted(p.plan(compile_query("apple AND pie")).keys)
+        [(None, 't', 'apple')]
+        >>> p.plan(compile_query("apple OR pie")).kind
+        'proven'
+        >>> p.plan(compile_query("price:[1 TO 5]")).keys is None
+        True
+    """
+
+    def __init__(self, term_frequencies: Mapping[str, float] | None = None) -> None:
+        self.term_frequencies = term_frequencies
+        self._vocab: list[str] | None = None
+        self._cumulative: list[float] = []
+
+    def cost(self, key: Key) -> float:
+        """Estimated fraction of documents that contain ``key`` (lower is more selective).
+
+        Without a term-frequency table a term of n letters costs 2**-n, a prefix 2**-(n-1) and a
+        fragment inside a token 2**-(n-2); with a table a term costs its frequency and a prefix
+        the summed frequency of the table's terms that start with it.
+        """
+        _, kind, text = key
+        n = len(text)
+        tf = self.term_frequencies
+        if kind == "t":
+            if " " in text:  # an exact phrase: rarer than its rarest term
+                return 0.5 * min(self.cost((key[0], "t", t)) for t in text.split(" "))
+            if tf is not None:
+                return tf.get(text, 0.0) + 1e-9 * 2.0**-n
+            return 2.0**-n
+        if kind == "p":
+            if tf is not None:
+                return min(1.0, self._prefix_frequency(text)) + 1e-9 * 2.0 ** -(n - 1)
+            return min(1.0, 2.0 ** -(n - 1))
+        return min(1.0, 2.0 ** -(n - 2))
+
+    def _prefix_frequency(self, prefix: str) -> float:
+        if self._vocab is None:
+            tf = self.term_frequencies or {}
+            self._vocab = sorted(tf)
+            acc = [0.0]
+            for t in self._vocab:
+                acc.append(acc[-1] + tf[t])
+            self._cumulative = acc
+        lo = bisect.bisect_left(self._vocab, prefix)
+        hi = bisect.bisect_left(self._vocab, prefix + "\U0010ffff")
+        return self._cumulative[hi] - self._cumulative[lo]
+
+    def set_cost(self, keys: frozenset[Key]) -> float:
+        """Cost of a key set: the sum of its keys' costs."""
+        return sum(self.cost(k) for k in keys)
+
+    def extract(self, node: Node) -> frozenset[Key] | None:
+        """Keys at least one of which every matching document contains (None: unknown)."""
+        key = _key_of(node)
+        if key is not None:
+            return frozenset((key,))
+        if isinstance(node, WildcardNode):
+            options = [frozenset((k,)) for k in _wildcard_keys(node)]
+            return min(options, key=self.set_cost) if options else None
+        if isinstance(node, PhraseNode):
+            return frozenset((min(((node.field, "t", t) for t in node.terms), key=self.cost),))
+        if isinstance(node, MatchNoneNode):
+            return frozenset()
+        if isinstance(node, BoolNode):
+            if node.must:
+                options = [k for k in map(self.extract, node.must) if k is not None]
+                if not options:
+                    return None
+                return min(options, key=self.set_cost)
+            out: set[Key] = set()
+            for child in node.should:
+                sub = self.extract(child)
+                if sub is None:
+                    return None
+                out |= sub
+            return frozenset(out)
+        return None  # ranges, exists, match-all
+
+    def necessary(self, node: Node) -> frozenset[Key]:
+        """Keys every matching document contains (all of them): a cheap filter."""
+        key = _key_of(node)
+        if key is not None:
+            return frozenset((key,))
+        if isinstance(node, PhraseNode):
+            return frozenset((node.field, "t", t) for t in node.terms)
+        if isinstance(node, WildcardNode):
+            return frozenset(_wildcard_keys(node))
+        if isinstance(node, BoolNode) and node.must:
+            out: set[Key] = set()
+            for child in node.must:
+                out |= self.necessary(child)
+            return frozenset(out)
+        return frozenset()
+
+    def plan(self, node: Node) -> QueryPlan:
+        """The plan stored for ``node``."""
+        keys = self.extract(node)
+        disj = _key_disjunction(node)
+        if disj is not None:
+            return QueryPlan("proven", disj)
+        if isinstance(node, BoolNode):
+            flat = self._flat(node)
+            if flat is not None:
+                required, groups, forbidden, ranges = flat
+                return QueryPlan("flat", keys, self._by_cost(required), groups, forbidden, ranges)
+        return QueryPlan("general", keys, self._by_cost(self.necessary(node)))
+
+    def _by_cost(self, keys: frozenset[Key]) -> tuple[Key, ...]:
+        return tuple(sorted(keys, key=lambda k: (self.cost(k), k[1], k[2], k[0] or "")))
+
+    @staticmethod
+    def _flat(
+        node: BoolNode,
+    ) -> tuple[
+        frozenset[Key], tuple[frozenset[Key], ...], frozenset[Key], tuple[RangeNode, ...]
+    ] | None:
+        required: set[Key] = set()
+        groups: list[frozenset[Key]] = []
+        forbidden: set[Key] = set()
+        ranges: list[RangeNode] = []
+        for child in node.must:
+            if isinstance(child, RangeNode) and child.kind != "term":
+                ranges.append(child)
+                continue
+            d = _key_disjunction(child)
+            if d is None:
+                return None
+            if len(d) == 1:
+                required |= d
+            else:
+                groups.append(d)
+        if not node.must:  # SHOULD clauses count only without MUST clauses
+            union: set[Key] = set()
+            for child in node.should:
+                d = _key_disjunction(child)
+                if d is None:
+                    return None
+                union |= d
+            groups.append(frozenset(union))
+        for child in node.must_not:
+            d = _key_disjunction(child)
+            if d is None:
+                return None
+            forbidden |= d
+        return frozenset(required), tuple(groups), frozenset(forbidden), tuple(ranges)
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents as the matcher sees them
+
+_MISSING = object()
+
+
+def _lookup(doc: Mapping[str, Any], name: str) -> Any:
+    if name in doc:
+        return doc[name]
+    if "." in name:
+        cur: Any = doc
+        for part in name.split("."):
+            if not isinstance(cur, Mapping) or part not in cur:
+                return _MISSING
+            cur = cur[part]
+        return cur
+    return _MISSING
+
+
+def _scalar_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return None
+
+
+class _Context:
+    """What a document view needs from the configuration (shared, immutable)."""
+
+    __slots__ = ("analyzer", "default_fields", "id_field", "plain")
+
+    def __init__(self, config: PercolatorConfig) -> None:
+        self.analyzer = Analyzer(config.query.analysis)
+        self.default_fields = config.query.default_fields
+        self.id_field = config.id_field
+        self.plain = config.query.analysis.is_plain
+
+
+class _DocView:
+    """One document, analysed lazily and at most once per field."""
+
+    __slots__ = ("doc", "ctx", "_c")
+
+    def __init__(self, doc: Mapping[str, Any], ctx: _Context) -> None:
+        self.doc = doc
+        self.ctx = ctx
+        # one cache for everything derived, keyed by (what, field): few objects per document
+        self._c: dict[tuple[str, str | None], Any] = {}
+
+    def numbers(self, fld: str | None, kind: str) -> list[float | int]:
+        """Values of ``fld`` as numbers (``kind`` number) or epoch ms (``kind`` date)."""
+        got = self._c.get((kind, fld))
+        if got is None:
+            convert = _as_number if kind == "number" else _as_date_ms
+            got = [x for x in map(convert, self.raw_values(fld)) if x is not None]
+            self._c[(kind, fld)] = got
+        return got
+
+    def default_fields(self) -> list[str]:
+        if self.ctx.default_fields is not None:
+            return list(self.ctx.default_fields)
+        idf = self.ctx.id_field
+        out = []
+        for k, v in self.doc.items():
+            if k == idf:
+                continue
+            if isinstance(v, str) or (isinstance(v, list) and any(isinstance(x, str) for x in v)):
+                out.append(k)
+        return out
+
+    def values(self, fld: str | None) -> list[tuple[str, str]]:
+        """``(label, text)`` for every text value of ``fld`` (None: the default fields)."""
+        got = self._c.get(("v", fld))
+        if got is not None:
+            return got
+        out: list[tuple[str, str]] = []
+        if fld is None:
+            implicit = self.ctx.default_fields is None
+            for name in self.default_fields():
+                if implicit:
+                    v = self.doc[name]
+                    if isinstance(v, str):
+                        out.append((name, v))
+                    else:
+                        out.extend((f"{name}[{i}]", x) for i, x in enumerate(v)
+                                   if isinstance(x, str))
+                else:
+                    out.extend(self.values(name))
+        else:
+            v = _lookup(self.doc, fld)
+            if isinstance(v, list):
+                for i, x in enumerate(v):
+                    t = _scalar_text(x)
+                    if t is not None:
+                        out.append((f"{fld}[{i}]", t))
+            elif v is not _MISSING:
+                t = _scalar_text(v)
+                if t is not None:
+                    out.append((fld, t))
+        self._c[("v", fld)] = out
+        return out
+
+    def raw_values(self, fld: str | None) -> list[Any]:
+        """Scalar values of ``fld`` (list elements flattened), for ranges."""
+        if fld is None:
+            out: list[Any] = []
+            for name in self.default_fields():
+                out.extend(self.raw_values(name))
+            return out
+        v = _lookup(self.doc, fld)
+        if v is _MISSING or v is None:
+            return []
+        if isinstance(v, list):
+            return [x for x in v if x is not None and not isinstance(x, (list, dict))]
+        return [] if isinstance(v, dict) else [v]
+
+    def exists(self, fld: str | None) -> bool:
+        if fld is None:
+            return any(self.exists(name) for name in self.default_fields())
+        v = _lookup(self.doc, fld)
+        return v is not _MISSING and v is not None and v != []
+
+    def terms(self, fld: str | None) -> list[str]:
+        got = self._c.get(("t", fld))
+        if got is None:
+            ctx = self.ctx
+            if fld is None and ctx.default_fields is None and ctx.plain:
+                # the common case, without building (label, text) pairs
+                idf = ctx.id_field
+                terms = ctx.analyzer.terms
+                fast: list[str] | None = None
+                cache = self._c
+                for k, v in self.doc.items():
+                    if type(v) is str:
+                        if k != idf:
+                            # cached per field too: a field both default and named is
+                            # analysed once
+                            mine = cache.get(("t", k))
+                            if mine is None:
+                                mine = cache[("t", k)] = terms(v)
+                            fast = mine if fast is None else fast + mine
+                    elif isinstance(v, (str, list)):
+                        fast = None
+                        break
+                else:
+                    got = self._c[("t", fld)] = fast if fast is not None else []
+                    return got
+            vals = self.values(fld)
+            an = self.ctx.analyzer
+            if len(vals) == 1:
+                got = an.terms(vals[0][1])
+            else:
+                got = []
+                for _, text in vals:
+                    got.extend(an.terms(text))
+            self._c[("t", fld)] = got
+        return got
+
+    def termset(self, fld: str | None) -> set[str]:
+        got = self._c.get(("s", fld))
+        if got is None:
+            got = self._c[("s", fld)] = set(self.terms(fld))
+        return got
+
+    def joined(self, fld: str | None) -> str:
+        """``" t1 t2 ... "``: adjacent terms are adjacent positions; values are separated (and
+        removed stop words marked) by ``\x01`` so no phrase key matches across them."""
+        got = self._c.get(("j", fld))
+        if got is None:
+            vals = self.values(fld)
+            if self.ctx.plain:
+                if len(vals) == 1:
+                    body = " ".join(self.terms(fld))
+                else:
+                    an = self.ctx.analyzer
+                    body = " \x01 ".join(" ".join(an.terms(text)) for _, text in vals)
+            else:
+                parts = []
+                for _, text in vals:
+                    words: list[str] = []
+                    last = -1
+                    for term, p in self.ctx.analyzer.positioned_terms(text):
+                        if p != last + 1:
+                            words.append("\x01")
+                        words.append(term)
+                        last = p
+                    parts.append(" ".join(words))
+                body = " \x01 ".join(parts)
+            got = self._c[("j", fld)] = f" {body} "
+        return got
+
+    def positions(self, fld: str | None) -> list[dict[str, list[int]]]:
+        """Per text value: term -> sorted positions."""
+        got = self._c.get(("p", fld))
+        if got is None:
+            got = []
+            an = self.ctx.analyzer
+            vals = self.values(fld)
+            for _, text in vals:
+                d: dict[str, list[int]] = {}
+                pairs = (enumerate(self.terms(fld)) if len(vals) == 1 and self.ctx.plain
+                         else ((p, t) for t, p in an.positioned_terms(text)))
+                for p, term in pairs:
+                    got_list = d.get(term)
+                    if got_list is None:
+                        d[term] = [p]
+                    else:
+                        got_list.append(p)
+                got.append(d)
+            self._c[("p", fld)] = got
+        return got
+
+    def tokens(self, fld: str | None) -> list[tuple[str, list[Token]]]:
+        got = self._c.get(("k", fld))
+        if got is None:
+            an = self.ctx.analyzer
+            got = self._c[("k", fld)] = [(label, an.tokens(text)) for label, text in self.values(fld)]
+        return got
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact evaluation (verification, and the NoFiltering baseline)
+
+
+def _as_number(v: Any) -> float | int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return None if isinstance(v, float) and math.isnan(v) else v
+    if isinstance(v, str):
+        return parse_number(v)
+    return None
+
+
+def _as_date_ms(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return None if isinstance(v, float) and math.isnan(v) else float(v)
+    if isinstance(v, str):
+        try:
+            got = parse_date_ms(v)
+        except ValueError:
+            return None
+        return None if got is None else got[0]
+    return None
+
+
+def _phrase_windows(
+    pos: Mapping[str, list[int]], node: PhraseNode, first_only: bool
+) -> list[tuple[int, ...]]:
+    """Doc positions (one per phrase term) where the phrase matches, Lucene's way.
+
+    Exact phrases need every term at its relative position. Sloppy ones (``~N``) need
+    ``max(p_i - o_i) - min(p_i - o_i) <= N`` over chosen positions ``p_i`` (distinct doc
+    positions) and query offsets ``o_i``, as Lucene's SloppyPhraseMatcher measures it.
+    """
+    lists = []
+    for t in node.terms:
+        got = pos.get(t)
+        if not got:
+            return []
+        lists.append(got)
+    offs = node.positions
+    out: list[tuple[int, ...]] = []
+    if len(lists) == 2 and node.slop:
+        # Two terms: some p0, p1 (distinct) with |(p0 - o0) - (p1 - o1)| <= slop.
+        first, second = lists
+        delta = offs[1] - offs[0]
+        slop = node.slop
+        for a in first:
+            target = a + delta
+            j = bisect.bisect_left(second, target - slop)
+            while j < len(second) and second[j] <= target + slop:
+                if second[j] != a:
+                    out.append((a, second[j]))
+                    if first_only:
+                        return out
+                j += 1
+        return out
+    if node.slop == 0:
+        sets = [set(x) for x in lists]
+        for p in lists[0]:
+            base = p - offs[0]
+            if all(base + offs[i] in sets[i] for i in range(1, len(lists))):
+                out.append(tuple(base + o for o in offs))
+                if first_only:
+                    break
+        return out
+    values = [[p - o for p in lst] for lst, o in zip(lists, offs)]
+    starts = sorted({v for vs in values for v in vs})
+    slop = node.slop
+    k = len(values)
+
+    def pick(i: int, lo: int, used: list[int]) -> list[int] | None:
+        if i == k:
+            return used
+        vs = values[i]
+        j = bisect.bisect_left(vs, lo)
+        hi = lo + slop
+        while j < len(vs) and vs[j] <= hi:
+            p = vs[j] + offs[i]
+            if p not in used:
+                got = pick(i + 1, lo, used + [p])
+                if got is not None:
+                    return got
+            j += 1
+        return None
+
+    for lo in starts:
+        got = pick(0, lo, [])
+        if got is not None:
+            out.append(tuple(got))
+            if first_only:
+                break
+    return out
+
+
+_SEARCH_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _token_search(pattern: str) -> re.Pattern[str]:
+    """A regex that finds a whole token matching the wildcard ``pattern`` in ``view.joined``.
+
+    Example:
+        >>> bool(_token_search("te?m*").search(" a teams b ")), bool(_token_search("te?m").search(" teams "))
+        (True, False)
+    """
+    rx = _SEARCH_CACHE.get(pattern)
+    if rx is None:
+        body = "".join(
+            "[^ \x01]*" if c == "*" else "[^ \x01]" if c == "?" else re.escape(c) for c in pattern
+        )
+        rx = re.compile(f" {body}(?= )")
+        if len(_SEARCH_CACHE) < 200_000:
+            _SEARCH_CACHE[pattern] = rx
+    return rx
+
+
+def _evaluate(node: Node, view: _DocView) -> bool:
+    """Does the document match ``node``? The reference semantics."""
+    t = type(node)
+    if t is TermNode:
+        return node.term in view.termset(node.field)  # type: ignore[union-attr]
+    if t is BoolNode:
+        b: BoolNode = node  # type: ignore[assignment]
+        for c in b.must_not:
+            if _evaluate(c, view):
+                return False
+        if b.must:
+            return all(_evaluate(c, view) for c in b.must)
+        return any(_evaluate(c, view) for c in b.should)
+    if t is PhraseNode:
+        ph: PhraseNode = node  # type: ignore[assignment]
+        ts = view.termset(ph.field)
+        if not all(x in ts for x in ph.terms):
+            return False
+        return any(_phrase_windows(p, ph, True) for p in view.positions(ph.field))
+    if t is PrefixNode:
+        pre = node.prefix  # type: ignore[union-attr]
+        return any(x.startswith(pre) for x in view.termset(node.field))  # type: ignore[union-attr]
+    if t is WildcardNode:
+        rx = _token_search(node.pattern)  # type: ignore[union-attr]
+        return rx.search(view.joined(node.field)) is not None  # type: ignore[union-attr]
+    if t is RangeNode:
+        return _in_range(node, view)  # type: ignore[arg-type]
+    if t is ExistsNode:
+        return view.exists(node.field)  # type: ignore[union-attr]
+    if t is MatchAllNode:
+        return True
+    if t is MatchNoneNode:
+        return False
+    raise TypeError(f"unknown query node {node!r}")  # pragma: no cover
+
+
+def _in_range(node: RangeNode, view: _DocView) -> bool:
+    if node.kind == "term":
+        return bool(_range_hits(node, view, first_only=True))
+    contains = node.contains
+    return any(contains(x) for x in view.numbers(node.field, node.kind))
+
+
+def _range_hits(node: RangeNode, view: _DocView, first_only: bool) -> list[Span]:
+    """Spans (or one marker) of the values of ``node.field`` inside the range."""
+    out: list[Span] = []
+    if node.kind == "term":
+        for label, toks in view.tokens(node.field):
+            for tok in toks:
+                if node.contains(tok.term):
+                    out.append((label, tok.start, tok.end))
+                    if first_only:
+                        return out
+        return out
+    convert = _as_number if node.kind == "number" else _as_date_ms
+    fld = node.field
+    names = view.default_fields() if fld is None else [fld]
+    for name in names:
+        v = _lookup(view.doc, name)
+        items = list(enumerate(v)) if isinstance(v, list) else [(None, v)]
+        for i, x in items:
+            if x is None or x is _MISSING:
+                continue
+            num = convert(x)
+            if num is not None and node.contains(num):
+                label = name if i is None else f"{name}[{i}]"
+                out.append((label, 0, len(x)) if isinstance(x, str) else (label, 0, 0))
+                if first_only:
+                    return out
+    return out
+
+
+def _spans(node: Node, view: _DocView) -> list[Span]:
+    """Spans of the positive parts of ``node`` that match (for highlighting)."""
+    t = type(node)
+    if t is BoolNode:
+        out: list[Span] = []
+        for c in node.must + node.should:  # type: ignore[union-attr]
+            if _evaluate(c, view):
+                out.extend(_spans(c, view))
+        return out
+    if t is TermNode or t is PrefixNode or t is WildcardNode:
+        if t is TermNode:
+            term = node.term  # type: ignore[union-attr]
+
+            def test(x: str) -> bool:
+                return x == term
+        elif t is PrefixNode:
+            pre = node.prefix  # type: ignore[union-attr]
+
+            def test(x: str) -> bool:
+                return x.startswith(pre)
+        else:
+            rx = node.regex  # type: ignore[union-attr]
+
+            def test(x: str) -> bool:
+                return rx.fullmatch(x) is not None
+        return [(label, tok.start, tok.end)
+                for label, toks in view.tokens(node.field)  # type: ignore[union-attr]
+                for tok in toks if test(tok.term)]
+    if t is PhraseNode:
+        ph: PhraseNode = node  # type: ignore[assignment]
+        out = []
+        for (label, toks), pos in zip(view.tokens(ph.field), view.positions(ph.field)):
+            by_pos = {tok.position: tok for tok in toks}
+            for window in _phrase_windows(pos, ph, False):
+                first, last = by_pos[min(window)], by_pos[max(window)]
+                out.append((label, first.start, last.end))
+        return out
+    if t is RangeNode:
+        return [s for s in _range_hits(node, view, False) if s[2] > s[1]]  # type: ignore[arg-type]
+    return []
+
+
+def _highlight(node: Node, view: _DocView) -> tuple[Span, ...]:
+    return tuple(sorted(set(_spans(node, view))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Registered queries and results
+
+
+@dataclass(frozen=True)
+class RegisteredQuery:
+    """A registered query: id, text, metadata, analysed tree and index plan."""
+
+    id: QueryId
+    query: str
+    metadata: Mapping[str, Any]
+    node: Node
+    plan: QueryPlan
+    slot: int = 0
+
+
+class DocumentMatches:
+    """The queries one document matched.
+
+    Attributes:
+        ids: matching query ids, in registration order.
+        spans: per matching query id, its matched spans (only with ``highlight=True``).
+        errors: per query id, why it could not be evaluated (it counts as not matched).
+        candidates: queries the presearcher selected; verified: those evaluated on the document.
+    """
+
+    __slots__ = ("ids", "spans", "errors", "candidates", "verified", "_slots", "_by_slot")
+
+    def __init__(
+        self,
+        ids: list[QueryId],
+        slots: list[int],
+        by_slot: Mapping[int, RegisteredQuery],
+        spans: dict[QueryId, tuple[Span, ...]] | None = None,
+        errors: dict[QueryId, str] | None = None,
+        candidates: int = 0,
+        verified: int = 0,
+    ) -> None:
+        self.ids = ids
+        self._slots = slots
+        self._by_slot = by_slot
+        self.spans = spans if spans is not None else {}
+        self.errors = errors if errors is not None else {}
+        self.candidates = candidates
+        self.verified = verified
+
+    @property
+    def queries(self) -> list[RegisteredQuery]:
+        """The matching queries themselves (text, metadata, plan)."""
+        return [self._by_slot[s] for s in self._slots]
+
+    @property
+    def metadata(self) -> dict[QueryId, Mapping[str, Any]]:
+        """Metadata of each matching query, by id."""
+        return {q.id: q.metadata for q in self.queries}
+
+    def __repr__(self) -> str:
+        return f"DocumentMatches(ids={self.ids!r}, errors={self.errors!r})"
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Counts and time for one percolated batch."""
+
+    documents: int
+    candidates: int
+    verified: int
+    matches: int
+    errors: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Per-document matches (in input order) and the batch's stats."""
+
+    results: list[DocumentMatches]
+    stats: BatchStats
+
+
+MetadataFilter = Union[Mapping[str, Any], Callable[[Mapping[str, Any]], bool], None]
+
+
+def _meta_ok(meta: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    for k, v in want.items():
+        have = meta.get(k, _MISSING)
+        if have is _MISSING:
+            return False
+        if isinstance(have, (list, tuple, set, frozenset)) and not isinstance(v, (list, tuple)):
+            if v not in have:
+                return False
+        elif have != v:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The query set: registration, snapshots, save / load
+
+
+class _QuerySet:
+    """Registration by id with metadata; readers see immutable snapshots."""
+
+    def __init__(self, config: PercolatorConfig | None = None) -> None:
+        self.config = config or PercolatorConfig()
+        self.presearcher = Presearcher(self.config.term_frequencies)
+        self._ctx = _Context(self.config)
+        self._lock = threading.RLock()
+        self._queries: dict[QueryId, RegisteredQuery] = {}
+        self._next_slot = 0
+        self._dirty = True
+
+    # registration
+    def compile(self, query: str) -> Node:
+        """Parse and analyse ``query`` with this set's configuration (raises CepSyntaxError)."""
+        return compile_query(query, self.config.query)
+
+    def register(
+        self, query_id: QueryId, query: str, metadata: Mapping[str, Any] | None = None
+    ) -> RegisteredQuery:
+        """Add a query, or replace the one with the same id. Raises CepSyntaxError if invalid.
+
+        Example:
+            >>> p = Percolator()
+            >>> p.register("q1", "apple AND pie", {"owner": "ann"}).plan.kind
+            'flat'
+        """
+        node = self.compile(query)
+        plan = self.presearcher.plan(node)
+        return self._add(query_id, query, metadata, node, plan)
+
+    def _add(
+        self, query_id: QueryId, query: str, metadata: Mapping[str, Any] | None, node: Node,
+        plan: QueryPlan,
+    ) -> RegisteredQuery:
+        if not isinstance(query_id, Hashable):
+            raise CepError(f"query id must be hashable (a string or a number), got {query_id!r}")
+        meta = MappingProxyType(dict(metadata or {}))
+        with self._lock:
+            entry = RegisteredQuery(query_id, query, meta, node, plan, self._next_slot)
+            self._next_slot += 1
+            self._queries[query_id] = entry
+            self._dirty = True
+        return entry
+
+    def register_many(
+        self, queries: Iterable[tuple[QueryId, str] | tuple[QueryId, str, Mapping[str, Any]]]
+    ) -> int:
+        """Register several queries; returns how many. The first invalid one raises."""
+        n = 0
+        for item in queries:
+            self.register(*item)  # type: ignore[arg-type]
+            n += 1
+        return n
+
+    def delete(self, query_id: QueryId) -> bool:
+        """Remove a query; False when there was none with that id.
+
+        Example:
+            >>> p = Percolator(); _ = p.register(1, "x")
+            >>> p.delete(1), p.delete(1), len(p)
+            (True, False, 0)
+        """
+        with self._lock:
+            if self._queries.pop(query_id, None) is None:
+                return False
+            self._dirty = True
+            return True
+
+    def get(self, query_id: QueryId) -> RegisteredQuery | None:
+        """The registered query with this id, or None."""
+        return self._queries.get(query_id)
+
+    def __len__(self) -> int:
+        return len(self._queries)
+
+    def __contains__(self, query_id: object) -> bool:
+        return query_id in self._queries
+
+    def queries(self) -> list[RegisteredQuery]:
+        """Every registered query, in registration order."""
+        with self._lock:
+            return sorted(self._queries.values(), key=lambda q: q.slot)
+
+    # filters
+    def _allowed(
+        self, entries: Iterable[RegisteredQuery], metadata_filter: MetadataFilter,
+    ) -> set[int] | None:
+        if metadata_filter is None:
+            return None
+        if callable(metadata_filter):
+            return {q.slot for q in entries if metadata_filter(q.metadata)}
+        return {q.slot for q in entries if _meta_ok(q.metadata, metadata_filter)}
+
+    # save / load
+    def save(self, path: str | Path) -> None:
+        """Write the query set to ``path`` as JSON lines: a header with the format, version and
+        configuration, then one ``{"id", "query", "metadata"}`` line per query.
+
+        Measured against a pickle of the parsed trees and plans (see docs/search.md), reading
+        JSON and parsing again was as fast to load, and it is safe to load from anyone.
+
+        Example:
+            >>> import os, tempfile
+            >>> p = Percolator(); _ = p.register("q", "apple", {"owner": "ann"})
+            >>> path = os.path.join(tempfile.mkdtemp(), "queries.jsonl")
+            >>> p.save(path)
+            >>> Percolator.load(path).percolate({"t": "Apple"}).metadata
+            {'q': mappingproxy({'owner': 'ann'})}
+        """
+        with self._lock:
+            rows = self.queries()
+        tmp = Path(str(path) + ".tmp")
+        header = {"format": _FORMAT, "version": _VERSION, "config": _config_to_json(self.config)}
+        with open(tmp, "wb") as fh:
+            fh.write(orjson.dumps(header) + b"\n")
+            for q in rows:
+                if isinstance(q.id, bool) or not isinstance(q.id, (str, int)):
+                    raise CepError(f"cannot save query id {q.id!r}: ids must be strings or "
+                                   "integers to be written as JSON")
+                try:
+                    line = orjson.dumps({"id": q.id, "query": q.query,
+                                         "metadata": dict(q.metadata)})
+                except TypeError as exc:
+                    raise CepError(f"cannot save query {q.id!r}: its metadata is not JSON "
+                                   f"({exc})") from None
+                fh.write(line + b"\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        """Read a query set written by :meth:`save` (queries are parsed again)."""
+        with open(path, "rb") as fh:
+            first = fh.readline()
+            try:
+                header = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                header = None
+            if not isinstance(header, dict) or header.get("format") != _FORMAT:
+                raise CepError(f"{path}: not a saved percolator query set")
+            if header.get("version") != _VERSION:
+                raise CepError(
+                    f"{path}: saved query set version {header.get('version')!r} is not "
+                    f"supported (this build reads version {_VERSION}); re-register the queries"
+                )
+            out = cls(_config_from_json(header["config"]))
+            for line in fh:
+                row = orjson.loads(line)
+                out.register(row["id"], row["query"], row["metadata"])
+        return out
+
+    # percolation (shared driver)
+    def percolate(
+        self, doc: Mapping[str, Any], *, highlight: bool = False,
+        metadata_filter: MetadataFilter = None,
+    ) -> DocumentMatches:
+        """The queries ``doc`` matches. ``metadata_filter``: a dict of required metadata values
+        (a list-valued metadata entry must contain the value) or a predicate on the metadata.
+
+        Example:
+            >>> p = Percolator()
+            >>> _ = p.register("q1", '"big apple"', {"owner": "ann"})
+            >>> _ = p.register("q2", "apple -pie", {"owner": "bob"})
+            >>> r = p.percolate({"title": "The Big Apple"}, highlight=True)
+            >>> r.ids, r.spans["q1"]
+            (['q1', 'q2'], (('title', 4, 13),))
+            >>> p.percolate({"title": "apple"}, metadata_filter={"owner": "ann"}).ids
+            []
+        """
+        return self.percolate_batch([doc], highlight=highlight,
+                                    metadata_filter=metadata_filter).results[0]
+
+    def percolate_batch(
+        self, docs: Iterable[Mapping[str, Any]], *, highlight: bool = False,
+        metadata_filter: MetadataFilter = None,
+    ) -> BatchResult:
+        """Percolate many documents; results in input order plus the batch's stats."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# The index: segments of queries keyed by presearcher terms
+
+
+class _Segment:
+    """An immutable index over some queries: scanner tables, postings and verification data.
+
+    Postings exist twice: as Python tuples and dicts for one document at a time, and as CSR
+    arrays (numpy) for batches. Array postings hold local query numbers (``0..n-1``);
+    ``slot_of`` maps them to global slots.
+    """
+
+    def __init__(self, entries: list[RegisteredQuery], scanner: str) -> None:
+        self.entries = entries
+        self.slots = frozenset(e.slot for e in entries)
+        key_ids: dict[Key, int] = {}
+
+        def kid(key: Key) -> int:
+            k = key_ids.get(key)
+            if k is None:
+                k = key_ids[key] = len(key_ids)
+            return k
+
+        proven: dict[int, list[int]] = defaultdict(list)
+        cands: dict[int, list[int]] = defaultdict(list)
+        pairs: dict[int, dict[int, tuple[list[int], list[int]]]] = defaultdict(dict)
+        always: list[int] = []
+        verify: dict[int, tuple[Any, ...]] = {}
+        # Per local number, for the vectorised batch check: its kind (_V_*), its clauses (each
+        # an OR of keys; every one must hit), its forbidden keys, and what is left to check.
+        vkind: list[int] = []
+        clauses: list[list[list[int]]] = []
+        forbid_lists: list[list[int]] = []
+        range_rows: list[list[tuple[int, float, float, bool, bool]]] = []
+        columns: dict[tuple[str | None, str], int] = {}
+        self.v_extra: list[Any] = []
+        for e in entries:
+            plan = e.plan
+            kind = plan.kind
+            slot = e.slot
+            for key in plan.all_keys:
+                kid(key)
+            for leaf, _ in iter_nodes(e.node):
+                if isinstance(leaf, WildcardNode):
+                    _token_search(leaf.pattern)  # compile now, not on the first document
+            req = [kid(k) for k in plan.required]
+            forbid_lists.append([kid(k) for k in plan.forbidden])
+            cl = [[k] for k in req]
+            rows: list[tuple[int, float, float, bool, bool]] = []
+            extra: Any = None
+            if kind == "flat":
+                cl += [[kid(k) for k in g] for g in plan.groups]
+                bounds = [_range_row(r) for r in plan.ranges]
+                if not plan.ranges:
+                    vk = _V_KEYS
+                elif all(b is not None for b in bounds):
+                    vk = _V_RANGES
+                    rows = [(columns.setdefault((r.field, r.kind), len(columns)), *b)
+                            for r, b in zip(plan.ranges, bounds) if b is not None]
+                else:
+                    vk = _V_PYTHON
+            elif isinstance(e.node, WildcardNode):
+                vk, extra = _V_WILDCARD, (e.node.field, _token_search(e.node.pattern).search)
+            elif kind == "general":
+                vk, extra = _V_PYTHON, None
+            else:
+                vk = _V_KEYS  # proven: never a candidate
+            vkind.append(vk)
+            clauses.append(cl)
+            range_rows.append(rows)
+            self.v_extra.append(extra)
+            if kind != "proven":
+                verify[slot] = (
+                    _key_check(frozenset(req), [frozenset(map(kid, g)) for g in plan.groups],
+                               frozenset(map(kid, plan.forbidden))),
+                    _doc_check(e.node, plan),
+                )
+            if plan.keys is None:
+                always.append(slot)
+                continue
+            if kind == "proven":
+                for key in plan.keys:
+                    proven[kid(key)].append(slot)
+                continue
+            if len(plan.keys) == 1:
+                (first,) = plan.keys
+                second = next((k for k in plan.required if k != first), None)
+                if second is not None:
+                    # A candidate only when both of its two most selective keys are present.
+                    decided = (kind == "flat" and not plan.groups and not plan.forbidden
+                               and not plan.ranges and set(plan.required) <= {first, second})
+                    post = pairs[kid(first)].setdefault(kid(second), ([], []))
+                    post[0 if decided else 1].append(slot)
+                    continue
+            for key in plan.keys:
+                cands[kid(key)].append(slot)
+        n = len(key_ids)
+        self.nkeys = n
+        self.key_ids = key_ids
+        self.verify = verify
+        self.always = tuple(always)
+        # key -> (proven slots, candidate slots, {second key: (proven, candidates)} or None);
+        # None for keys only used to check candidates
+        self.post: list[tuple[tuple[int, ...], tuple[int, ...], dict[int, Any] | None] | None]
+        self.post = [None] * n
+        for k in set(proven) | set(cands) | set(pairs):
+            d = pairs.get(k)
+            self.post[k] = (
+                tuple(proven.get(k, ())), tuple(cands.get(k, ())),
+                {k2: (tuple(a), tuple(b)) for k2, (a, b) in d.items()} if d else None,
+            )
+
+        # The same postings as arrays, over local numbers.
+        local_of = {e.slot: i for i, e in enumerate(entries)}
+        self.slot_of = np.array([e.slot for e in entries], dtype=np.int64)
+        self.nlocal = len(entries)
+        self.a_proven = _csr(n, ((k, [local_of[s] for s in v]) for k, v in proven.items()))
+        self.a_cands = _csr(n, ((k, [local_of[s] for s in v]) for k, v in cands.items()))
+        pk: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
+        for k1, d in pairs.items():
+            for k2, (sure, maybe) in d.items():
+                pk[k1].extend((k2, local_of[s], True) for s in sure)
+                pk[k1].extend((k2, local_of[s], False) for s in maybe)
+        self.a_pair_ptr, rows = _csr_rows(n, pk)
+        self.a_pair_k2 = np.array([r[0] for r in rows], dtype=np.int64)
+        self.a_pair_local = np.array([r[1] for r in rows], dtype=np.int64)
+        self.a_pair_sure = np.array([r[2] for r in rows], dtype=bool)
+        self.a_always = np.array([local_of[s] for s in always], dtype=np.int64)
+        self.a_kind = np.array(vkind, dtype=np.int8)
+        self.a_forbid = _csr(len(entries), enumerate(forbid_lists))
+        counts = np.zeros(len(entries) + 1, dtype=np.int64)
+        counts[1:] = [len(c) for c in clauses]
+        self.a_clause_ptr = np.cumsum(counts)  # clause ids of local i: ptr[i]..ptr[i+1]
+        flat_clauses = [c for cl in clauses for c in cl]
+        self.a_clause_keys = _csr(len(flat_clauses), enumerate(flat_clauses))
+        counts = np.zeros(len(entries) + 1, dtype=np.int64)
+        counts[1:] = [len(r) for r in range_rows]
+        self.a_range_ptr = np.cumsum(counts)
+        allrows = [row for rows_ in range_rows for row in rows_]
+        self.a_range_col = np.array([r[0] for r in allrows], dtype=np.int64)
+        self.a_range_lo = np.array([r[1] for r in allrows], dtype=np.float64)
+        self.a_range_hi = np.array([r[2] for r in allrows], dtype=np.float64)
+        self.a_range_incl_lo = np.array([r[3] for r in allrows], dtype=bool)
+        self.a_range_incl_hi = np.array([r[4] for r in allrows], dtype=bool)
+        self.range_columns = sorted(columns, key=columns.__getitem__)
+
+        # Scanner tables per field (None: the default fields).
+        self.term_maps: dict[str | None, dict[str, int]] = {}
+        self.automata: dict[str | None, Any] = {}
+        by_field: dict[str | None, list[tuple[str, str, int]]] = defaultdict(list)
+        for (fld, key_kind, text), k in key_ids.items():
+            by_field[fld].append((key_kind, text, k))
+        for fld, items in by_field.items():
+            auto = None
+            for key_kind, text, k in items:
+                if key_kind == "t" and scanner == "dict" and " " not in text:
+                    self.term_maps.setdefault(fld, {})[text] = k
+                    continue
+                if auto is None:
+                    auto = ahocorasick.Automaton()
+                word = {"t": f" {text} ", "p": f" {text}"}.get(key_kind, text)
+                auto.add_word(word, k)
+            if auto is not None:
+                auto.make_automaton()
+                self.automata[fld] = auto
+
+    # -- one document ---------------------------------------------------------------------
+    def scan(self, view: _DocView) -> set[int]:
+        """Ids of the keys the document contains."""
+        found: set[int | None] = set()
+        for fld, tmap in self.term_maps.items():
+            found.update(map(tmap.get, view.terms(fld)))
+        found.discard(None)
+        hits: set[int] = found  # type: ignore[assignment]
+        for fld, auto in self.automata.items():
+            hits.update([k for _, k in auto.iter(view.joined(fld))])
+        return hits
+
+    def candidates(self, hits: set[int], matched: set[int]) -> set[int]:
+        """Add presearcher-proven matches to ``matched``; return the queries to check."""
+        post = self.post
+        cands: set[int] = set()
+        nhits = len(hits)
+        for k in hits:
+            entry = post[k]
+            if entry is None:
+                continue
+            p, c, d = entry
+            if p:
+                matched.update(p)
+            if c:
+                cands.update(c)
+            if d is not None:
+                if len(d) <= nhits:
+                    for k2, (sure, maybe) in d.items():
+                        if k2 in hits:
+                            if sure:
+                                matched.update(sure)
+                            if maybe:
+                                cands.update(maybe)
+                else:
+                    for k2 in hits:
+                        e = d.get(k2)
+                        if e is not None:
+                            if e[0]:
+                                matched.update(e[0])
+                            if e[1]:
+                                cands.update(e[1])
+        if self.always:
+            cands.update(self.always)
+        return cands
+
+    def check(
+        self, slot: int, hits: set[int], view: _DocView, errors: dict[int, str]
+    ) -> tuple[bool, bool]:
+        """Verify one candidate: (matches, was evaluated on the document)."""
+        keys_ok, doc_ok = self.verify[slot]
+        if keys_ok is not None and not keys_ok(hits):
+            return False, False
+        if doc_ok is None:
+            return True, False
+        try:
+            return doc_ok(view), True
+        except Exception as exc:  # one bad query never fails the batch
+            errors[slot] = f"{type(exc).__name__}: {exc}"
+            return False, True
+
+    # -- a batch of documents ---------------------------------------------------------------
+    def scan_batch(self, views: list[_DocView]) -> np.ndarray:
+        """Sorted unique codes ``doc * nkeys + key`` of every key each document contains.
+
+        Documents' token strings are joined by ``\x02`` so one Aho-Corasick pass scans the
+        whole batch; a match's end offset tells its document.
+        """
+        n = len(views)
+        k = self.nkeys
+        parts = []
+        for fld, tmap in self.term_maps.items():
+            terms: list[str] = []
+            lens = []
+            for v in views:
+                t = v.terms(fld)
+                terms.extend(t)
+                lens.append(len(t))
+            kids = np.fromiter(map(tmap.get, terms, repeat(-1)), dtype=np.int64, count=len(terms))
+            docs = np.repeat(np.arange(n, dtype=np.int64), lens)
+            keep = kids >= 0
+            parts.append(docs[keep] * k + kids[keep])
+        for fld, auto in self.automata.items():
+            strings = [v.joined(fld) for v in views]
+            starts = np.zeros(n, dtype=np.int64)
+            if n > 1:
+                np.cumsum([len(s) + 1 for s in strings[:-1]], out=starts[1:])
+            found = list(auto.iter("\x02".join(strings)))
+            if found:
+                arr = np.fromiter(chain.from_iterable(found), dtype=np.int64,
+                                  count=2 * len(found)).reshape(-1, 2)
+                docs = np.searchsorted(starts, arr[:, 0], side="right") - 1
+                parts.append(docs * k + arr[:, 1])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return _unique(np.concatenate(parts))
+
+    def match_batch(
+        self, views: list[_DocView], allowed: np.ndarray | None, errors: list[dict[int, str]],
+        verified: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Matched ``(doc, slot)`` pairs and candidates per document, for a whole batch."""
+        n = len(views)
+        k = self.nkeys
+        nl = max(self.nlocal, 1)
+        codes = self.scan_batch(views)
+        hit_doc = codes // k if k else codes
+        hit_kid = codes - hit_doc * k
+        # proven postings
+        rows, vals = _expand(self.a_proven, hit_doc, hit_kid)
+        m_parts = [rows * nl + vals]
+        # pairs: both keys present
+        idx, rows2 = _expand_index(self.a_pair_ptr, hit_doc, hit_kid)
+        c_parts = []
+        if len(idx):
+            present = _isin_sorted(rows2 * k + self.a_pair_k2[idx], codes)
+            local = self.a_pair_local[idx]
+            sure = self.a_pair_sure[idx]
+            m_parts.append(rows2[present & sure] * nl + local[present & sure])
+            c_parts.append(rows2[present & ~sure] * nl + local[present & ~sure])
+        rows3, vals3 = _expand(self.a_cands, hit_doc, hit_kid)
+        c_parts.append(rows3 * nl + vals3)
+        if len(self.a_always):
+            c_parts.append(np.repeat(np.arange(n, dtype=np.int64), len(self.a_always)) * nl
+                           + np.tile(self.a_always, n))
+        cand = _unique(np.concatenate(c_parts))
+        c_doc = cand // nl
+        c_loc = cand - c_doc * nl
+        cand_count = np.bincount(c_doc, minlength=n)
+        if allowed is not None and len(cand):
+            keep = allowed[self.slot_of[c_loc]]
+            c_doc, c_loc = c_doc[keep], c_loc[keep]
+        # every candidate's clauses (an OR of keys each) must hit and no forbidden key may
+        ok = self._clauses_hold(c_doc, c_loc, codes)
+        c_doc, c_loc = c_doc[ok], c_loc[ok]
+        kinds = self.a_kind[c_loc]
+        decided = kinds == _V_KEYS
+        m_parts.append(c_doc[decided] * nl + c_loc[decided])
+        sel = kinds == _V_RANGES
+        if sel.any():
+            r_doc, r_loc = c_doc[sel], c_loc[sel]
+            in_range, unsure = self._ranges_hold(r_doc, r_loc, views)
+            verified += np.bincount(r_doc[~unsure], minlength=n)
+            m_parts.append(r_doc[in_range] * nl + r_loc[in_range])
+            kinds = kinds.copy()
+            kinds[np.flatnonzero(sel)[unsure]] = _V_PYTHON  # multi-valued: checked one by one
+        sel = kinds == _V_WILDCARD
+        if sel.any():
+            w_doc, w_loc = c_doc[sel], c_loc[sel]
+            verified += np.bincount(w_doc, minlength=n)
+            extra = self.v_extra
+            joined: dict[str | None, list[str]] = {}
+            good_l = []
+            for d, (fld, search) in zip(w_doc.tolist(), [extra[x] for x in w_loc.tolist()]):
+                strings = joined.get(fld)
+                if strings is None:
+                    strings = joined[fld] = [v.joined(fld) for v in views]
+                good_l.append(search(strings[d]) is not None)
+            g = np.array(good_l, dtype=bool)
+            m_parts.append(w_doc[g] * nl + w_loc[g])
+        sel = kinds == _V_PYTHON
+        if sel.any():
+            p_doc, p_loc = c_doc[sel], c_loc[sel]
+            bounds = np.searchsorted(hit_doc, np.arange(n + 1))
+            kids = hit_kid.tolist()
+            good: list[bool] = []
+            hits: set[int] = set()
+            last = -1
+            bounds_l = bounds.tolist()
+            for d, slot in zip(p_doc.tolist(), self.slot_of[p_loc].tolist()):
+                if d != last:
+                    hits = set(kids[bounds_l[d]:bounds_l[d + 1]])
+                    last = d
+                ok_one, evaluated = self.check(slot, hits, views[d], errors[d])
+                if evaluated:
+                    verified[d] += 1
+                good.append(ok_one)
+            g = np.array(good, dtype=bool)
+            m_parts.append(p_doc[g] * nl + p_loc[g])
+        matched = np.concatenate(m_parts)
+        m_doc = matched // nl
+        return m_doc, self.slot_of[matched - m_doc * nl], cand_count
+
+
+    def _clauses_hold(self, c_doc: np.ndarray, c_loc: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Per candidate: every clause has a key the document contains, no forbidden key does."""
+        m = len(c_loc)
+        ok = np.ones(m, dtype=bool)
+        if not m:
+            return ok
+        k = self.nkeys
+        rows = np.arange(m, dtype=np.int64)
+        clause_ids, which = _expand_index(self.a_clause_ptr, rows, c_loc)
+        if len(clause_ids):
+            kidx, crow = _expand_index(self.a_clause_keys[0], np.arange(len(clause_ids)),
+                                       clause_ids)
+            found = _isin_sorted(c_doc[which[crow]] * k + self.a_clause_keys[1][kidx], codes)
+            satisfied = np.bincount(crow[found], minlength=len(clause_ids)) > 0
+            ok &= np.bincount(which[~satisfied], minlength=m) == 0
+        idx, which = _expand_index(self.a_forbid[0], rows, c_loc)
+        if len(idx):
+            hit = _isin_sorted(c_doc[which] * k + self.a_forbid[1][idx], codes)
+            ok &= np.bincount(which[hit], minlength=m) == 0
+        return ok
+
+    def _ranges_hold(
+        self, r_doc: np.ndarray, r_loc: np.ndarray, views: list[_DocView]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(all ranges hold, undecided here) per candidate, for single-valued fields."""
+        n = len(views)
+        cols = np.full((max(len(self.range_columns), 1), n), np.nan)
+        multi = np.zeros((max(len(self.range_columns), 1), n), dtype=bool)
+        needed = sorted(set(r_doc.tolist()))
+        for c, (fld, kind) in enumerate(self.range_columns):
+            for d in needed:
+                vals = views[d].numbers(fld, kind)
+                if len(vals) == 1 and abs(vals[0]) < _EXACT:
+                    cols[c, d] = vals[0]
+                elif vals:
+                    multi[c, d] = True
+        idx, which = _expand_index(self.a_range_ptr, np.arange(len(r_loc)), r_loc)
+        col = self.a_range_col[idx]
+        doc = r_doc[which]
+        v = cols[col, doc]
+        lo, hi = self.a_range_lo[idx], self.a_range_hi[idx]
+        row_ok = ((v > lo) | (self.a_range_incl_lo[idx] & (v == lo))) & (
+            (v < hi) | (self.a_range_incl_hi[idx] & (v == hi)))
+        unsure_row = multi[col, doc]
+        m = len(r_loc)
+        unsure = np.bincount(which[unsure_row], minlength=m) > 0
+        good = (np.bincount(which[~row_ok], minlength=m) == 0) & ~unsure
+        return good, unsure
+
+
+def _key_check(
+    req: frozenset[int], groups: list[frozenset[int]], forbid: frozenset[int]
+) -> Callable[[set[int]], bool] | None:
+    """A function of the document's key ids: all of ``req``, one of each group, no ``forbid``."""
+    if not groups and not forbid:
+        return req.issubset if req else None
+    if not groups:
+        return lambda hits: req <= hits and forbid.isdisjoint(hits)
+    return lambda hits: (req <= hits and forbid.isdisjoint(hits)
+                         and not any(g.isdisjoint(hits) for g in groups))
+
+
+def _doc_check(node: Node, plan: QueryPlan) -> Callable[[_DocView], bool] | None:
+    """What is left to check on the document once the keys passed (None: nothing)."""
+    if plan.kind == "flat":
+        if not plan.ranges:
+            return None
+        if len(plan.ranges) == 1:
+            r = plan.ranges[0]
+            contains, fld, kind = r.contains, r.field, r.kind
+            return lambda view: any(map(contains, view.numbers(fld, kind)))
+        ranges = plan.ranges
+        return lambda view: all(_in_range(r, view) for r in ranges)
+    if isinstance(node, WildcardNode):
+        search, fld = _token_search(node.pattern).search, node.field
+        return lambda view: search(view.joined(fld)) is not None
+    return lambda view: _evaluate(node, view)  # looked up per call: tests may patch it
+
+
+_EXACT = 2.0**53  # floats hold every integer below this exactly
+_V_KEYS, _V_RANGES, _V_WILDCARD, _V_PYTHON = 0, 1, 2, 3
+
+
+def _range_row(node: RangeNode) -> tuple[float, float, bool, bool] | None:
+    """A numeric or date range as float bounds (None when a bound is not exact as a float)."""
+    lo = -math.inf if node.lower is None else node.lower
+    hi = math.inf if node.upper is None else node.upper
+    for b in (lo, hi):
+        if not isinstance(b, (int, float)) or (isinstance(b, int) and abs(b) >= _EXACT):
+            return None
+    return float(lo), float(hi), node.include_lower, node.include_upper  # type: ignore[arg-type]
+
+
+def _csr(n: int, rows: Iterable[tuple[int, list[int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """(pointers, values) with row ``i``'s values at ``values[ptr[i]:ptr[i+1]]``."""
+    counts = np.zeros(n + 1, dtype=np.int64)
+    items = [(r, v) for r, v in rows if v]
+    for r, v in items:
+        counts[r + 1] = len(v)
+    ptr = np.cumsum(counts)
+    vals = np.zeros(int(ptr[-1]), dtype=np.int64)
+    for r, v in items:
+        vals[ptr[r]:ptr[r + 1]] = v
+    return ptr, vals
+
+
+def _csr_rows(n: int, rows: Mapping[int, list[Any]]) -> tuple[np.ndarray, list[Any]]:
+    counts = np.zeros(n + 1, dtype=np.int64)
+    for r, v in rows.items():
+        counts[r + 1] = len(v)
+    ptr = np.cumsum(counts)
+    flat: list[Any] = [None] * int(ptr[-1])
+    for r, v in rows.items():
+        flat[ptr[r]:ptr[r + 1]] = v
+    return ptr, flat
+
+
+def _expand_index(
+    ptr: np.ndarray, rows: np.ndarray, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each (row, key), every position of the key's CSR row: (positions, repeated rows)."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = ptr[keys]
+    counts = ptr[keys + 1] - starts
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(counts) - counts
+    idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, counts)
+    return idx, np.repeat(rows, counts)
+
+
+def _expand(
+    csr: tuple[np.ndarray, np.ndarray], rows: np.ndarray, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    idx, rep = _expand_index(csr[0], rows, keys)
+    return rep, csr[1][idx]
+
+
+def _unique(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (``np.unique`` without its overhead; several times faster)."""
+    if len(values) < 2:
+        return values
+    values = np.sort(values)
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
+def _isin_sorted(values: np.ndarray, sorted_codes: np.ndarray) -> np.ndarray:
+    """``values`` membership in an ascending array."""
+    if not len(sorted_codes):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.searchsorted(sorted_codes, values)
+    pos[pos == len(sorted_codes)] = 0
+    return sorted_codes[pos] == values
+
+
+class _Snapshot:
+    """What readers use: segments, dead slots, slot -> query. Never mutated after build."""
+
+    __slots__ = ("segments", "dead", "by_slot", "ids", "ids_arr", "dead_mask")
+
+    def __init__(
+        self, segments: tuple[_Segment, ...], dead: frozenset[int],
+        by_slot: dict[int, RegisteredQuery],
+    ) -> None:
+        self.segments = segments
+        self.dead = dead
+        self.by_slot = by_slot
+        size = max(max(by_slot, default=-1), max(dead, default=-1)) + 1
+        ids: list[QueryId] = [None] * size
+        for slot, q in by_slot.items():
+            ids[slot] = q.id
+        self.ids = ids
+        self.ids_arr = np.empty(size, dtype=object)
+        self.ids_arr[:] = ids
+        self.dead_mask = np.zeros(size, dtype=bool)
+        if dead:
+            self.dead_mask[list(dead)] = True
+
+
+class Percolator(_QuerySet):
+    """An indexed query set: the presearcher picks candidates, only those are verified.
+
+    Registration marks the index stale; the next percolation rebuilds it (new queries go to a
+    small delta segment; see :attr:`PercolatorConfig.delta_limit`). Percolation reads an
+    immutable snapshot, so it is safe while other threads register queries.
+
+    Example:
+        >>> p = Percolator()
+        >>> for qid, q in [("a", "apple AND pie"), ("b", "pi*"), ("c", '"apple pie"~1')]:
+        ...     _ = p.register(qid, q)
+        >>> p.percolate({"id": 7, "text": "Pie with apple"}).ids
+        ['a', 'b']
+    """
+
+    def __init__(self, config: PercolatorConfig | None = None) -> None:
+        super().__init__(config)
+        self._snapshot = _Snapshot((), frozenset(), {})
+
+    def snapshot(self) -> _Snapshot:
+        """The current index, rebuilt first if queries changed since the last build."""
+        if self._dirty:
+            with self._lock:
+                if self._dirty:
+                    self._snapshot = self._rebuild(self._snapshot)
+                    self._dirty = False
+        return self._snapshot
+
+    def rebuild(self) -> None:
+        """Rebuild the whole index now (one segment)."""
+        with self._lock:
+            live = sorted(self._queries.values(), key=lambda q: q.slot)
+            self._snapshot = _Snapshot((_Segment(live, self.config.scanner),), frozenset(),
+                                       {q.slot: q for q in live})
+            self._dirty = False
+
+    def _rebuild(self, old: _Snapshot) -> _Snapshot:
+        live = {q.slot: q for q in self._queries.values()}
+        scanner = self.config.scanner
+        base = old.segments[0] if old.segments else None
+        if base is not None:
+            indexed = set(base.slots)
+            delta_entries = [q for q in live.values() if q.slot not in indexed]
+            dead = frozenset(s for s in indexed if s not in live)
+            limit = max(self.config.delta_limit, len(base.slots) // 8)
+            if len(delta_entries) <= limit and len(dead) <= limit:
+                delta_entries.sort(key=lambda q: q.slot)
+                segs = (base, _Segment(delta_entries, scanner)) if delta_entries else (base,)
+                return _Snapshot(segs, dead, live)
+        entries = sorted(live.values(), key=lambda q: q.slot)
+        return _Snapshot((_Segment(entries, scanner),), frozenset(), live)
+
+    def percolate_batch(
+        self, docs: Iterable[Mapping[str, Any]], *, highlight: bool = False,
+        metadata_filter: MetadataFilter = None,
+    ) -> BatchResult:
+        docs = docs if isinstance(docs, list) else list(docs)
+        if len(docs) < self.config.vector_threshold:
+            return self._percolate_each(docs, highlight, metadata_filter)
+        return self._percolate_vectorised(docs, highlight, metadata_filter)
+
+    def _percolate_each(
+        self, docs: list[Mapping[str, Any]], highlight: bool, metadata_filter: MetadataFilter,
+    ) -> BatchResult:
+        t0 = time.perf_counter()
+        snap = self.snapshot()
+        allowed = self._allowed(snap.by_slot.values(), metadata_filter)
+        ctx = self._ctx
+        dead = snap.dead
+        ids_of = snap.ids.__getitem__
+        results = []
+        n_cand = n_ver = n_match = n_err = 0
+        for doc in docs:
+            view = _DocView(doc, ctx)
+            matched: set[int] = set()
+            errors: dict[int, str] = {}
+            cand_count = verified = 0
+            for seg in snap.segments:
+                hits = seg.scan(view)
+                cands = seg.candidates(hits, matched)
+                if not cands:
+                    continue
+                cand_count += len(cands)
+                if allowed is not None:
+                    cands &= allowed
+                verify = seg.verify
+                for slot in cands:
+                    keys_ok, doc_ok = verify[slot]
+                    if keys_ok is not None and not keys_ok(hits):
+                        continue
+                    if doc_ok is None:
+                        matched.add(slot)
+                        continue
+                    verified += 1
+                    try:
+                        if doc_ok(view):
+                            matched.add(slot)
+                    except Exception as exc:  # one bad query never fails the batch
+                        errors[slot] = f"{type(exc).__name__}: {exc}"
+            if allowed is not None:
+                matched &= allowed
+            if dead:
+                matched -= dead
+            slots = sorted(matched)
+            res = self._result(snap, view, slots, list(map(ids_of, slots)), errors, highlight,
+                               cand_count, verified)
+            results.append(res)
+            n_cand += cand_count
+            n_ver += verified
+            n_match += len(slots)
+            n_err += len(res.errors)
+        stats = BatchStats(len(results), n_cand, n_ver, n_match, n_err, time.perf_counter() - t0)
+        return BatchResult(results, stats)
+
+    @staticmethod
+    def _result(
+        snap: _Snapshot, view: _DocView, slots: list[int], ids: list[QueryId],
+        slot_errors: dict[int, str], highlight: bool, candidates: int, verified: int,
+    ) -> DocumentMatches:
+        by_slot = snap.by_slot
+        errors = {by_slot[s].id: msg for s, msg in slot_errors.items() if s not in snap.dead}
+        spans = None
+        if highlight:
+            spans = {}
+            for slot in slots:
+                q = by_slot[slot]
+                try:
+                    spans[q.id] = _highlight(q.node, view)
+                except Exception as exc:  # pragma: no cover - highlighting mirrors matching
+                    errors[q.id] = f"{type(exc).__name__}: {exc}"
+        return DocumentMatches(ids, slots, by_slot, spans, errors, candidates, verified)
+
+    def _percolate_vectorised(
+        self, docs: list[Mapping[str, Any]], highlight: bool, metadata_filter: MetadataFilter,
+    ) -> BatchResult:
+        t0 = time.perf_counter()
+        snap = self.snapshot()
+        n = len(docs)
+        allowed_set = self._allowed(snap.by_slot.values(), metadata_filter)
+        allowed = None
+        size = len(snap.ids)
+        if allowed_set is not None:
+            allowed = np.zeros(size, dtype=bool)
+            if allowed_set:
+                allowed[list(allowed_set)] = True
+        ctx = self._ctx
+        views = [_DocView(doc, ctx) for doc in docs]
+        errors: list[dict[int, str]] = [{} for _ in range(n)]
+        verified = np.zeros(n, dtype=np.int64)
+        cand_count = np.zeros(n, dtype=np.int64)
+        m_docs, m_slots = [], []
+        for seg in snap.segments:
+            d, s, c = seg.match_batch(views, allowed, errors, verified)
+            m_docs.append(d)
+            m_slots.append(s)
+            cand_count += c
+        m_doc = np.concatenate(m_docs)
+        m_slot = np.concatenate(m_slots)
+        keep = ~snap.dead_mask[m_slot] if snap.dead else np.ones(len(m_slot), dtype=bool)
+        if allowed is not None:
+            keep &= allowed[m_slot]
+        codes = _unique(m_doc[keep] * max(size, 1) + m_slot[keep])
+        m_doc = codes // max(size, 1)
+        m_slot = codes - m_doc * max(size, 1)
+        bounds = np.searchsorted(m_doc, np.arange(n + 1)).tolist()
+        all_slots = m_slot.tolist()
+        all_ids = snap.ids_arr[m_slot].tolist()
+        cands = cand_count.tolist()
+        vers = verified.tolist()
+        results = []
+        n_err = 0
+        result = self._result
+        for i in range(n):
+            a, b = bounds[i], bounds[i + 1]
+            res = result(snap, views[i], all_slots[a:b], all_ids[a:b], errors[i], highlight,
+                         cands[i], vers[i])
+            n_err += len(res.errors)
+            results.append(res)
+        stats = BatchStats(n, int(cand_count.sum()), int(verified.sum()), len(all_slots), n_err,
+                           time.perf_counter() - t0)
+        return BatchResult(results, stats)
+
+
+class NoFiltering(_QuerySet):
+    """The baseline: every query evaluated on every document, no index.
+
+    Example:
+        >>> b = NoFiltering(); _ = b.register("q", "apple AND NOT pie")
+        >>> b.percolate({"t": "apple tart"}).ids
+        ['q']
+    """
+
+    def percolate_batch(
+        self, docs: Iterable[Mapping[str, Any]], *, highlight: bool = False,
+        metadata_filter: MetadataFilter = None,
+    ) -> BatchResult:
+        t0 = time.perf_counter()
+        entries = self.queries()
+        by_slot = {q.slot: q for q in entries}
+        allowed = self._allowed(entries, metadata_filter)
+        if allowed is not None:
+            entries = [q for q in entries if q.slot in allowed]
+        results = []
+        n_match = n_err = 0
+        for doc in docs:
+            view = _DocView(doc, self._ctx)
+            matched = []
+            errors: dict[QueryId, str] = {}
+            for q in entries:
+                try:
+                    if _evaluate(q.node, view):
+                        matched.append(q)
+                except Exception as exc:
+                    errors[q.id] = f"{type(exc).__name__}: {exc}"
+            spans = {q.id: _highlight(q.node, view) for q in matched} if highlight else None
+            results.append(DocumentMatches([q.id for q in matched], [q.slot for q in matched],
+                                           by_slot, spans, errors, len(entries), len(entries)))
+            n_match += len(matched)
+            n_err += len(errors)
+        n = len(results)
+        stats = BatchStats(n, n * len(entries), n * len(entries), n_match, n_err,
+                           time.perf_counter() - t0)
+        return BatchResult(results, stats)
