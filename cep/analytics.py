@@ -1,0 +1,2250 @@
+"""Windowed analytics rules as a keyed event-time operator: panes, mergeable partial aggregates, sketches.
+
+A :class:`WindowOperator` runs one compiled :class:`~patterns.analytics.AnalyticsSpec`. Events are
+validated and judged late exactly as the pattern operator does (``cep.operator``): the watermark
+is the largest event time seen (the *clock*) minus the allowed lateness, and an event behind the
+watermark as it stood when the event arrived goes to the late output.
+
+State is columnar. Every aggregate is a *partial*: one row per cell (a key in a pane, or a
+session), built from a whole batch at once with numpy (grouped reductions, one vectorised
+hash of a column, HyperLogLog coupons for all cells in one sort) and merged with other partials
+of the same shape. Tumbling and hopping windows are the merge of their tumbling panes (width
+gcd(size, slide)); a session is the merge of the partials of its events; a SLIDE window is
+computed per event over the key's rows of the preceding ``size`` (prefix sums and range queries).
+
+When a window is emitted (docs/analytics.md has the whole story):
+
+* on time, once the clock reaches the window's end (TUMBLE, HOP, SESSION);
+* as a correction (``"correction": true``), once the watermark reaches the end, if events that
+  arrived after the on-time row (within the allowed lateness) changed it; ``"retract": true``
+  when the row no longer passes HAVING;
+* SLIDE rows once the watermark passes their event (never corrected).
+
+Rows of one call come out in the order the clock crossed their thresholds, ties by window end,
+then key, so the output does not depend on how the input was cut into batches.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from cep.events import EventBatch, format_time, parse_times, to_batch
+from cep.expressions import ColumnarUnsupported, _compile_common, compile_columnar, truthy
+from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, _typed
+from patterns import ast as A
+from patterns.analytics import AggRef, Aggregate, AnalyticsSpec, PrevRef, rebuild_expr
+from sketches import (
+    CountMinSketch,
+    HyperLogLog,
+    ScalableBloomFilter,
+    SketchTypeError,
+    TopK,
+    hash128,
+)
+from sketches.hyperloglog import ADDR_BITS, _ranks
+
+__all__ = ["WindowOperator", "WindowStats"]
+
+STATE_VERSION = 1
+_NEG = np.iinfo(np.int64).min
+_POS = np.iinfo(np.int64).max
+_HLL_M = float(1 << ADDR_BITS)
+_ADDR_MASK = np.uint64((1 << ADDR_BITS) - 1)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+_MAX_CHUNKS = 8
+_GC_KEYS = 65_536
+
+
+@dataclass
+class WindowStats:
+    """What an analytics operator has emitted and kept."""
+
+    matches: int = 0  # rows emitted: on time, corrections and retractions
+    corrections: int = 0
+    retractions: int = 0
+    windows: int = 0  # (key, window) pairs evaluated on time
+    filtered: int = 0  # events WHERE left out
+    eval_errors: int = 0  # expressions that failed on a row (the value became NULL)
+
+
+# ------------------------------------------------------------------ grouping helpers
+
+
+class _Groups:
+    """Rows grouped by an int64 code: the sort order, group starts and group codes."""
+
+    __slots__ = ("order", "starts", "codes", "inv", "n")
+
+    def __init__(self, codes: np.ndarray):
+        n = len(codes)
+        self.n = n
+        if n == 0:
+            self.order = np.zeros(0, dtype=np.int64)
+            self.starts = np.zeros(0, dtype=np.int64)
+            self.codes = np.zeros(0, dtype=np.int64)
+            self.inv = np.zeros(0, dtype=np.int64)
+            return
+        order = np.argsort(codes, kind="stable")
+        sc = codes[order]
+        flag = np.empty(n, dtype=bool)
+        flag[0] = True
+        np.not_equal(sc[1:], sc[:-1], out=flag[1:])
+        self.order = order
+        self.starts = np.flatnonzero(flag)
+        self.codes = sc[self.starts]
+        inv_sorted = np.cumsum(flag) - 1
+        self.inv = np.empty(n, dtype=np.int64)
+        self.inv[order] = inv_sorted
+
+    @property
+    def ngroups(self) -> int:
+        return len(self.starts)
+
+    def counts(self) -> np.ndarray:
+        return np.diff(np.append(self.starts, self.n))
+
+
+_REDUCE = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+
+
+def _reduce(arrays: tuple[np.ndarray, ...], reducers: tuple[str, ...], g: _Groups) -> tuple[np.ndarray, ...]:
+    if g.n == 0:
+        return tuple(a[:0] for a in arrays)
+    return tuple(_REDUCE[r].reduceat(a[g.order], g.starts) for a, r in zip(arrays, reducers))
+
+
+def _concat_parts(parts, nout: int, index: int | None = None):
+    """(values of every part where pos >= 0, their output positions)."""
+    vals, poss = [], []
+    for state, pos, _cells in parts:
+        keep = pos >= 0
+        v = state if index is None else state[index]
+        vals.append(v[keep] if not keep.all() else v)
+        poss.append(pos[keep] if not keep.all() else pos)
+    return vals, np.concatenate(poss) if poss else np.zeros(0, dtype=np.int64)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique for int arrays, by sorting: far faster here than numpy's hash-based unique,
+    and fastest when ``a`` is a concatenation of sorted runs (timsort merges them)."""
+    if len(a) < 2:
+        return a.copy()
+    a = np.sort(a, kind="stable")
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+def _pair_words(cells: np.ndarray, h0: np.ndarray) -> np.ndarray:
+    """A 64-bit word for (cell or key hash, value hash) pairs; the sketches hash it again."""
+    with np.errstate(over="ignore"):
+        return (cells.astype(np.uint64) * _MIX) ^ h0
+
+
+# ------------------------------------------------------------------ aggregate kernels
+
+
+class _Kernel:
+    """How one aggregate is prepared from events, reduced into a partial, merged and read.
+
+    States are plain data (numpy arrays, sketches), so snapshots are pickles of them.
+    """
+
+    agg: Aggregate
+    needs_seen = False
+
+    def __init__(self, agg: Aggregate, op: WindowOperator):
+        self.agg = agg
+        self.op = op
+
+    def prepare(self, vals: np.ndarray) -> tuple[tuple, dict[int, str]]:
+        """Per-event inputs for a batch, and {row: reason} for values of a wrong type."""
+        raise NotImplementedError
+
+    def take(self, inputs: tuple, sel: np.ndarray) -> tuple:
+        return tuple(x[sel] for x in inputs)
+
+    def concat(self, a: tuple, b: tuple) -> tuple:
+        return tuple(np.concatenate((x, y)) for x, y in zip(a, b))
+
+    def build(self, inputs: tuple, g: _Groups, cells: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def combine(self, parts: list, nout: int) -> Any:
+        raise NotImplementedError
+
+    def result(self, state: Any, n: np.ndarray, cells: np.ndarray, ctx: _Ctx) -> tuple[np.ndarray, Any]:
+        raise NotImplementedError
+
+    def empty(self) -> Any:
+        """The aggregate over no rows (PREV_WINDOW of a key absent from the previous window)."""
+        return None
+
+    def slide(self, inputs: tuple, lo: np.ndarray, hi: np.ndarray, rows: _SlideRows, ctx: _Ctx) -> tuple[np.ndarray, Any]:
+        """The aggregate over rows [lo, hi] (inclusive) of ``inputs``, for each query."""
+        raise NotImplementedError
+
+
+class _Aligned(_Kernel):
+    """Aggregates whose partial is a few arrays with one value per cell, merged by sum/min/max."""
+
+    reducers: tuple[str, ...] = ()
+
+    def build(self, inputs, g, cells):
+        return _reduce(inputs, self.reducers, g)
+
+    def combine(self, parts, nout):
+        out = []
+        for i, r in enumerate(self.reducers):
+            vals, pos = _concat_parts(parts, nout, i)
+            v = np.concatenate(vals) if vals else np.zeros(0)
+            out.append(_REDUCE[r].reduceat(v[np.argsort(pos, kind="stable")], _starts(pos, nout)) if len(v) else v)
+        return tuple(out)
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        state = []
+        for a, r in zip(inputs, self.reducers):
+            if r == "sum":
+                cs = np.concatenate(([0], np.cumsum(a)))
+                state.append(cs[hi + 1] - cs[lo])
+            else:
+                state.append(_range_reduce(a, lo, hi, _REDUCE[r]))
+        return self.result(tuple(state), hi - lo + 1, np.zeros(0, dtype=np.int64), ctx)
+
+
+def _starts(pos: np.ndarray, nout: int) -> np.ndarray:
+    counts = np.bincount(pos, minlength=nout)
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
+def _range_reduce(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, uf) -> np.ndarray:
+    """uf over a[lo..hi] for each query: a sparse table, O(n log n) numpy."""
+    if len(lo) == 0:
+        return a[:0]
+    levels = [a]
+    span = 1
+    while span * 2 <= len(a):
+        prev = levels[-1]
+        levels.append(uf(prev[:-span], prev[span:]))
+        span *= 2
+    length = hi - lo + 1
+    k = np.floor(np.log2(length)).astype(np.int64)
+    out = np.empty(len(lo), dtype=a.dtype)
+    for lv in np.unique(k):
+        sel = k == lv
+        t = levels[lv]
+        out[sel] = uf(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
+    return out
+
+
+def _numbers(vals: np.ndarray, what: str) -> tuple[tuple[np.ndarray, ...], dict[int, str]]:
+    """(int values, float values, is-int, is-float) with NULL as neither; bad rows with a reason."""
+    n = len(vals)
+    ival = np.zeros(n, dtype=np.int64)
+    fval = np.zeros(n, dtype=np.float64)
+    isint = np.zeros(n, dtype=bool)
+    isfloat = np.zeros(n, dtype=bool)
+    bad: dict[int, str] = {}
+    k = vals.dtype.kind
+    if k in "iu":
+        ival[:] = vals
+        isint[:] = True
+    elif k == "f":
+        ok = ~np.isnan(vals)
+        fval[ok] = vals[ok]
+        isfloat = ok
+    elif k == "b":
+        for i in range(n):
+            bad[i] = f"{what}: {bool(vals[i])!r} is a boolean, expected a number"
+    else:
+        for i, v in enumerate(vals.tolist()):
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                bad[i] = f"{what}: {v!r} is a boolean, expected a number"
+            elif isinstance(v, int):
+                if -(2**63) <= v < 2**63:
+                    ival[i] = v
+                    isint[i] = True
+                else:
+                    bad[i] = f"{what}: {v!r} does not fit in 64 bits"
+            elif isinstance(v, float):
+                if v == v:
+                    fval[i] = v
+                    isfloat[i] = True
+            else:
+                bad[i] = f"{what}: {_short(v)} is a {type(v).__name__}, expected a number"
+    return (ival, fval, isint, isfloat), bad
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+class _CountNonNull(_Aligned):
+    reducers = ("sum",)
+
+    def prepare(self, vals):
+        if vals.dtype.kind == "f":
+            return ((~np.isnan(vals)).astype(np.int64),), {}
+        if vals.dtype == object:
+            return ((~pd.isna(vals)).astype(np.int64),), {}
+        return (np.ones(len(vals), dtype=np.int64),), {}
+
+    def result(self, state, n, cells, ctx):
+        return state[0], False
+
+    def empty(self):
+        return 0
+
+
+class _Sum(_Aligned):
+    """SUM and AVG: exact int64 sum of integers plus float64 sum of floats, with counts."""
+
+    reducers = ("sum", "sum", "sum", "sum")
+
+    def prepare(self, vals):
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
+        return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+
+    def result(self, state, n, cells, ctx):
+        isum, fsum, ni, nf = state
+        nn = ni + nf
+        nulls = nn == 0
+        if self.agg.func == "AVG":
+            with np.errstate(all="ignore"):
+                return (isum + fsum) / np.maximum(nn, 1), nulls
+        if not nf.any():
+            return isum, nulls
+        if not ni.any():
+            return fsum, nulls
+        out = (isum + fsum).astype(object)
+        ints = nf == 0
+        out[ints] = isum[ints].astype(object)
+        return out, nulls
+
+
+class _MinMax(_Aligned):
+    """MIN and MAX of numbers (exact for int64) or of strings (the kind of the first value seen)."""
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        big = agg.func == "MAX"
+        self.uf = np.maximum if big else np.minimum
+        self.isent = _NEG if big else _POS
+        self.fsent = -np.inf if big else np.inf
+        r = "max" if big else "min"
+        self.reducers = (r, r, "sum", "sum")
+
+    def kind(self) -> str | None:
+        return self.op.value_kinds.get(self.agg.text)
+
+    def prepare(self, vals):
+        kind = self.kind()
+        if kind is None:
+            kind = _value_kind(vals)
+            if kind is not None:
+                self.op.value_kinds[self.agg.text] = kind
+        if kind == "string":
+            out = np.empty(len(vals), dtype=object)
+            bad = {}
+            for i, v in enumerate(vals.tolist()):
+                if v is None or (isinstance(v, float) and v != v):
+                    continue
+                if isinstance(v, str):
+                    out[i] = v
+                else:
+                    bad[i] = f"{self.agg.text}: {_short(v)} is a {type(v).__name__}; earlier values were strings"
+            return (out,), bad
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
+        if kind == "number":
+            for i, reason in list(bad.items()):
+                if "expected a number" in reason:
+                    bad[i] = reason.replace("expected a number", "earlier values were numbers")
+        ival = np.where(isint, ival, self.isent)
+        fval = np.where(isfloat, fval, self.fsent)
+        return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+
+    def _strings(self) -> bool:
+        return self.kind() == "string"
+
+    def build(self, inputs, g, cells):
+        if len(inputs) == 1:
+            return (_object_best(inputs[0], g.inv, g.ngroups, self.agg.func),)
+        return super().build(inputs, g, cells)
+
+    def combine(self, parts, nout):
+        if any(len(st) == 1 for st, _p, _c in parts):
+            # strings: a partial built before the first value fixed the kind holds no values
+            parts = [(st if len(st) == 1 else (np.full(len(c), None, dtype=object),), p, c) for st, p, c in parts]
+            vals, pos = _concat_parts(parts, nout, 0)
+            return (_object_best(np.concatenate(vals), pos, nout, self.agg.func),)
+        return super().combine(parts, nout)
+
+    def result(self, state, n, cells, ctx):
+        if len(state) == 1:
+            v = state[0]
+            return v, pd.isna(v)
+        ib, fb, ni, nf = state
+        nulls = (ni + nf) == 0
+        if not nf.any():
+            return ib, nulls
+        if not ni.any():
+            return fb, nulls
+        out = np.empty(len(ib), dtype=object)
+        for i in range(len(ib)):
+            if ni[i] and nf[i]:
+                a, b = int(ib[i]), float(fb[i])
+                out[i] = a if (a >= b if self.agg.func == "MAX" else a <= b) else b
+            elif ni[i]:
+                out[i] = int(ib[i])
+            elif nf[i]:
+                out[i] = float(fb[i])
+        return out, nulls
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        if len(inputs) == 1:
+            vals = inputs[0].tolist()
+            pick = max if self.agg.func == "MAX" else min
+            out = np.empty(len(lo), dtype=object)
+            for q, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+                got = [v for v in vals[a : b + 1] if v is not None]
+                out[q] = pick(got) if got else None
+            return out, pd.isna(out)
+        return super().slide(inputs, lo, hi, rows, ctx)
+
+
+def _value_kind(vals: np.ndarray) -> str | None:
+    if vals.dtype.kind in "iuf":
+        return "number"
+    for v in vals.tolist():
+        if v is None or (isinstance(v, float) and v != v):
+            continue
+        return "string" if isinstance(v, str) else "number"
+    return None
+
+
+def _object_best(vals: np.ndarray, codes: np.ndarray, ngroups: int, func: str) -> np.ndarray:
+    out = np.empty(ngroups, dtype=object)
+    if len(vals):
+        s = pd.Series(vals, dtype=object)
+        keep = s.notna().to_numpy()
+        if keep.any():
+            grouped = s[keep].groupby(codes[keep])
+            got = grouped.max() if func == "MAX" else grouped.min()
+            out[got.index.to_numpy()] = got.to_numpy()
+    return out
+
+
+class _FirstSeen(_Aligned):
+    """FIRST_SEEN(x): per cell, the values the key had never brought before (Bloom filter)."""
+
+    reducers = ("sum",)
+    needs_seen = True
+
+    def prepare(self, vals):
+        hb, bad = _hash(vals, self.agg.text, skip_empty=False)
+        h0 = np.zeros(len(vals), dtype=np.uint64)
+        valid = np.zeros(len(vals), dtype=bool)
+        if hb is not None:
+            pos = np.flatnonzero(hb.valid) if hb.valid is not None else np.arange(len(vals))
+            h0[pos] = hb.h0
+            valid[pos] = True
+        return (h0, valid, np.zeros(len(vals), dtype=np.int64)), bad
+
+    def build(self, inputs, g, cells):
+        return _reduce((inputs[2],), self.reducers, g)
+
+    def result(self, state, n, cells, ctx):
+        return state[0], False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        cs = np.concatenate(([0], np.cumsum(inputs[2])))
+        return cs[hi + 1] - cs[lo], False
+
+
+def _hash(vals: np.ndarray, what: str, skip_empty: bool):
+    """hash128 of a column; rows of a type no sketch can hash are reported, not raised."""
+    bad: dict[int, str] = {}
+    try:
+        return hash128(vals, skip_empty=skip_empty), bad
+    except (SketchTypeError, TypeError, ValueError):
+        pass
+    clean = vals.astype(object, copy=True)
+    for i, v in enumerate(vals.tolist()):
+        try:
+            hash128([v])
+        except (SketchTypeError, TypeError, ValueError):
+            bad[i] = f"{what}: {_short(v)} is a {type(v).__name__}; expected a string, number or bytes"
+            clean[i] = None
+    return hash128(clean, skip_empty=skip_empty), bad
+
+
+def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    hb, bad = _hash(vals, what, skip_empty)
+    n = len(vals)
+    h0 = np.zeros(n, dtype=np.uint64)
+    h1 = np.zeros(n, dtype=np.uint64)
+    valid = np.zeros(n, dtype=bool)
+    pos = np.flatnonzero(hb.valid) if hb.valid is not None else np.arange(n)
+    h0[pos] = hb.h0
+    h1[pos] = hb.h1
+    valid[pos] = True
+    return h0, h1, valid, bad
+
+
+class _Entries(_Kernel):
+    """Exact COUNT(DISTINCT x): the sorted set of (cell, 128-bit value hash) per partial."""
+
+    def prepare(self, vals):
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        return (h0, h1, valid), bad
+
+    def build(self, inputs, g, cells):
+        h0, h1, valid = inputs
+        return _unique3(g.inv[valid], h0[valid], h1[valid])
+
+    def combine(self, parts, nout):
+        idx, a, b = [], [], []
+        for (ci, c0, c1), pos, _cells in parts:
+            p = pos[ci]
+            keep = p >= 0
+            idx.append(p[keep])
+            a.append(c0[keep])
+            b.append(c1[keep])
+        return _unique3(np.concatenate(idx), np.concatenate(a), np.concatenate(b))
+
+    def result(self, state, n, cells, ctx):
+        return np.bincount(state[0], minlength=len(n)).astype(np.int64), False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        h0, _h1, valid = inputs
+        out = _slide_counter(h0.view(np.int64), valid, lo, hi, lambda c, q: len(c))
+        return np.asarray(out, dtype=np.int64), False
+
+
+def _unique3(idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted unique (cell, h0, h1) triples.
+
+    One stable sort on a packed word (cell << 32 | high half of h0; timsort merges the sorted
+    runs partials arrive as), then a full sort of the rare blocks whose packed words tie.
+    """
+    n = len(idx)
+    if n == 0:
+        return idx.astype(np.int64), a, b
+    key = (idx.astype(np.uint64) << np.uint64(32)) | (a >> np.uint64(32))
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    eq = key[1:] == key[:-1]
+    if eq.any():
+        tie = np.zeros(n, dtype=bool)
+        tie[1:] |= eq
+        tie[:-1] |= eq
+        t = np.flatnonzero(tie)
+        sub = order[t]
+        order[t] = sub[np.lexsort((b[sub], a[sub], key[t]))]
+    idx, a, b = idx[order], a[order], b[order]
+    keep = np.ones(n, dtype=bool)
+    keep[1:] = (idx[1:] != idx[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return idx[keep].astype(np.int64), a[keep], b[keep]
+
+
+def _slide_counter(ids: np.ndarray, valid: np.ndarray, lo: np.ndarray, hi: np.ndarray, read: Callable) -> list:
+    """read(counter, q) for every query q over rows [lo[q], hi[q]], two pointers per run of queries.
+
+    Queries come sorted by key then time, so lo and hi only move forward within a key; a query
+    whose lo goes back starts a fresh counter.
+    """
+    out = []
+    counter: Counter = Counter()
+    cur_lo, cur_hi = 0, -1
+    ids_l = ids.tolist()
+    valid_l = valid.tolist()
+    for q, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+        if a < cur_lo or a > cur_hi + 1:
+            counter = Counter()
+            cur_lo, cur_hi = a, a - 1
+        while cur_hi < b:
+            cur_hi += 1
+            if valid_l[cur_hi]:
+                counter[ids_l[cur_hi]] += 1
+        while cur_lo < a:
+            if valid_l[cur_lo]:
+                v = ids_l[cur_lo]
+                counter[v] -= 1
+                if not counter[v]:
+                    del counter[v]
+            cur_lo += 1
+        out.append(read(counter, q))
+    return out
+
+
+class _HyperLogLog(_Kernel):
+    """APPROX_COUNT_DISTINCT(x): HyperLogLog sketches of every cell at once.
+
+    A cell's sketch is exactly the :class:`~sketches.HyperLogLog` of its values: sparse, the
+    set of 26-bit addresses with their highest rank (``address << 6 | rank``, the words
+    ``HyperLogLog.to_bytes`` writes), kept for all cells of a partial in one sorted array; dense
+    (past 2**p / 4 addresses), its 2**p registers. Merges take the union of addresses or the
+    register-wise max, as ``HyperLogLog.merge`` does; the estimate is the sketch's own.
+    """
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        self.p = op.spec.sketches.hll_precision
+        self.m = 1 << self.p
+        self.limit = max(self.m // 4, 1)
+
+    def prepare(self, vals):
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True)
+        coupons = np.zeros(len(vals), dtype=np.uint32)
+        if valid.any():
+            coupons[valid] = (((h0[valid] & _ADDR_MASK) << np.uint64(6)) | _ranks(h1[valid])).astype(np.uint32)
+        return (coupons, valid), bad
+
+    def _sparse(self, idx: np.ndarray, coupons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unique (cell, coupon) keeping the highest rank per (cell, address), sorted."""
+        if len(idx) == 0:
+            return idx.astype(np.int64), coupons.astype(np.uint32)
+        key = (idx.astype(np.uint64) << np.uint64(32)) | coupons.astype(np.uint64)
+        key.sort(kind="stable")  # partials arrive as sorted runs: timsort merges them
+        addr = key >> np.uint64(6)
+        last = np.ones(len(key), dtype=bool)
+        last[:-1] = addr[1:] != addr[:-1]
+        key = key[last]
+        return (key >> np.uint64(32)).astype(np.int64), (key & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+    def _regs(self, coupons: np.ndarray) -> np.ndarray:
+        regs = np.zeros(self.m, dtype=np.uint8)
+        k = coupons.astype(np.int64)
+        np.maximum.at(regs, (k >> 6) & (self.m - 1), (k & 63).astype(np.uint8))
+        return regs
+
+    def _finish(self, idx: np.ndarray, coupons: np.ndarray, dense: dict[int, np.ndarray]):
+        """Move cells past the sparse limit (or already dense) into registers."""
+        if len(idx):
+            counts = np.bincount(idx)
+            over = np.flatnonzero(counts > self.limit)
+            dense_cells = set(dense) | set(over.tolist())
+        else:
+            dense_cells = set(dense)
+        if dense_cells:
+            mark = np.isin(idx, np.fromiter(dense_cells, dtype=np.int64))
+            if mark.any():
+                d_idx, d_c = idx[mark], coupons[mark]
+                starts = np.flatnonzero(np.r_[True, d_idx[1:] != d_idx[:-1]])
+                ends = np.append(starts[1:], len(d_idx))
+                for s, e in zip(starts.tolist(), ends.tolist()):
+                    c = int(d_idx[s])
+                    regs = self._regs(d_c[s:e])
+                    dense[c] = np.maximum(dense[c], regs) if c in dense else regs
+                idx, coupons = idx[~mark], coupons[~mark]
+        return idx, coupons, dense
+
+    def build(self, inputs, g, cells):
+        coupons, valid = inputs
+        idx, cp = self._sparse(g.inv[valid], coupons[valid])
+        return self._finish(idx, cp, {})
+
+    def combine(self, parts, nout):
+        idx, cps = [], []
+        dense: dict[int, np.ndarray] = {}
+        for (ci, cc, dd), pos, _cells in parts:
+            p = pos[ci]
+            keep = p >= 0
+            idx.append(p[keep])
+            cps.append(cc[keep])
+            for c, regs in dd.items():
+                o = int(pos[c])
+                if o >= 0:
+                    dense[o] = np.maximum(dense[o], regs) if o in dense else regs
+        i, c = self._sparse(np.concatenate(idx), np.concatenate(cps))
+        return self._finish(i, c, dense)
+
+    def result(self, state, n, cells, ctx):
+        idx, _cp, dense = state
+        k = np.bincount(idx, minlength=len(n)).astype(np.float64)
+        est = -_HLL_M * np.log1p(-k / _HLL_M)
+        header = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 1))
+        for c, regs in dense.items():
+            est[c] = HyperLogLog.from_bytes(header + regs.tobytes()).estimate()
+        return np.rint(est).astype(np.int64), False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        coupons, valid = inputs
+        # SLIDE windows keep their rows, so the count is exact: distinct non-empty values
+        h = rows.hashes(self)
+        out = _slide_counter(h, valid, lo, hi, lambda c, q: len(c))
+        return np.asarray(out, dtype=np.int64), False
+
+
+class _TopK(_Kernel):
+    """APPROX_TOP_K(x, k): a heavy-hitters sketch (sketches.TopK) per cell."""
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        self.k = int(agg.extra)
+        self.capacity = max(op.spec.sketches.topk_capacity, 4 * self.k)
+
+    def prepare(self, vals):
+        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        out = vals.astype(object) if vals.dtype != object else vals.copy()
+        out[~valid] = None
+        return (out, valid), bad
+
+    def build(self, inputs, g, cells):
+        vals, valid = inputs
+        out: dict[int, TopK] = {}
+        sv = vals[g.order]
+        ends = np.append(g.starts[1:], g.n)
+        for c, (s, e) in enumerate(zip(g.starts.tolist(), ends.tolist())):
+            chunk = sv[s:e]
+            if any(v is not None for v in chunk):
+                t = TopK(self.capacity)
+                t.update(chunk)
+                out[c] = t
+        return out
+
+    def combine(self, parts, nout):
+        out: dict[int, TopK] = {}
+        for state, pos, _cells in parts:
+            for c, t in state.items():
+                o = int(pos[c])
+                if o < 0:
+                    continue
+                if o in out:
+                    out[o].merge(t)
+                else:
+                    out[o] = t.copy()
+        return out
+
+    def result(self, state, n, cells, ctx):
+        out = np.empty(len(n), dtype=object)
+        for i in range(len(n)):
+            t = state.get(i)
+            out[i] = [[v, c] for v, c in t.top(self.k)] if t is not None else []
+        return out, False
+
+    def empty(self):
+        return []
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        vals, valid = inputs
+        h = rows.hashes(self)
+        first: dict[int, Any] = {}
+        for hv, v, ok in zip(h.tolist(), vals.tolist(), valid.tolist()):
+            if ok and hv not in first:
+                first[hv] = v
+        k = self.k
+
+        def read(c: Counter, q: int):
+            top = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            return [[first[hv], cnt] for hv, cnt in top]
+
+        out = np.empty(len(lo), dtype=object)
+        out[:] = _slide_counter(h, valid, lo, hi, read)
+        return out, False
+
+
+class _CountMin(_Kernel):
+    """APPROX_COUNT(x, v): one plain Count-Min sketch per partial over (cell, value) pairs.
+
+    Plain (not conservative) updates make a merge equal to one sketch fed every pane, so the
+    answer does not depend on batching. A cell merged from several (a session that absorbed
+    another) sums the estimates of its parts: still never below the true count.
+    """
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        cfg = op.spec.sketches
+        self.width, self.depth = cfg.cms_width, cfg.cms_depth
+        self.value = agg.extra
+
+    def prepare(self, vals):
+        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        return (h0, valid), bad
+
+    def build(self, inputs, g, cells):
+        h0, valid = inputs
+        cms = CountMinSketch(self.width, self.depth, conservative=False)
+        if valid.any():
+            cms.update(_pair_words(cells[g.inv[valid]], h0[valid]))
+        return cms, [(cells, np.arange(len(cells), dtype=np.int64))]
+
+    def combine(self, parts, nout):
+        cms = CountMinSketch(self.width, self.depth, conservative=False)
+        maps = []
+        for (c, part_maps), pos, _cells in parts:
+            cms.merge(c)
+            for orig, p in part_maps:
+                q = pos[p]
+                keep = q >= 0
+                maps.append((orig[keep], q[keep]))
+        if not maps:
+            return cms, []
+        o = np.concatenate([m[0] for m in maps])
+        q = np.concatenate([m[1] for m in maps])
+        if not len(o):
+            return cms, []
+        pairs = np.unique(np.stack((o, q)), axis=1)
+        return cms, [(pairs[0], pairs[1])]
+
+    def result(self, state, n, cells, ctx):
+        cms, maps = state
+        values = ctx.eval_per_cell(self.value)
+        vh0, _vh1, vvalid, _bad = _aligned_hashes(values, self.agg.text, skip_empty=False)
+        out = np.zeros(len(n), dtype=np.int64)
+        for orig, q in maps:
+            ok = vvalid[q]
+            if ok.any():
+                est = cms.estimate(_pair_words(orig[ok], vh0[q[ok]]))
+                np.add.at(out, q[ok], est)
+        return out, False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        h0, valid = inputs
+        values = ctx.eval_per_cell(self.value)
+        vh0, _vh1, vvalid, _bad = _aligned_hashes(values, self.agg.text, skip_empty=False)
+        want = np.where(vvalid, vh0.view(np.int64), 0).tolist()
+        okv = vvalid.tolist()
+        out = _slide_counter(h0.view(np.int64), valid, lo, hi, lambda c, q: c.get(want[q], 0) if okv[q] else 0)
+        return np.asarray(out, dtype=np.int64), False
+
+
+class _CountStar(_Kernel):
+    def prepare(self, vals):
+        return (), {}
+
+    def take(self, inputs, sel):
+        return ()
+
+    def concat(self, a, b):
+        return ()
+
+    def build(self, inputs, g, cells):
+        return None
+
+    def combine(self, parts, nout):
+        return None
+
+    def result(self, state, n, cells, ctx):
+        return n, False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        return hi - lo + 1, False
+
+
+_KERNELS: dict[str, type[_Kernel]] = {
+    "COUNT": _CountNonNull,
+    "SUM": _Sum,
+    "AVG": _Sum,
+    "MIN": _MinMax,
+    "MAX": _MinMax,
+    "COUNT_DISTINCT": _Entries,
+    "APPROX_COUNT_DISTINCT": _HyperLogLog,
+    "APPROX_TOP_K": _TopK,
+    "APPROX_COUNT": _CountMin,
+    "FIRST_SEEN": _FirstSeen,
+}
+
+
+def _make_kernel(agg: Aggregate, op: WindowOperator) -> _Kernel:
+    if agg.func == "COUNT" and agg.arg is None:
+        return _CountStar(agg, op)
+    return _KERNELS[agg.func](agg, op)
+
+
+# ------------------------------------------------------------------ partials
+
+
+class _Partial:
+    """Partial aggregates of a set of cells: sorted cell ids, rows per cell, one state per slot."""
+
+    __slots__ = ("cells", "n", "states")
+
+    def __init__(self, cells: np.ndarray, n: np.ndarray, states: list):
+        self.cells = cells
+        self.n = n
+        self.states = states
+
+    def __getstate__(self):
+        return (self.cells, self.n, self.states)
+
+    def __setstate__(self, st):
+        self.cells, self.n, self.states = st
+
+
+def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """values in a sorted array of unique int64 (np.isin is slow on the small arrays here)."""
+    if not len(sorted_set):
+        return np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(sorted_set, values).clip(max=len(sorted_set) - 1)
+    return sorted_set[at] == values
+
+
+def _combine(
+    parts: list[_Partial], kernels: list[_Kernel], mapper: Callable | None = None, keep: np.ndarray | None = None
+) -> _Partial:
+    """Merge partials into one: cells mapped by ``mapper`` (e.g. session -> its root) and
+    restricted to ``keep``; each aggregate merges its states (union, max, sum, sketch merge)."""
+    if len(parts) == 1 and mapper is None and keep is None:
+        return parts[0]  # a partial is already merged within itself
+    mapped = []
+    for c in parts:
+        m = c.cells if mapper is None else mapper(c.cells)
+        ok = _member(m, keep) if keep is not None else None
+        mapped.append((m, ok))
+    pieces = [m if ok is None else m[ok] for m, ok in mapped]
+    out = _sorted_unique(np.concatenate(pieces)) if pieces else np.zeros(0, dtype=np.int64)
+    out = out.astype(np.int64)
+    nout = len(out)
+    n = np.zeros(nout, dtype=np.int64)
+    positions = []
+    for c, (m, ok) in zip(parts, mapped):
+        pos = np.searchsorted(out, m).astype(np.int64) if nout else np.full(len(m), -1, dtype=np.int64)
+        if ok is not None:
+            pos[~ok] = -1
+        positions.append(pos)
+        sel = pos >= 0
+        np.add.at(n, pos[sel], c.n[sel])
+    states = [
+        k.combine([(c.states[i], pos, c.cells) for c, pos in zip(parts, positions)], nout)
+        for i, k in enumerate(kernels)
+    ]
+    return _Partial(out, n, states)
+
+
+# ------------------------------------------------------------------ events and evaluation context
+
+
+class _Events:
+    """The events of one segment: times, key ids, positions in the call's stream, prepared inputs."""
+
+    __slots__ = ("ts", "kid", "pos", "inputs", "cols")
+
+    def __init__(self, ts, kid, pos, inputs, cols):
+        self.ts = ts
+        self.kid = kid
+        self.pos = pos
+        self.inputs = inputs
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, sel: np.ndarray, kernels: list[_Kernel]) -> _Events:
+        return _Events(
+            self.ts[sel], self.kid[sel], self.pos[sel],
+            [k.take(x, sel) for k, x in zip(kernels, self.inputs)],
+            {c: v[sel] for c, v in self.cols.items()},
+        )
+
+
+class _Ctx:
+    """What SELECT and HAVING read for a set of output rows: keys, window bounds, slots."""
+
+    def __init__(self, op: WindowOperator, kids: np.ndarray, wstart: np.ndarray, wend: np.ndarray,
+                 cols: dict[str, np.ndarray] | None = None):
+        self.op = op
+        self.kids = kids
+        self.n = len(kids)
+        self.wstart = wstart
+        self.wend = wend
+        self.cols = cols or {}
+        self.values: dict[str, tuple[np.ndarray, Any]] = {}
+        self._keys: list | None = None
+
+    def keys(self) -> list:
+        if self._keys is None:
+            kv = self.op._key_values
+            self._keys = [kv[k] for k in self.kids.tolist()]
+        return self._keys
+
+    def column(self, name: str) -> tuple[np.ndarray, Any]:
+        if name in self.values:
+            return self.values[name]
+        op = self.op
+        if name in op.key_cols:
+            keys = self.keys()
+            j = op.key_cols.index(name)
+            arr = np.empty(self.n, dtype=object)
+            arr[:] = keys if len(op.key_cols) == 1 else [k[j] for k in keys]
+            got = _typed(_narrow_obj(arr))
+        elif name == "window_start":
+            got = (self.wstart, False)
+        elif name == "window_end":
+            got = (self.wend, False)
+        elif name in self.cols:
+            got = _typed(self.cols[name])
+        else:
+            got = (np.full(self.n, None, dtype=object), np.ones(self.n, dtype=bool))
+        self.values[name] = got
+        return got
+
+    def eval_per_cell(self, e: A.Expr) -> np.ndarray:
+        """A row expression over keys and constants (APPROX_COUNT's value), one per output row."""
+        if isinstance(e, A.Literal):
+            out = np.empty(self.n, dtype=object)
+            out[:] = [e.value] * self.n
+            return out
+        if isinstance(e, A.Column):
+            v, nulls = self.column(e.name)
+            v = v.astype(object) if v.dtype != object else v.copy()
+            if nulls is not False and nulls is not None:
+                v[np.broadcast_to(np.asarray(nulls, dtype=bool), (self.n,))] = None
+            return v
+        fn = self.op._rowwise(e)
+        lists: dict = {}
+        out = np.empty(self.n, dtype=object)
+        for i in range(self.n):
+            out[i] = self.op._safe(fn, (i, self, lists))
+        return out
+
+
+def _narrow_obj(arr: np.ndarray) -> np.ndarray:
+    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    try:
+        if kind == "integer":
+            return arr.astype(np.int64)
+        if kind == "floating":
+            return arr.astype(np.float64)
+    except (OverflowError, ValueError, TypeError):
+        pass
+    return arr
+
+
+# ------------------------------------------------------------------ window engines
+
+
+class _Emission:
+    """One batch of candidate output rows: what triggered it and its evaluated slots."""
+
+    __slots__ = ("trigger", "threshold", "kind", "rows", "tie")
+
+    def __init__(self, trigger: int, threshold: int, kind: int, rows: list, tie: tuple = ()):
+        self.trigger = trigger  # position in the call's stream where the clock reached the threshold
+        self.threshold = threshold  # the window end (on time) or end + lateness (correction)
+        self.kind = kind  # 0 on time, 1 correction
+        self.rows = rows
+        self.tie = tie  # orders emissions of one trigger and threshold: the key, the window start
+
+    def sort_key(self) -> tuple:
+        return (self.trigger, self.threshold, self.kind, self.tie)
+
+
+class _Win:
+    """A TUMBLE/HOP window with data, until it is final."""
+
+    __slots__ = ("fired", "emitted", "dirty")
+
+    def __init__(self, fired: bool = False):
+        self.fired = fired
+        self.emitted: dict[int, dict] = {}
+        self.dirty: list[np.ndarray] = []
+
+
+class _PaneWindows:
+    """TUMBLE and HOP windows over tumbling panes of width gcd(size, slide)."""
+
+    def __init__(self, op: WindowOperator):
+        w = op.spec.window
+        self.op = op
+        self.size, self.step, self.g = w.size_ms, w.step_ms, w.pane_ms
+        self.prev = 1 if op.spec.prev else 0
+        self.panes: dict[int, list[_Partial]] = {}
+        self.wins: dict[int, _Win] = {}
+
+    # window k covers [k * step, k * step + size)
+    def end(self, k: int) -> int:
+        return k * self.step + self.size
+
+    def windows_of_pane(self, p: int) -> range:
+        start = p * self.g
+        return range((start - self.size) // self.step + 1, start // self.step + 1)
+
+    def panes_of(self, k: int) -> range:
+        s = k * self.step
+        return range(s // self.g, (s + self.size) // self.g)
+
+    def split_before(self, ts: np.ndarray, prior: np.ndarray) -> np.ndarray:
+        """Events that land in a window the clock has already passed: apply them on their own."""
+        first_end = ((ts - self.size) // self.step + 1) * self.step + self.size
+        return first_end <= prior
+
+    def apply(self, ev: _Events, clock_before: int) -> None:
+        if not len(ev):
+            return
+        op = self.op
+        pane = ev.ts // self.g
+        lo, hi = int(pane.min()), int(pane.max())
+        for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
+            sel = pane == p
+            if not sel.any():
+                continue
+            part = op._build(ev.take(sel, op.kernels), ev.kid[sel])
+            chunks = self.panes.setdefault(p, [])
+            chunks.append(part)
+            if len(chunks) > _MAX_CHUNKS:
+                self.panes[p] = [_combine(chunks, op.kernels)]
+            for k in self.windows_of_pane(p):
+                w = self.wins.get(k)
+                if w is None:
+                    w = self.wins[k] = _Win()
+                if w.fired:
+                    w.dirty.append(part.cells)
+
+    def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
+        op = self.op
+        out: list[_Emission] = []
+        lat = op.lateness
+        due = sorted(k for k, w in self.wins.items() if not w.fired and (final or self.end(k) <= clock))
+        for k in due:
+            e = self.end(k)
+            trig = _trigger(r_all, e, seg_start, final)
+            w = self.wins[k]
+            rows = self.emit(k, None)
+            w.fired = True
+            if lat > 0 and not final:
+                w.emitted = dict(rows)
+            out.append(_Emission(trig, e, 0, [r for _kid, r in rows]))
+        done = sorted(k for k in self.wins if final or self.end(k) + lat <= clock)
+        for k in done:
+            w = self.wins.pop(k)
+            if w.dirty:
+                # late events landed after the on-time row: re-emit what they changed
+                e = self.end(k) + lat
+                kids = _sorted_unique(np.concatenate(w.dirty))
+                rows = self.emit(k, kids)
+                out.append(_Emission(_trigger(r_all, e, seg_start, final), e, 1, _corrections(kids, rows, w.emitted, op)))
+        if final:
+            self.panes.clear()
+        else:
+            for p in list(self.panes):
+                last = p * self.g // self.step + self.prev
+                if self.end(last) + lat <= clock:
+                    del self.panes[p]
+        return out
+
+    def emit(self, k: int, kids: np.ndarray | None) -> list[tuple[int, dict]]:
+        op = self.op
+        chunks = [c for p in self.panes_of(k) for c in self.panes.get(p, ())]
+        if not chunks:
+            return []
+        part = _combine(chunks, op.kernels, keep=kids)
+        if not len(part.cells):
+            return []
+        prev = None
+        if op.spec.prev:
+            pchunks = [c for p in self.panes_of(k - 1) for c in self.panes.get(p, ())]
+            prev = _combine(pchunks, op.kernels, keep=part.cells) if pchunks else None
+        start = k * self.step
+        wstart = np.full(len(part.cells), start, dtype=np.int64)
+        wend = np.full(len(part.cells), start + self.size, dtype=np.int64)
+        ctx = _Ctx(op, part.cells, wstart, wend)
+        rows = op._evaluate(part, prev, ctx)
+        if not rows:
+            return []
+        kids = part.cells[[i for i, _r in rows]].tolist()
+        return list(zip(kids, [r for _i, r in rows]))
+
+    def live_kids(self) -> set[int]:
+        out: set[int] = set()
+        for chunks in self.panes.values():
+            for c in chunks:
+                out.update(c.cells.tolist())
+        return out
+
+    def state(self) -> dict:
+        wins = {k: (w.fired, w.emitted, w.dirty) for k, w in self.wins.items()}
+        return {"panes": self.panes, "wins": wins}
+
+    def load(self, st: dict) -> None:
+        self.panes = st["panes"]
+        self.wins = {}
+        for k, (fired, emitted, dirty) in st["wins"].items():
+            w = _Win(fired)
+            w.emitted, w.dirty = emitted, dirty
+            self.wins[k] = w
+
+
+def _trigger(r_all: np.ndarray, threshold: int, seg_start: int, final: bool) -> int:
+    """Where in the call's stream the clock first reached ``threshold`` (not before the segment)."""
+    if final:
+        return len(r_all)
+    return max(int(np.searchsorted(r_all, threshold, side="left")), seg_start)
+
+
+def _corrections(kids: np.ndarray, rows: list[tuple[int, dict]], emitted: dict[int, dict], op: WindowOperator) -> list[dict]:
+    """Rows of a window made final whose late events changed it: new rows, changed rows, retractions."""
+    out = []
+    now = dict(rows)
+    kv = op._key_values
+    for kid in sorted(kids.tolist(), key=lambda k: _sort_key(kv[k])):
+        new = now.get(kid)
+        old = emitted.get(kid)
+        if new is not None:
+            if old is None or new != old:
+                row = dict(new)
+                row["correction"] = True
+                out.append(row)
+                op.stats.corrections += 1
+        elif old is not None:
+            row = op._row_for_retraction(kid, old)
+            out.append(row)
+            op.stats.retractions += 1
+    return out
+
+
+class _SessionWindows:
+    """SESSION windows: per key, events closer than the gap share a window [first, last + gap).
+
+    Open sessions are columns (id, key, first and last time, fired, dirty); their aggregates are
+    partials whose cells are session ids. Events in time order extend each key's latest session
+    or start new ones, all keys at once; an out-of-order event is applied on its own and may
+    extend, or bridge and merge, sessions (a merged-away session's cells then map to the
+    survivor). Firing, finality and the order of rows are computed column-wise too.
+    """
+
+    COLS = ("sid", "kid", "start", "last", "fired", "dirty")
+
+    def __init__(self, op: WindowOperator):
+        self.op = op
+        self.gap = op.spec.window.size_ms
+        self.sid = np.zeros(0, dtype=np.int64)
+        self.kid = np.zeros(0, dtype=np.int64)
+        self.start = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.int64)
+        self.fired = np.zeros(0, dtype=bool)
+        self.dirty = np.zeros(0, dtype=bool)
+        self.emitted: dict[int, tuple[int, dict]] = {}  # sid -> (start, row) emitted on time
+        self.absorbed: dict[int, list[dict]] = {}  # sid -> rows of fired sessions merged into it
+        self.root_of: dict[int, int] = {}
+        self.chunks: list[_Partial] = []
+        self.next_sid = 0
+
+    def split_before(self, ts: np.ndarray, prior: np.ndarray) -> np.ndarray:
+        """Out-of-order events may extend or bridge sessions: each one is applied on its own."""
+        late = ts < prior
+        nxt = np.zeros(len(ts), dtype=bool)
+        nxt[1:] = late[:-1]
+        return late | nxt
+
+    def _append(self, kid: np.ndarray, start: np.ndarray, last: np.ndarray) -> np.ndarray:
+        sid = np.arange(self.next_sid, self.next_sid + len(kid), dtype=np.int64)
+        self.next_sid += len(kid)
+        self.sid = np.concatenate((self.sid, sid))
+        self.kid = np.concatenate((self.kid, kid))
+        self.start = np.concatenate((self.start, start))
+        self.last = np.concatenate((self.last, last))
+        self.fired = np.concatenate((self.fired, np.zeros(len(kid), dtype=bool)))
+        self.dirty = np.concatenate((self.dirty, np.zeros(len(kid), dtype=bool)))
+        return sid
+
+    def apply(self, ev: _Events, clock_before: int) -> None:
+        n = len(ev)
+        if not n:
+            return
+        if n == 1 and int(ev.ts[0]) < clock_before:
+            sid_of = np.array([self._one(int(ev.kid[0]), int(ev.ts[0]))], dtype=np.int64)
+        else:
+            sid_of = self._ordered(ev)
+        self.chunks.append(self.op._build(ev, sid_of))
+        if len(self.chunks) > 4 * _MAX_CHUNKS:
+            self._compact()
+
+    def _ordered(self, ev: _Events) -> np.ndarray:
+        """Events in time order (each at or past the clock): they extend a key's latest session or
+        start new ones; a fired session extended by a late event can still be reached."""
+        g = _Groups(ev.kid)
+        ts = ev.ts[g.order]
+        kid = ev.kid[g.order]
+        n = len(ts)
+        brk = np.ones(n, dtype=bool)
+        brk[1:] = (kid[1:] != kid[:-1]) | (ts[1:] - ts[:-1] >= self.gap)
+        rs = np.flatnonzero(brk)
+        re = np.append(rs[1:], n)
+        rkid, t0, t1 = kid[rs], ts[rs], ts[re - 1]
+        first = np.ones(len(rs), dtype=bool)
+        first[1:] = rkid[1:] != rkid[:-1]
+        run_sid = np.full(len(rs), -1, dtype=np.int64)
+        # the latest open session of each key (open sessions of a key never overlap)
+        if len(self.sid):
+            order = np.lexsort((self.start, self.kid))
+            okid = self.kid[order]
+            is_last = np.ones(len(order), dtype=bool)
+            is_last[:-1] = okid[1:] != okid[:-1]
+            lk, li = okid[is_last], order[is_last]
+            fr = np.flatnonzero(first)
+            at = np.searchsorted(lk, rkid[fr]).clip(max=len(lk) - 1)
+            hit = lk[at] == rkid[fr]
+            idx = li[at]
+            join = hit & (t0[fr] - self.last[idx] < self.gap)
+            if join.any():
+                j_runs, j_idx = fr[join], idx[join]
+                run_sid[j_runs] = self.sid[j_idx]
+                self.last[j_idx] = np.maximum(self.last[j_idx], t1[j_runs])
+                self.dirty[j_idx] |= self.fired[j_idx]
+        new = run_sid < 0
+        if new.any():
+            run_sid[new] = self._append(rkid[new], t0[new], t1[new])
+        out = np.empty(n, dtype=np.int64)
+        out[g.order] = np.repeat(run_sid, re - rs)
+        return out
+
+    def _one(self, kid: int, ts: int) -> int:
+        """An out-of-order event: join, extend or bridge the key's sessions it falls within gap of."""
+        hit = np.flatnonzero((self.kid == kid) & (self.start - self.gap < ts) & (ts < self.last + self.gap))
+        if not len(hit):
+            return int(self._append(np.array([kid]), np.array([ts]), np.array([ts]))[0])
+        hit = hit[np.argsort(self.start[hit], kind="stable")]
+        r = int(hit[0])
+        root = int(self.sid[r])
+        self.dirty[r] |= self.fired[r]
+        for o in hit[1:].tolist():
+            other = int(self.sid[o])
+            self.start[r] = min(self.start[r], self.start[o])
+            self.last[r] = max(self.last[r], self.last[o])
+            if self.fired[o] or self.dirty[o]:
+                self.dirty[r] = True
+            old = self.emitted.pop(other, None)
+            gone = self.absorbed.setdefault(root, [])
+            if old is not None:
+                gone.append(old[1])
+            gone.extend(self.absorbed.pop(other, []))
+            if not gone:
+                del self.absorbed[root]
+            for m, rt in list(self.root_of.items()):
+                if rt == other:
+                    self.root_of[m] = root
+            self.root_of[other] = root
+        self.start[r] = min(self.start[r], ts)
+        self.last[r] = max(self.last[r], ts)
+        if len(hit) > 1:
+            keep = np.ones(len(self.sid), dtype=bool)
+            keep[hit[1:]] = False
+            self._keep(keep)
+        return root
+
+    def _keep(self, mask: np.ndarray) -> None:
+        for c in self.COLS:
+            setattr(self, c, getattr(self, c)[mask])
+
+    def _mapper(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        if not self.root_of:
+            return None
+        src = np.fromiter(self.root_of.keys(), dtype=np.int64, count=len(self.root_of))
+        dst = np.fromiter(self.root_of.values(), dtype=np.int64, count=len(self.root_of))
+        order = np.argsort(src)
+        src, dst = src[order], dst[order]
+
+        def mapper(cells: np.ndarray) -> np.ndarray:
+            at = np.searchsorted(src, cells).clip(max=len(src) - 1)
+            return np.where(src[at] == cells, dst[at], cells)
+
+        return mapper
+
+    def _compact(self) -> None:
+        if self.chunks:
+            self.chunks = [_combine(self.chunks, self.op.kernels, self._mapper(), keep=np.sort(self.sid))]
+
+    def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
+        op = self.op
+        lat = op.lateness
+        end = self.last + self.gap
+        due = ~self.fired & ((end <= clock) if not final else True)
+        done = (end + lat <= clock) if not final else np.ones(len(end), dtype=bool)
+        rows: list[dict] = []
+        trig: list[np.ndarray] = []
+        thr: list[np.ndarray] = []
+        kind: list[np.ndarray] = []
+        who: list[np.ndarray] = []  # index into the session columns, for the key and start order
+        if due.any():
+            at = np.flatnonzero(due)
+            got = self.emit(at)
+            self.fired[at] = True
+            rows_at = np.array(sorted(got), dtype=np.int64)
+            if lat > 0 and not final:
+                for i in rows_at.tolist():
+                    self.emitted[int(self.sid[i])] = (int(self.start[i]), got[i])
+            rows += [got[i] for i in rows_at.tolist()]
+            e = end[rows_at]
+            trig.append(_triggers(r_all, e, seg_start, final))
+            thr.append(e)
+            kind.append(np.zeros(len(rows_at), dtype=np.int64))
+            who.append(rows_at)
+        fix = np.flatnonzero(done & self.dirty)
+        if len(fix):
+            now = self.emit(fix)
+            for i in fix.tolist():
+                sid = int(self.sid[i])
+                em = self._corrections(i, now.get(i))
+                rows += em
+                e_fix = int(end[i] + lat)
+                trig.append(_triggers(r_all, np.full(len(em), e_fix), seg_start, final))
+                thr.append(np.full(len(em), e_fix, dtype=np.int64))
+                kind.append(np.ones(len(em), dtype=np.int64))
+                who.append(np.full(len(em), i, dtype=np.int64))
+                self.emitted.pop(sid, None)
+                self.absorbed.pop(sid, None)
+        if done.any() and (self.emitted or self.absorbed or self.root_of):
+            dead = set(self.sid[done].tolist())
+            for sid in dead & (self.emitted.keys() | self.absorbed.keys()):
+                self.emitted.pop(sid, None)
+                self.absorbed.pop(sid, None)
+            self.root_of = {m: r for m, r in self.root_of.items() if r not in dead}
+        out: list[_Emission] = []
+        if rows:
+            w = np.concatenate(who)
+            ranks = _key_ranks([op._key_values[k] for k in self.kid[w].tolist()])
+            order = np.lexsort((self.start[w], ranks, np.concatenate(kind), np.concatenate(thr), np.concatenate(trig)))
+            t = np.concatenate(trig)
+            ordered = [rows[j] for j in order.tolist()]
+            out.append(_Emission(int(t[order[0]]), 0, 0, ordered))
+        if done.any():
+            self._keep(~done)
+            if final:
+                self.chunks = []
+            else:
+                self._compact()
+        return out
+
+    def _corrections(self, i: int, new: dict | None) -> list[dict]:
+        op = self.op
+        sid = int(self.sid[i])
+        em: list[dict] = []
+        old_start, old = self.emitted.get(sid, (None, None))
+        moved = old is not None and old_start != int(self.start[i])
+        if old is not None and (new is None or moved):
+            # the on-time row describes a window that no longer exists (or no longer passes)
+            em.append(op._row_for_retraction(int(self.kid[i]), old))
+            op.stats.retractions += 1
+        if new is not None and (old is None or moved or new != old):
+            em.append({**new, "correction": True})
+            op.stats.corrections += 1
+        for gone in self.absorbed.get(sid, []):  # rows of sessions this one swallowed
+            em.append(op._row_for_retraction(int(self.kid[i]), gone))
+            op.stats.retractions += 1
+        return em
+
+    def emit(self, at: np.ndarray) -> dict[int, dict]:
+        """Rows of the sessions at column positions ``at`` that pass HAVING, by position."""
+        op = self.op
+        pos_of = {int(s): i for s, i in zip(self.sid[at].tolist(), at.tolist())}
+        part = _combine(self.chunks, op.kernels, self._mapper(), keep=np.sort(self.sid[at]))
+        if not len(part.cells):
+            return {}
+        idx = np.array([pos_of[c] for c in part.cells.tolist()], dtype=np.int64)
+        ctx = _Ctx(op, self.kid[idx], self.start[idx], self.last[idx] + self.gap)
+        return {int(idx[i]): row for i, row in op._evaluate(part, None, ctx)}
+
+    def live_kids(self) -> set[int]:
+        return set(self.kid.tolist())
+
+    def state(self) -> dict:
+        keys = (*self.COLS, "emitted", "absorbed", "root_of", "chunks", "next_sid")
+        return {k: getattr(self, k) for k in keys}
+
+    def load(self, st: dict) -> None:
+        for k, v in st.items():
+            setattr(self, k, v)
+
+
+def _triggers(r_all: np.ndarray, thresholds: np.ndarray, seg_start: int, final: bool) -> np.ndarray:
+    """_trigger for many thresholds at once."""
+    if final:
+        return np.full(len(thresholds), len(r_all), dtype=np.int64)
+    return np.maximum(np.searchsorted(r_all, thresholds, side="left"), seg_start).astype(np.int64)
+
+
+def _key_ranks(keys: list) -> np.ndarray:
+    """Rank of each key in output order (see _key_order), equal keys equal ranks."""
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    kinds = {type(k) for k in keys}
+    if len(kinds) == 1 and kinds <= {int, float, str}:
+        arr = np.array(keys)
+        if arr.dtype.kind in "iufU":
+            return np.unique(arr, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    uniq = sorted(set(keys), key=_sort_key)
+    rank = {k: i for i, k in enumerate(uniq)}
+    return np.array([rank[k] for k in keys], dtype=np.int64)
+
+
+class _SlideRows:
+    """Rows of a SLIDE rule: released rows still inside some future window, plus their hashes."""
+
+    def __init__(self, op: WindowOperator):
+        self.op = op
+        self._hash_cache: dict[int, np.ndarray] = {}
+        self.ev: _Events | None = None
+
+    def hashes(self, kernel: _Kernel) -> np.ndarray:
+        """Per row, an int64 identity of the kernel's value (for exact counting in SLIDE windows)."""
+        key = id(kernel)
+        if key not in self._hash_cache:
+            assert self.ev is not None
+            i = self.op.kernels.index(kernel)
+            if isinstance(kernel, (_HyperLogLog, _TopK)):
+                # coupons and raw values are not identities: the SLIDE buffer keeps value hashes
+                self._hash_cache[key] = self.ev.cols[f"\0h{i}"].view(np.int64)
+            else:
+                self._hash_cache[key] = self.ev.inputs[i][0].view(np.int64)
+        return self._hash_cache[key]
+
+
+class _SlideWindows:
+    """SLIDE windows: at each event (in event-time order, once the watermark passes it), the
+    aggregates over the key's events with time in (t - size, t], up to the event itself."""
+
+    def __init__(self, op: WindowOperator):
+        self.op = op
+        self.size = op.spec.window.size_ms
+        self.pending: _Events | None = None
+        self.pending_seq = np.zeros(0, dtype=np.int64)
+        self.kept: _Events | None = None
+        self.kept_seq = np.zeros(0, dtype=np.int64)
+        self.seq = 0
+
+    def split_before(self, ts, prior):
+        return np.zeros(len(ts), dtype=bool)
+
+    def apply(self, ev: _Events, clock_before: int) -> None:
+        if not len(ev):
+            return
+        seq = np.arange(self.seq, self.seq + len(ev), dtype=np.int64)
+        self.seq += len(ev)
+        if self.pending is not None:
+            self.pending.pos[:] = -1  # arrived in an earlier call (one segment per call here)
+        self.pending = ev if self.pending is None else _cat_events(self.pending, ev, self.op.kernels)
+        self.pending_seq = np.concatenate((self.pending_seq, seq))
+        self.op.counts.buffered = len(self.pending)
+
+    def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
+        op = self.op
+        wm = None if final else clock - op.lateness
+        p = self.pending
+        if p is None or not len(p):
+            return []
+        rel = np.ones(len(p), dtype=bool) if final else p.ts <= wm
+        if not rel.any():
+            return []
+        kernels = op.kernels
+        new = p.take(rel, kernels)
+        new_seq = self.pending_seq[rel]
+        self.pending = p.take(~rel, kernels)
+        self.pending_seq = self.pending_seq[~rel]
+        op.counts.buffered = len(self.pending)
+        op.counts.processed += len(new)
+        # first-seen flags in event-time order
+        order = np.lexsort((new_seq, new.ts, new.kid))
+        new = new.take(order, kernels)
+        new_seq = new_seq[order]
+        op._mark_first_seen(new)
+        if self.kept is not None and len(self.kept):
+            allev = _cat_events(self.kept, new, kernels)
+            all_seq = np.concatenate((self.kept_seq, new_seq))
+            is_new = np.concatenate((np.zeros(len(self.kept), dtype=bool), np.ones(len(new), dtype=bool)))
+        else:
+            allev, all_seq, is_new = new, new_seq, np.ones(len(new), dtype=bool)
+        order = np.lexsort((all_seq, allev.ts, allev.kid))
+        allev = allev.take(order, kernels)
+        all_seq = all_seq[order]
+        is_new = is_new[order]
+        # per-key offset times: one searchsorted finds every window's first row
+        kid = allev.kid
+        brk = np.ones(len(kid), dtype=bool)
+        brk[1:] = kid[1:] != kid[:-1]
+        rank = np.cumsum(brk) - 1
+        t0 = int(allev.ts.min())
+        span = int(allev.ts.max()) - t0 + self.size + 1
+        adj = (allev.ts - t0) + rank * span
+        q = np.flatnonzero(is_new)
+        lo = np.searchsorted(adj, adj[q] - self.size, side="right")
+        rows = _SlideRows(op)
+        rows.ev = allev
+        cols = {c: v[q] for c, v in allev.cols.items()}
+        ctx = _Ctx(op, allev.kid[q], allev.ts[q] - self.size, allev.ts[q].copy(), cols)
+        results = [k.slide(x, lo, q, rows, ctx) for k, x in zip(kernels, allev.inputs)]
+        out = []
+        got = op._evaluate_results(results, None, ctx)
+        if got:
+            idx = np.array([i for i, _r in got], dtype=np.int64)
+            t = ctx.wend[idx]
+            thr = t + op.lateness
+            trig = _triggers(r_all, thr, seg_start, final)
+            if not final:
+                trig = np.maximum(trig, allev.pos[q][idx])  # not before the row's own event arrived
+            ranks = _key_ranks([op._key_values[k] for k in ctx.kids[idx].tolist()])
+            order = np.lexsort((all_seq[q][idx], t, ranks, thr, trig))
+            out.append(_Emission(int(trig[order[0]]), 0, 0, [got[j][1] for j in order.tolist()]))
+        # keep what a future window can still reach
+        if final:
+            self.kept, self.kept_seq = None, np.zeros(0, dtype=np.int64)
+        else:
+            assert wm is not None
+            keep = allev.ts > wm - self.size
+            self.kept = allev.take(keep, kernels)
+            self.kept_seq = all_seq[keep]
+        op.stats.windows += len(q)
+        return out
+
+    def live_kids(self) -> set[int]:
+        out: set[int] = set()
+        for ev in (self.pending, self.kept):
+            if ev is not None:
+                out.update(ev.kid.tolist())
+        return out
+
+    def state(self) -> dict:
+        return {"pending": self.pending, "pending_seq": self.pending_seq, "kept": self.kept,
+                "kept_seq": self.kept_seq, "seq": self.seq}
+
+    def load(self, st: dict) -> None:
+        for k, v in st.items():
+            setattr(self, k, v)
+
+
+def _cat_events(a: _Events, b: _Events, kernels: list[_Kernel]) -> _Events:
+    return _Events(
+        np.concatenate((a.ts, b.ts)), np.concatenate((a.kid, b.kid)), np.concatenate((a.pos, b.pos)),
+        [k.concat(x, y) for k, x, y in zip(kernels, a.inputs, b.inputs)],
+        {c: _concat_cols(a.cols[c], b.cols[c]) for c in a.cols},
+    )
+
+
+def _concat_cols(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype != b.dtype and (a.dtype == object or b.dtype == object or a.dtype.kind != b.dtype.kind):
+        return np.concatenate((a.astype(object), b.astype(object)))
+    return np.concatenate((a, b))
+
+
+def _events_getstate(self):
+    return (self.ts, self.kid, self.pos, self.inputs, self.cols)
+
+
+def _events_setstate(self, st):
+    self.ts, self.kid, self.pos, self.inputs, self.cols = st
+
+
+_Events.__getstate__ = _events_getstate  # type: ignore[method-assign, assignment]
+_Events.__setstate__ = _events_setstate  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ the operator
+
+
+class WindowOperator:
+    """A windowed analytics rule run over batches: GROUP BY keys and a window, HAVING emits.
+
+    Example:
+        >>> from patterns.analytics import compile_analytics
+        >>> spec = compile_analytics('''SELECT user, COUNT(*) AS n, COUNT(DISTINCT ip) AS ips, window_start
+        ...     FROM logins GROUP BY user, TUMBLE(ts, INTERVAL '10' SECOND) HAVING COUNT(DISTINCT ip) > 1''')
+        >>> op = WindowOperator(spec, name="spread")
+        >>> ev = [{"user": "a", "ts": 1000, "ip": "1.1.1.1"}, {"user": "a", "ts": 2000, "ip": "2.2.2.2"},
+        ...       {"user": "b", "ts": 3000, "ip": "1.1.1.1"}, {"user": "a", "ts": 12000, "ip": "3.3.3.3"}]
+        >>> op.process(ev).matches
+        [{'user': 'a', 'n': 2, 'ips': 2, 'window_start': 0, 'rule': 'spread', 'correction': False}]
+        >>> op.finish().matches
+        []
+    """
+
+    def __init__(self, spec: AnalyticsSpec, name: str = "rule", lateness_ms: int = 0):
+        self.spec = spec
+        self.name = name
+        self.lateness = int(lateness_ms)
+        self.time_col = spec.window.time_column
+        self.key_cols = list(spec.keys)
+        self.kernels = [_make_kernel(a, self) for a in spec.aggregates]
+        self.value_kinds: dict[str, str] = {}
+        self._compile_outputs()
+        kind = spec.window.kind
+        self.engine: Any = (
+            _SessionWindows(self) if kind == "SESSION" else _SlideWindows(self) if kind == "SLIDE" else _PaneWindows(self)
+        )
+        self.max_ts: int | None = None
+        self.counts = OperatorCounts()
+        self.stats = WindowStats()
+        self._key_ids: dict[Any, int] = {}
+        self._key_values: dict[int, Any] = {}
+        self._next_kid = 0
+        self._key_hash: dict[int, int] = {}
+        self._seen: dict[int, ScalableBloomFilter] = {}
+        self._event_cols = self._needed_columns()
+
+    @classmethod
+    def from_rule(cls, rule) -> WindowOperator:
+        """The operator of an analytics rule, with the rule's options."""
+        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms)
+
+    # ------------------------------------------------------------------ compiling outputs
+    def _compile_outputs(self) -> None:
+        spec = self.spec
+
+        def as_col(x: A.Expr) -> A.Expr | None:
+            if isinstance(x, AggRef):
+                return A.Column(None, f"\0agg{x.slot}")
+            if isinstance(x, PrevRef):
+                return A.Column(None, f"\0prev{x.slot}")
+            return None
+
+        self._having_cols = rebuild_expr(spec.having, as_col) if spec.having is not None else None
+        self._having_kernel = compile_columnar(self._having_cols, "") if self._having_cols is not None else None
+        self._having_rows = self._rowwise(self._having_cols) if self._having_cols is not None else None
+        self._select = []
+        for oc in spec.select:
+            e = rebuild_expr(oc.expr, as_col)
+            direct = e.name if isinstance(e, A.Column) else None
+            self._select.append((oc.name, direct, None if direct else self._rowwise(e)))
+        self._where_kernel = compile_columnar(spec.where, "") if spec.where is not None else None
+        self._where_rows = self._rowwise(spec.where) if spec.where is not None else None
+        self._arg_fns = [
+            None if a.arg is None or isinstance(a.arg, (A.Column, A.Literal)) else self._rowwise(a.arg)
+            for a in spec.aggregates
+        ]
+
+    def _rowwise(self, e: A.Expr) -> Callable:
+        """A closure evaluating ``e`` for row i of a context ((i, ctx, lists))."""
+
+        def c(x: A.Expr) -> Callable:
+            if isinstance(x, A.Column):
+                name = x.name
+
+                def col(env, name=name):
+                    i, ctx, lists = env
+                    lst = lists.get(name)
+                    if lst is None:
+                        vals, nulls = ctx.column(name)
+                        lst = vals.tolist()
+                        if nulls is not False and nulls is not None:
+                            for j in np.flatnonzero(np.broadcast_to(np.asarray(nulls, dtype=bool), (len(lst),))):
+                                lst[j] = None
+                        lists[name] = lst
+                    return lst[i]
+
+                return col
+            return _compile_common(x, c)
+
+        return c(e)
+
+    def _safe(self, fn: Callable | None, env) -> Any:
+        assert fn is not None
+        try:
+            return fn(env)
+        except (TypeError, ValueError, ArithmeticError):
+            self.stats.eval_errors += 1
+            return None
+
+    def _needed_columns(self) -> list[str]:
+        """Event fields a SLIDE window's SELECT, HAVING or APPROX_COUNT value reads."""
+        if self.spec.window.kind != "SLIDE":
+            return []
+        names: dict[str, None] = {}
+        exprs = [oc.expr for oc in self.spec.select] + ([self.spec.having] if self.spec.having is not None else [])
+        exprs += [a.extra for a in self.spec.aggregates if a.func == "APPROX_COUNT"]
+        for e in exprs:
+            for x in _walk_cols(e):
+                if x not in self.key_cols and x not in ("window_start", "window_end"):
+                    names[x] = None
+        return list(names)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def watermark(self) -> int | None:
+        return None if self.max_ts is None else self.max_ts - self.lateness
+
+    def process(self, events: Any) -> OperatorOutput:
+        """Take a batch of events (EventBatch, dicts, pandas or Arrow); return the rows it emits."""
+        batch = to_batch(events)
+        out = OperatorOutput()
+        self._process(batch, out)
+        return out
+
+    def finish(self) -> OperatorOutput:
+        """End of input: the final watermark closes every window."""
+        out = OperatorOutput()
+        ems = self.engine.advance(_POS, np.zeros(0, dtype=np.int64), 0, final=True)
+        self._flush(ems, out)
+        self._gc_keys()
+        return out
+
+    # ------------------------------------------------------------------ ingest
+    def _process(self, batch: EventBatch, out: OperatorOutput) -> None:
+        n = batch.n
+        self.counts.read += n
+        if n == 0:
+            return
+        ms, ok, reasons = parse_times(batch.column(self.time_col))
+        bad: dict[int, str] = {}
+        for r in np.flatnonzero(~ok).tolist():
+            bad[r] = f"event-time field {self.time_col!r}: {reasons[r] or 'not a time'}"
+        kid = self._kids(batch, ok, bad)
+        cand = np.flatnonzero(ok & (kid >= 0))
+        inputs = []
+        for slot, (k, a) in enumerate(zip(self.kernels, self.spec.aggregates)):
+            vals = self._arg_values(slot, a, batch, cand)
+            x, why = k.prepare(vals)
+            inputs.append(x)
+            for j, reason in why.items():
+                bad.setdefault(int(cand[j]), reason)
+        extra_cols = {}
+        for c in self._event_cols:
+            extra_cols[c] = batch.column(c)[cand]
+        for slot, kern in enumerate(self.kernels):
+            if isinstance(kern, (_HyperLogLog, _TopK)) and self.spec.window.kind == "SLIDE":
+                h0, _h1, _v, _b = _aligned_hashes(
+                    self._arg_values(slot, self.spec.aggregates[slot], batch, cand), "", isinstance(kern, _HyperLogLog)
+                )
+                extra_cols[f"\0h{slot}"] = h0
+        for row in sorted(bad):
+            self._error(out, batch, row, bad[row])
+        good = np.ones(len(cand), dtype=bool)
+        if bad:
+            good = ~np.isin(cand, np.fromiter(bad.keys(), dtype=np.int64, count=len(bad)))
+        ev = _Events(ms[cand], kid[cand], np.zeros(len(cand), dtype=np.int64), inputs, extra_cols)
+        if not good.all():
+            ev = ev.take(good, self.kernels)
+            cand = cand[good]
+        if not len(ev):
+            return
+        # late: behind the watermark as it stood when the event arrived (running max before it)
+        ts = ev.ts
+        start = self.max_ts if self.max_ts is not None else _NEG
+        run = np.maximum.accumulate(np.concatenate(([start], ts)))
+        prior = run[:-1]
+        wm_before = np.where(prior == _NEG, _NEG, prior - self.lateness)
+        late = ts < wm_before
+        for j in np.flatnonzero(late).tolist():
+            i = int(cand[j])
+            self.counts.late += 1
+            behind = int(wm_before[j] - ts[j])
+            out.late.append({
+                "rule": self.name,
+                "source": batch.source,
+                "line": batch.line_of(i),
+                "reason": (
+                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
+                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
+                ),
+                "event": batch.record(i),
+            })
+        if late.any():
+            ev = ev.take(~late, self.kernels)
+            cand = cand[~late]
+            prior = prior[~late]
+        m = len(ev)
+        if not m:
+            return
+        r_all = np.maximum.accumulate(np.concatenate(([start], ev.ts)))[1:]
+        ev.pos = np.arange(m, dtype=np.int64)
+        keep = self._where(batch, cand)
+        if not keep.all():
+            dropped = int((~keep).sum())
+            self.stats.filtered += dropped
+            self.counts.processed += dropped
+        data = ev.take(keep, self.kernels) if not keep.all() else ev
+        data_prior = prior[keep]
+        split = np.flatnonzero(self.engine.split_before(data.ts, data_prior))
+        bounds = sorted(set(data.pos[split].tolist()) | {0})
+        bounds.append(m)
+        dpos = data.pos
+        for a_pos, b_pos in zip(bounds[:-1], bounds[1:]):
+            lo_i, hi_i = np.searchsorted(dpos, [a_pos, b_pos])
+            seg = data.take(np.arange(lo_i, hi_i), self.kernels) if (lo_i, hi_i) != (0, len(data)) else data
+            clock_before = int(r_all[a_pos - 1]) if a_pos > 0 else start
+            if len(seg):
+                if not isinstance(self.engine, _SlideWindows):
+                    self._mark_first_seen(seg)
+                    self.counts.processed += len(seg)
+                self.engine.apply(seg, clock_before)
+            self.max_ts = int(r_all[b_pos - 1])
+            ems = self.engine.advance(self.max_ts, r_all, a_pos)
+            self._flush(ems, out)
+        self._gc_keys()
+
+    def _flush(self, ems: list[_Emission], out: OperatorOutput) -> None:
+        ems.sort(key=_Emission.sort_key)
+        for e in ems:
+            self.stats.matches += len(e.rows)
+            out.matches.extend(e.rows)
+
+    def _error(self, out: OperatorOutput, batch: EventBatch, i: int, reason: str) -> None:
+        self.counts.errors += 1
+        out.errors.append(
+            {"rule": self.name, "source": batch.source, "line": batch.line_of(i), "reason": reason, "event": batch.record(i)}
+        )
+
+    def _kids(self, batch: EventBatch, ok: np.ndarray, bad: dict[int, str]) -> np.ndarray:
+        """Persistent key ids per row; -1 where the time or a key field is unusable."""
+        n = batch.n
+        kid = np.full(n, -1, dtype=np.int64)
+        if not self.key_cols:
+            if not self._key_ids:
+                self._register([()])
+            kid[ok] = self._key_ids[()]
+            return kid
+        usable = ok.copy()
+        codes = []
+        uniques = []
+        for c in self.key_cols:
+            col = batch.column(c)
+            if col.dtype == object:
+                nulls = pd.isna(col)
+                kind = pd.api.types.infer_dtype(col, skipna=True)
+                if kind not in ("string", "integer", "floating", "mixed-integer-float", "boolean", "empty", "bytes"):
+                    for i in np.flatnonzero(~nulls & usable):
+                        v = col[i]
+                        if isinstance(v, (list, dict, set, tuple)):
+                            bad.setdefault(int(i), f"group key field {c!r} holds a {type(v).__name__}; expected a string or a number")
+                            usable[i] = False
+            elif col.dtype.kind == "f":
+                nulls = np.isnan(col)
+            else:
+                nulls = np.zeros(n, dtype=bool)
+            for i in np.flatnonzero(nulls & usable):
+                bad.setdefault(int(i), f"group key field {c!r} is missing (null)")
+                usable[i] = False
+            if col.dtype == object and not usable.all():
+                col = col.copy()
+                col[~usable] = None  # unhashable values must not reach factorize
+            code, uniq = pd.factorize(col)
+            codes.append(code)
+            uniques.append(uniq)
+        idx = np.flatnonzero(usable)
+        if not len(idx):
+            return kid
+        if len(codes) == 1:
+            code = codes[0][idx].astype(np.int64)
+            nuniq = len(uniques[0])
+        else:
+            # several key fields: one code per distinct combination (mixed radix, then factorize)
+            comb = np.zeros(len(idx), dtype=np.int64)
+            for c, uq in zip(codes, uniques):
+                comb = comb * len(uq) + c[idx]
+            code, _ = pd.factorize(comb)
+            code = code.astype(np.int64)
+            nuniq = int(code.max()) + 1
+        used = np.zeros(nuniq, dtype=bool)
+        used[code] = True
+        sel = np.flatnonzero(used)
+        if len(codes) == 1:
+            vals = np.asarray(uniques[0])[sel].tolist()  # Python scalars, only of usable rows
+        else:
+            first = np.zeros(nuniq, dtype=np.int64)
+            first[code[::-1]] = np.arange(len(code))[::-1]
+            rows = idx[first[sel]]
+            cols = [batch.column(c)[rows].tolist() for c in self.key_cols]
+            vals = [tuple(_py(v) for v in t) for t in zip(*cols)]
+        ids = np.full(nuniq, -1, dtype=np.int64)
+        ids[sel] = self._register(vals)
+        kid[idx] = ids[code]
+        return kid
+
+    def _register(self, vals: list) -> np.ndarray:
+        reg = self._key_ids
+        got = list(map(reg.get, vals))
+        if None in got:
+            for j, v in enumerate(vals):
+                if got[j] is None:
+                    k = reg.get(v)  # a value may repeat as another type (1 and 1.0)
+                    if k is None:
+                        k = reg[v] = self._next_kid
+                        self._key_values[k] = v
+                        self._next_kid += 1
+                    got[j] = k
+        return np.array(got, dtype=np.int64)
+
+    def _arg_values(self, slot: int, a: Aggregate, batch: EventBatch, idx: np.ndarray) -> np.ndarray:
+        if a.arg is None:
+            return np.zeros(len(idx))
+        if isinstance(a.arg, A.Column):
+            return batch.column(a.arg.name)[idx]
+        if isinstance(a.arg, A.Literal):
+            out = np.empty(len(idx), dtype=object)
+            out[:] = [a.arg.value] * len(idx)
+            return _narrow_obj(out)
+        fn = self._arg_fns[slot]
+        ctx = _BatchCtx(batch, idx)
+        lists: dict = {}
+        out = np.empty(len(idx), dtype=object)
+        for i in range(len(idx)):
+            out[i] = self._safe(fn, (i, ctx, lists))
+        return _narrow_obj(out)
+
+    def _where(self, batch: EventBatch, idx: np.ndarray) -> np.ndarray:
+        if self._where_kernel is None:
+            return np.ones(len(idx), dtype=bool)
+        ctx = _BatchCtx(batch, idx)
+        try:
+            return np.asarray(self._where_kernel(lambda name, lag: ctx.column(name), len(idx)), dtype=bool)
+        except (ColumnarUnsupported, TypeError):
+            fn = self._where_rows
+            lists: dict = {}
+            return np.fromiter((truthy(self._safe(fn, (i, ctx, lists))) for i in range(len(idx))), dtype=bool, count=len(idx))
+
+    # ------------------------------------------------------------------ keys, first-seen
+    def _khash(self, kids: np.ndarray) -> np.ndarray:
+        """A stable 64-bit hash of each key's value (FIRST_SEEN remembers keys by value)."""
+        uk, inv = np.unique(kids, return_inverse=True)
+        missing = [k for k in uk.tolist() if k not in self._key_hash]
+        if missing:
+            vals = [self._key_values[k] for k in missing]
+            if not self.key_cols:
+                h = np.zeros(len(vals), dtype=np.uint64)
+            elif len(self.key_cols) == 1:
+                h = hash128(vals).h0
+            else:
+                h = np.zeros(len(vals), dtype=np.uint64)
+                for j in range(len(self.key_cols)):
+                    with np.errstate(over="ignore"):
+                        h = h * _MIX + hash128([v[j] for v in vals]).h0
+            for k, hv in zip(missing, h.tolist()):
+                self._key_hash[k] = hv
+        arr = np.fromiter((self._key_hash[k] for k in uk.tolist()), dtype=np.uint64, count=len(uk))
+        return arr[inv.reshape(-1)]
+
+    def _mark_first_seen(self, ev: _Events) -> None:
+        """Flag, in order, each event whose value its key brings for the first time."""
+        for i, k in enumerate(self.kernels):
+            if not k.needs_seen or not len(ev):
+                continue
+            h0, valid, flags = ev.inputs[i]
+            flags[:] = 0
+            sel = np.flatnonzero(valid)
+            if not len(sel):
+                continue
+            pairs = _pair_words(self._khash(ev.kid[sel]).view(np.int64), h0[sel])
+            uniq, first = np.unique(pairs, return_index=True)
+            bloom = self._seen.get(i)
+            if bloom is None:
+                cfg = self.spec.sketches
+                bloom = self._seen[i] = ScalableBloomFilter(cfg.bloom_capacity, cfg.bloom_error_rate)
+            new = ~np.asarray(bloom.contains(uniq), dtype=bool)
+            flags[sel[first[new]]] = 1
+            if new.any():
+                bloom.update(uniq[new])
+
+    def _gc_keys(self) -> None:
+        """Forget key ids no window holds any more (FIRST_SEEN keeps its keys by value)."""
+        # only when many ids are dead: a key that pauses for a window comes back cheaply
+        if len(self._key_ids) < max(_GC_KEYS, 4 * self._last_live()):
+            return
+        live = self.engine.live_kids()
+        for k in [k for k in self._key_values if k not in live]:
+            v = self._key_values.pop(k)
+            del self._key_ids[v]
+            self._key_hash.pop(k, None)
+        self._live = len(live)
+
+    def _last_live(self) -> int:
+        return getattr(self, "_live", 0)
+
+    # ------------------------------------------------------------------ building and evaluating
+    def _build(self, ev: _Events, cells: np.ndarray) -> _Partial:
+        g = _Groups(cells)
+        cell_ids = g.codes
+        states = [k.build(x, g, cell_ids) for k, x in zip(self.kernels, ev.inputs)]
+        return _Partial(cell_ids, g.counts().astype(np.int64), states)
+
+    def _evaluate(self, part: _Partial, prev: _Partial | None, ctx: _Ctx) -> list[tuple[int, dict]]:
+        """Rows (index into ``ctx``, row) of the cells of ``part`` that pass HAVING, in key order.
+
+        ``prev`` is the previous window's partial, restricted to these cells (PREV_WINDOW).
+        """
+        results = [k.result(st, part.n, part.cells, ctx) for k, st in zip(self.kernels, part.states)]
+        prevres = None
+        if self.spec.prev:
+            prevres = {}
+            at = np.searchsorted(part.cells, prev.cells) if prev is not None else np.zeros(0, dtype=np.int64)
+            for s in self.spec.prev:
+                k = self.kernels[s]
+                full = np.empty(ctx.n, dtype=object)
+                full[:] = [k.empty()] * ctx.n
+                if len(at) and prev is not None:
+                    pctx = _Ctx(self, ctx.kids[at], ctx.wstart[at] - self.spec.window.step_ms, ctx.wend[at] - self.spec.window.step_ms)
+                    vals, nulls = k.result(prev.states[s], prev.n, prev.cells, pctx)
+                    vl = vals.tolist()
+                    nl = np.broadcast_to(np.asarray(nulls, dtype=bool), (len(vl),)).tolist()
+                    for j, pos in enumerate(at.tolist()):
+                        full[pos] = None if nl[j] else vl[j]
+                prevres[s] = _typed(_narrow_obj(full))
+        self.stats.windows += ctx.n
+        return self._evaluate_results(results, prevres, ctx)
+
+    def _evaluate_results(self, results: list, prevres: dict | None, ctx: _Ctx) -> list[tuple[int, dict]]:
+        n = ctx.n
+        for s, (vals, nulls) in enumerate(results):
+            if vals.dtype == object:
+                vals = _narrow_obj(vals)
+            if vals.dtype.kind == "f" and nulls is False:
+                nulls = np.isnan(vals)
+            ctx.values[f"\0agg{s}"] = (vals, nulls)
+        for s, v in (prevres or {}).items():
+            ctx.values[f"\0prev{s}"] = v
+        if self._having_cols is None:
+            passing = np.arange(n)
+        else:
+            try:
+                assert self._having_kernel is not None
+                mask = np.asarray(self._having_kernel(lambda name, lag: ctx.column(name), n), dtype=bool)
+            except (ColumnarUnsupported, TypeError):
+                lists: dict = {}
+                fn = self._having_rows
+                mask = np.fromiter((truthy(self._safe(fn, (i, ctx, lists))) for i in range(n)), dtype=bool, count=n)
+            passing = np.flatnonzero(mask)
+        if not len(passing):
+            return []
+        kv = self._key_values
+        pkeys = [kv[k] for k in ctx.kids[passing].tolist()]
+        order = _key_order(pkeys, ctx.wstart[passing])
+        passing = passing[order]
+        pkeys = [pkeys[j] for j in order.tolist()]
+        lists = {}
+        columns: list[list] = []
+        for _name, col, fn in self._select:
+            if col is None:
+                columns.append([self._safe(fn, (i, ctx, lists)) for i in passing.tolist()])
+            elif col in self.key_cols and col not in ctx.values:
+                j = self.key_cols.index(col)
+                columns.append(pkeys if len(self.key_cols) == 1 else [k[j] for k in pkeys])
+            else:
+                vals, nulls = ctx.column(col)
+                lst = vals[passing].tolist()
+                if nulls is not False and nulls is not None:
+                    nm = np.broadcast_to(np.asarray(nulls, dtype=bool), (n,))[passing]
+                    for r in np.flatnonzero(nm).tolist():
+                        lst[r] = None
+                columns.append(lst)
+        names = [name for name, _c, _f in self._select] + ["rule", "correction"]
+        m = len(passing)
+        columns += [[self.name] * m, [False] * m]
+        return list(zip(passing.tolist(), [dict(zip(names, vals)) for vals in zip(*columns)]))
+
+    def _row_for_retraction(self, kid: int, old: dict) -> dict:
+        row = dict(old)
+        row["correction"] = True
+        row["retract"] = True
+        return row
+
+    # ------------------------------------------------------------------ snapshot
+    def _fingerprint(self) -> tuple:
+        return (self.spec.text, self.spec.sketches, self.lateness)
+
+    def snapshot(self) -> bytes:
+        """This operator's whole runtime state as bytes (restore with :meth:`restore`).
+
+        Windows and sessions are kept as their partial aggregates (numpy arrays; HyperLogLog cells
+        as the sparse address words or dense registers of ``HyperLogLog.to_bytes``) and sketch
+        objects, which pickle through their own ``to_bytes``.
+        """
+        state = {
+            "rule": self.name,
+            "fingerprint": self._fingerprint(),
+            "max_ts": self.max_ts,
+            "keys": (self._key_values, self._next_kid, self._key_hash),
+            "seen": self._seen,
+            "value_kinds": self.value_kinds,
+            "engine": self.engine.state(),
+            "counts": asdict(self.counts),
+            "stats": asdict(self.stats),
+        }
+        return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
+
+    def restore(self, data: bytes) -> None:
+        """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
+        if not data or data[0] != STATE_VERSION:
+            got = data[0] if data else None
+            raise StateVersionError(
+                f"rule {self.name!r}: snapshot has state version {got}, this engine reads version "
+                f"{STATE_VERSION}; replay the input from the start or use the engine that wrote it"
+            )
+        state = pickle.loads(data[1:])
+        if state["fingerprint"] != self._fingerprint():
+            raise StateVersionError(
+                f"rule {self.name!r}: the snapshot was taken for a different analytics rule (its SQL, sketch "
+                "sizes or lateness changed); windows in flight cannot carry over: start from an empty state"
+            )
+        self.max_ts = state["max_ts"]
+        self._key_values, self._next_kid, self._key_hash = state["keys"]
+        self._key_ids = {v: k for k, v in self._key_values.items()}
+        self._seen = state["seen"]
+        self.value_kinds = state["value_kinds"]
+        self.engine.load(state["engine"])
+        self.counts = OperatorCounts(**state["counts"])
+        self.stats = WindowStats(**state["stats"])
+
+
+class _BatchCtx:
+    """Columns of a batch at some rows, for WHERE and argument expressions."""
+
+    def __init__(self, batch: EventBatch, idx: np.ndarray):
+        self.batch = batch
+        self.idx = idx
+        self.cache: dict[str, tuple] = {}
+
+    def column(self, name: str) -> tuple[np.ndarray, Any]:
+        got = self.cache.get(name)
+        if got is None:
+            got = self.cache[name] = _typed(self.batch.column(name)[self.idx])
+        return got
+
+
+def _walk_cols(e: A.Expr):
+    from patterns.analytics import _walk
+
+    for x in _walk(e):
+        if isinstance(x, A.Column):
+            yield x.name
+
+
+def _key_order(keys: list, wstart: np.ndarray) -> np.ndarray:
+    """Positions of rows in output order: by key (numbers by value, strings by text, one type
+    before another by its name), then window start."""
+    n = len(keys)
+    if n < 2:
+        return np.arange(n)
+    kinds = {type(k) for k in keys}
+    if len(kinds) == 1 and kinds <= {int, float, str}:
+        arr = np.array(keys)
+        if arr.dtype.kind in "iufU":
+            return np.lexsort((wstart, arr))
+    return np.array(sorted(range(n), key=lambda j: (_sort_key(keys[j]), int(wstart[j]))), dtype=np.int64)
+
+
+def _sort_key(k: Any) -> tuple:
+    """Output order of keys of mixed types: by type name, then value (text when not comparable)."""
+    if isinstance(k, (int, float)) and not isinstance(k, bool):
+        return ("number", k, "")
+    if isinstance(k, str):
+        return ("str", 0, k)
+    if isinstance(k, tuple):
+        return ("tuple", 0, tuple(_sort_key(x) for x in k))
+    return (type(k).__name__, 0, str(k))
+
+
+def _py(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
