@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
-import orjson
 
 from cep.progress import Progress
 from patterns.errors import CepError, RuleErrors
@@ -69,6 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only when stderr is a terminal)")
     r.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+    d = r.add_argument_group("durable runs (docs/reliability.md)")
+    d.add_argument("--state", metavar="DIR", help="keep input offsets, engine state and output lengths in DIR; a "
+                   "rerun resumes where the last checkpoint left off, with exactly-once output (JSON lines)")
+    d.add_argument("--follow", "-f", action="store_true", help="keep reading as files grow or appear in the "
+                   "input directory (name order; dot-files ignored) until SIGINT/SIGTERM (needs --state)")
+    d.add_argument("--checkpoint-every", type=int, default=100_000, metavar="N",
+                   help="checkpoint after N input lines (default 100000)")
+    d.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
+                   help="checkpoint at least every T seconds (default 30)")
+    d.add_argument("--watch-rules", action="store_true", help="reload the rule file when it changes (SIGHUP "
+                   "reloads it too); unchanged rules keep their state, a file with errors is refused")
+    d.add_argument("--finish", action="store_true", help="with --state: the input ends here; flush every "
+                   "partial match and close the state")
+    d.add_argument("--poll", type=float, default=0.2, metavar="SECONDS", help="--follow: pause between looks "
+                   "for new data (default 0.2)")
+    lim = r.add_argument_group("bounded state")
+    lim.add_argument("--idle-state-ttl", metavar="DURATION", help="a key with no event for DURATION of event time "
+                   "ends its session (flushed, state freed); e.g. '1 hour' or milliseconds")
+    lim.add_argument("--max-partial-matches-total", type=int, metavar="N",
+                   help="cap on one rule's partial matches over all keys (the rule's on_cap policy applies)")
+    lim.add_argument("--max-buffered-events", type=int, metavar="N",
+                   help="cap on one rule's events waiting for the watermark; beyond it the watermark moves up")
 
     b = sub.add_parser("bench", help="measure a rule file on your own events", description=(
         "Run a rule file over your events and report, per rule and for all rules together: events/s, "
@@ -117,10 +138,12 @@ class OutputWriter:
             raise CepError("Parquet output needs a file: pass --output FILE.parquet")
 
     def write(self, rows: Iterable[dict]) -> None:
+        from cep.durable import dumps_row  # survives events nested deeper than orjson writes
+
         for row in rows:
             self.count += 1
             if self.fmt == "jsonl":
-                self.fh.write(orjson.dumps(row, default=_json_default, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
+                self.fh.write(dumps_row(row))
             else:
                 self.rows.append(row)
         if self.fmt == "jsonl" and self.target == "-":
@@ -228,6 +251,14 @@ def cmd_run(args) -> int:
     from cep.events import read_events
     from patterns.rules import load_rules
 
+    if args.state or args.follow:
+        from cep import durable
+
+        cfg = durable.config_from_args(args)
+        if isinstance(cfg, str):
+            print(f"cep run: {cfg}", file=sys.stderr)
+            return EXIT_USAGE
+        return durable.run_durable(cfg)
     try:
         rules = load_rules(args.rules)
     except RuleErrors as e:
@@ -238,8 +269,20 @@ def cmd_run(args) -> int:
         if not os.path.exists(path):
             print(f"cep run: input file not found: {path}", file=sys.stderr)
             return EXIT_USAGE
+        if os.path.isdir(path):
+            print(f"cep run: {path} is a directory; read a log directory with --state DIR (see --follow)",
+                  file=sys.stderr)
+            return EXIT_USAGE
     named = [n for n, _ in inputs if n]
     engine = Engine(rules, streams=named)
+    if args.idle_state_ttl or args.max_partial_matches_total or args.max_buffered_events:
+        from cep.durable import limits_from_args
+
+        try:
+            engine.set_state_limits(limits_from_args(args))
+        except ValueError as e:
+            print(f"cep run: {e}", file=sys.stderr)
+            return EXIT_USAGE
     out = OutputWriter(args.output, args.output_format)
     late = OutputWriter(args.late, "jsonl") if args.late else None
     errs = OutputWriter(args.errors, "jsonl") if args.errors else None
@@ -269,7 +312,7 @@ def cmd_run(args) -> int:
         else:
             tf = args.time_field
             if tf is None:
-                fields = {r.compiled.statement.order_by for r in rules}
+                fields = {r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column for r in rules}
                 if len(fields) != 1:
                     print(
                         f"cep run: the rules order by different fields ({', '.join(sorted(fields))}); "

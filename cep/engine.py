@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -28,7 +28,7 @@ from cep.events import to_batch
 from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
-__all__ = ["Engine", "EngineOutput", "Counts"]
+__all__ = ["Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits"]
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -60,6 +60,57 @@ OPERATORS = {
     "analytics": "cep.analytics:WindowOperator",
     "search": "cep.search_rules:SearchOperator",
 }
+
+
+@dataclass
+class ReloadReport:
+    """What :meth:`Engine.reload` did with each rule, or why it refused the new rules."""
+
+    accepted: bool
+    kept: list[str] = field(default_factory=list)  # unchanged: state kept
+    added: list[str] = field(default_factory=list)  # new names: start empty
+    changed: list[str] = field(default_factory=list)  # same name, new text or options: start empty
+    removed: list[str] = field(default_factory=list)  # gone or disabled: state dropped
+    errors: list[str] = field(default_factory=list)  # formatted errors of a refused rule set
+
+    def summary(self) -> str:
+        """One line for a log; the errors follow on their own lines when refused."""
+        if not self.accepted:
+            return "rules not reloaded, the old rules keep running:\n" + "\n".join(self.errors)
+        parts = [f"{what} {', '.join(names)}" for what, names in (
+            ("kept", self.kept), ("added", self.added), ("changed (state reset)", self.changed),
+            ("removed (state dropped)", self.removed)) if names]
+        return "rules reloaded: " + ("; ".join(parts) if parts else "no rules")
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """Engine-wide bounds on operator state, applied to every pattern rule (None: no bound)."""
+
+    idle_state_ttl_ms: int | None = None  # a key quiet for longer (event time) starts afresh; its state is freed
+    max_partial_matches_total: int | None = None  # partial matches of one rule across all keys
+    max_buffered_events: int | None = None  # events of one rule waiting for the watermark
+
+
+def rule_fingerprint(rule: Rule) -> tuple:
+    """What decides whether a reloaded rule may keep its state: kind, statement, options.
+
+    The statement is compared token by token, so whitespace, comments and ``description`` may
+    change without resetting the rule.
+    """
+    from patterns.errors import CepError
+    from patterns.sql_lexer import tokenize
+
+    try:
+        text: Any = tuple((t.kind, t.value) for t in tokenize(rule.source)) if rule.source else ""
+    except CepError:
+        text = rule.source
+    spec = rule.spec
+    try:
+        hash(spec)
+    except TypeError:
+        spec = repr(spec)
+    return (rule.kind, text, spec, rule.lateness_ms, rule.max_partial_matches, rule.on_cap)
 
 
 def make_operator(rule: Rule) -> Any:
@@ -157,3 +208,68 @@ class Engine:
         self.streams = set(state["streams"])
         self.bad_lines = state["bad_lines"]
 
+    # ------------------------------------------------------------------ durable runs
+    def reload(self, rules: RuleSet | Iterable[Rule] | str) -> ReloadReport:
+        """Swap in a new rule set between batches; refuse it whole if any rule fails.
+
+        A rule with the same name and the same statement and options keeps its state; a new name
+        starts empty; a changed rule starts empty (old partial matches cannot run under a new
+        pattern); a removed rule's state is dropped without flushing. ``rules`` may be a path.
+
+        Example:
+            >>> from dataclasses import replace
+            >>> from patterns.rules import parse_rule_text
+            >>> up = parse_rule_text("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) DEFINE B AS B.x > A.x)", "up")
+            >>> eng = Engine([up])
+            >>> rep = eng.reload([up, replace(up, name="up2")])
+            >>> rep.kept, rep.added
+            (['up'], ['up2'])
+        """
+        from patterns.errors import CepError, RuleErrors
+
+        if isinstance(rules, str):
+            try:
+                rules = load_rules(rules)
+            except RuleErrors as e:
+                return ReloadReport(False, errors=[x.format() for x in e.errors])
+        new = list(rules)
+        old = {r.name: r for r in self.rules}
+        report = ReloadReport(True)
+        ops: dict[str, Any] = {}
+        for r in new:
+            prev = old.get(r.name)
+            if prev is not None and rule_fingerprint(prev) == rule_fingerprint(r):
+                ops[r.name] = self.operators[r.name]
+                report.kept.append(r.name)
+                continue
+            try:
+                ops[r.name] = make_operator(r)
+            except (CepError, ImportError, ValueError) as e:
+                return ReloadReport(False, errors=[f"rule {r.name!r}: {e}"])
+            (report.changed if prev is not None else report.added).append(r.name)
+        report.removed = [n for n in old if n not in ops]
+        self.rules = new
+        self.operators = ops
+        self._configure(ops.values())
+        return report
+
+    def set_row_ids(self, on: bool = True) -> None:
+        """Give every output row a deterministic ``_id`` (rule, key, match start, match number)."""
+        self._row_ids = on
+        self._configure(self.operators.values())
+
+    def set_state_limits(self, limits: StateLimits) -> None:
+        """Bound every pattern rule's state (idle-key expiry, global caps); see :class:`StateLimits`."""
+        self._limits = limits
+        self._configure(self.operators.values())
+
+    def _configure(self, ops: Iterable[Any]) -> None:
+        row_ids = getattr(self, "_row_ids", False)
+        limits = getattr(self, "_limits", None)
+        for op in ops:
+            if hasattr(op, "row_ids"):
+                op.row_ids = row_ids
+            if limits is not None and hasattr(op, "idle_state_ttl_ms"):
+                op.idle_state_ttl_ms = limits.idle_state_ttl_ms
+                op.max_partial_matches_total = limits.max_partial_matches_total
+                op.max_buffered_events = limits.max_buffered_events

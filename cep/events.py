@@ -289,7 +289,34 @@ def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None
 # ------------------------------------------------------------------ event time
 
 
+# Event times outside these bounds are refused as errors: one far-future time would otherwise move
+# the watermark so far that every later event is late (and a far-past one is late at once).
+MIN_EVENT_TIME_MS = -2_208_988_800_000  # 1900-01-01T00:00:00Z
+MAX_EVENT_TIME_MS = 7_258_118_400_000  # 2200-01-01T00:00:00Z
+
+
 def parse_times(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Event times as int64 epoch milliseconds, from 1900 (inclusive) to 2200 (exclusive).
+
+    Example:
+        >>> ms, ok, why = parse_times(np.array([1000, "9999-12-31"], dtype=object))
+        >>> ok.tolist(), why[1]
+        ([True, False], "'9999-12-31' is after 2200-01-01T00:00:00.000Z, the latest accepted event time")
+    """
+    out, ok, reasons = _parse_times_unbounded(values)
+    bad = ok & ((out < MIN_EVENT_TIME_MS) | (out >= MAX_EVENT_TIME_MS))
+    for i in np.flatnonzero(bad):
+        v = _short(values[i].item() if isinstance(values[i], np.generic) else values[i])
+        if out[i] < MIN_EVENT_TIME_MS:
+            reasons[i] = f"{v} is before {format_time(MIN_EVENT_TIME_MS)}, the earliest accepted event time"
+        else:
+            reasons[i] = f"{v} is after {format_time(MAX_EVENT_TIME_MS)}, the latest accepted event time"
+    if bad.any():
+        ok = ok & ~bad
+    return out, ok, reasons
+
+
+def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
     """Event times as int64 epoch milliseconds.
 
     Accepts numbers (epoch milliseconds) and ISO-8601 strings (a date, or a date and time with an

@@ -72,6 +72,8 @@ class StepStats:
     seconds_ingest: float = 0.0  # time fields, keys, lateness, buffering
     seconds_predicates: float = 0.0  # column-wise condition masks
     seconds_automaton: float = 0.0  # stepping partial matches, measures, output rows
+    keys_expired: int = 0  # keys idle past the idle-state TTL whose state was freed
+    buffer_cap_hits: int = 0  # times the buffered-events cap forced the watermark forward
 
 
 class PatternAutomaton:

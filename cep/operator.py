@@ -305,6 +305,140 @@ class PatternOperator:
                 a.expire(st, watermark, emit, self.stats)
                 if not st.attempts and not st.deferred:
                     del self.active[key]
+        if not final and watermark is not None:
+            if self.max_partial_matches_total is not None and self.active:
+                self._global_cap(emit)
+            ttl = self.idle_state_ttl_ms
+            if ttl is not None and (self._next_sweep is None or watermark >= self._next_sweep):
+                self._sweep_idle(watermark, ttl, emit)
+
+    # ------------------------------------------------------------------ bounded state, row ids
+    def _add_ids(self, st: KeyState, best: Node, number: int, rows: list[dict[str, Any]]) -> None:
+        """``_id`` = rule:key:start time:match number (:row for ALL ROWS PER MATCH).
+
+        The match number alone repeats after an idle key's state expires; the start time does not
+        (a new session starts after the old one's last row), so the pair is unique per key.
+        """
+        import orjson
+
+        a = self.automaton
+        first = st.rows[best.rno - best.n + 1 - st.base]
+        key = orjson.dumps(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        base = f"{self.name}:{key}:{first[a.time_index]}:{number}"
+        if a.all_rows:
+            for i, r in enumerate(rows):
+                r["_id"] = f"{base}:{i}"
+        else:
+            for r in rows:
+                r["_id"] = base
+
+    def _idle_sessions(self, states: list[KeyState], starts: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> list[bool]:
+        """Which segments begin a new session of their key (after a gap longer than the idle TTL).
+
+        Decided from event times alone (the gap before the segment's first row), so the result
+        does not depend on batching nor on when :meth:`_sweep_idle` frees the memory. A
+        session-starting segment gets a fresh state here; :meth:`_end_session` flushes the old one
+        just before the segment is stepped.
+        """
+        ttl = self.idle_state_ttl_ms
+        assert ttl is not None
+        flags = [False] * len(states)
+        for i, st in enumerate(states):
+            s = int(starts[i])
+            if i and codes[s] == codes[int(starts[i - 1])]:
+                flags[i] = True  # the key's rows in this batch were split at a gap
+            elif st.last_ts is not None and int(ts[s]) - st.last_ts > ttl:
+                flags[i] = True
+            if flags[i]:
+                states[i] = KeyState()
+        return flags
+
+    def _end_session(self, key: Any, fresh: KeyState, emit) -> None:
+        """The key's session is over: flush it as at end of input, then start ``fresh``."""
+        key = key.item() if isinstance(key, np.generic) else key
+        old = self.states.get(key)
+        if old is not None:
+            self.automaton.flush(old, emit, self.stats)
+            self._emit_deferred(old, emit, final=True)
+            self.stats.keys_expired += 1
+        self.states[key] = fresh
+        self.active.pop(key, None)
+
+    def _sweep_idle(self, watermark: int, ttl: int, emit) -> None:
+        """Flush and forget keys idle past the TTL: any later row of theirs starts a new session."""
+        cutoff = watermark - ttl
+        dead = [k for k, st in self.states.items() if st.last_ts is not None and st.last_ts < cutoff]
+        a = self.automaton
+        for k in dead:
+            st = self.states.pop(k)
+            if st.attempts or st.deferred:
+                a.flush(st, emit, self.stats)
+                self._emit_deferred(st, emit, final=True)
+            self.active.pop(k, None)
+        self.stats.keys_expired += len(dead)
+        self._next_sweep = watermark + max(ttl // 2, 1)
+
+    def _force_watermark(self) -> None:
+        """Too many buffered events: move the watermark up so the oldest are released now.
+
+        Events that arrive later behind the forced watermark are late, as for any watermark.
+        """
+        p = self.pending
+        k = len(p) - int(self.max_buffered_events or 0) - 1
+        f = int(np.partition(p.ts, k)[k])
+        if self.floor is None or f > self.floor:
+            self.floor = f
+        self.stats.buffer_cap_hits += 1
+
+    def _global_cap(self, emit) -> None:
+        """More partial matches over all keys than the rule-wide cap: shed them by the policy.
+
+        drop_oldest ends the partial matches that started earliest, whatever their key (ties:
+        the key that became live first); skip_key forgets every partial match of the keys
+        holding most of them.
+        """
+        import heapq
+
+        def size(x: Attempt) -> int:
+            return len(x.threads) if isinstance(x.threads, list) else (1 if x.threads else 0)
+
+        cap = int(self.max_partial_matches_total or 0)
+        live = {k: sum(size(x) for x in self.states[k].attempts) for k in self.active}
+        total = sum(live.values())
+        if total <= cap:
+            return
+        stats = self.stats
+        stats.cap_hits += 1
+        a = self.automaton
+        order = {k: i for i, k in enumerate(live)}
+        touched = []
+        if a.on_cap == "skip_key":
+            for k in sorted(live, key=lambda k: (-live[k], order[k])):
+                if total <= cap:
+                    break
+                total -= live[k]
+                stats.partial_matches_dropped += live[k]
+                self.states[k].attempts.clear()
+                touched.append(k)
+        else:
+            heap = [(self.states[k].attempts[0].start_ts, order[k], k) for k in live if self.states[k].attempts]
+            heapq.heapify(heap)
+            while total > cap and heap:
+                _, o, k = heapq.heappop(heap)
+                st = self.states[k]
+                x = st.attempts.popleft()
+                total -= size(x)
+                stats.partial_matches_dropped += size(x)
+                touched.append(k)
+                if st.attempts:
+                    heapq.heappush(heap, (st.attempts[0].start_ts, o, k))
+        past_last = a.skip.mode == "PAST_LAST_ROW"
+        for k in dict.fromkeys(touched):
+            st = self.states[k]
+            if st.attempts:
+                a._resolve(st, emit, stats, past_last)
+            if not st.attempts and not st.deferred:
+                self.active.pop(k, None)
 
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
@@ -350,6 +484,11 @@ class PatternOperator:
         self.counts.processed += n
         # segment boundaries per key
         bounds = np.flatnonzero(np.diff(codes)) + 1
+        if self.idle_state_ttl_ms is not None and n > 1:
+            # a gap longer than the idle TTL inside one key's rows ends its session there
+            gaps = np.flatnonzero((np.diff(codes) == 0) & (np.diff(ts) > self.idle_state_ttl_ms)) + 1
+            if len(gaps):
+                bounds = np.union1d(bounds, gaps)
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
         seg_keys = [uniques[codes[s]] for s in starts]
@@ -360,8 +499,7 @@ class PatternOperator:
             if st is None:
                 st = self.states[k] = KeyState()
             states.append(st)
-        if self.idle_state_ttl_ms is not None:
-            self._idle_sessions(seg_keys, states, ts[starts], out)
+        sessions = self._idle_sessions(states, starts, ts, codes) if self.idle_state_ttl_ms is not None else None
         t0 = time.perf_counter()
         masks = self._masks(cols, starts, ends, states)
         t1 = time.perf_counter()
@@ -384,6 +522,8 @@ class PatternOperator:
         active = self.active
         max_back = a.max_back
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
+            if sessions is not None and sessions[i]:
+                self._end_session(key, st, emit)
             c0, c1 = cuts[i], cuts[i + 1]
             if c0 == c1 and not st.attempts and not st.deferred:
                 # nothing can start and nothing is alive: only the key's row count and the rows
@@ -542,6 +682,7 @@ class PatternOperator:
             "stats": asdict(self.stats),
             "demoted": sorted(self.demoted),
             "floor": self.floor,
+            "next_sweep": self._next_sweep,
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -590,6 +731,7 @@ class PatternOperator:
         self.stats = StepStats(**state["stats"])
         self.demoted = {tuple(x) for x in state["demoted"]}
         self.floor = state.get("floor")
+        self._next_sweep = state.get("next_sweep")
 
 
 class _BadKey:

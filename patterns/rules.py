@@ -251,7 +251,7 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
         if py.get("enabled", True) is False:
             continue
         kind = py.get("kind", "pattern")
-        if kind not in RULE_KINDS:
+        if not isinstance(kind, str) or kind not in RULE_KINDS:
             errors.append(
                 _node_err(
                     f"rule {name!r}: unknown kind {kind!r}; expected one of: {', '.join(RULE_KINDS)}",
@@ -262,7 +262,11 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
             )
             continue
         src = RuleSource(name, kind, py, fields, item, text, file)
-        parse_kind, kind_keys = _kind(kind)
+        try:
+            parse_kind, kind_keys = _kind(kind)
+        except ImportError:
+            errors.append(src.error(f"rule {name!r}: rules of kind {kind!r} are not available in this installation", "kind"))
+            continue
         for key, (knode, _) in fields.items():
             if key not in COMMON_KEYS and key not in kind_keys:
                 errors.append(

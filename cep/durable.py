@@ -1,0 +1,768 @@
+"""Durable embedded runs: follow a log directory, checkpoint offsets with the engine state, exactly-once output.
+
+``cep run RULES --input DIR --state STATE --output OUT [--follow]`` is a log consumer:
+
+* **Input.** A file, or a directory whose files are read in name order (names starting with a dot
+  are ignored, so write ``.name.tmp`` and rename it to add a file). Only JSON lines. A line is
+  consumed once its newline is written; a file's unterminated last line is taken only once the
+  file is closed (a later file exists) or the run was told the input ends (``--finish``).
+* **Batches** are a function of the input bytes alone: the next ``--batch-size`` lines of one
+  file, shorter only at the end of a closed file, at the end of the input without ``--follow``,
+  or (``--follow``) when a poll finds no full batch. Checkpoints fall on batch boundaries.
+* **Checkpoint.** One file ``STATE/checkpoint`` holds the consumer offsets, the engine snapshot,
+  the rule text in force and the byte length of every output file, written together (temporary
+  file, fsync, rename, fsync of the directory) every N lines or T seconds, after a reload, and
+  at a clean stop.
+* **Exactly-once output.** Every row carries a deterministic ``_id``; at restart each output file
+  is cut back to the length recorded in the checkpoint, and the input is replayed from the
+  offsets recorded with it, so rows written after the checkpoint are replaced, not duplicated.
+* **Signals.** SIGINT / SIGTERM: finish the batch, checkpoint, exit 0. SIGHUP: reload the rules
+  (as ``--watch-rules`` does when the file's modification time changes).
+
+See docs/reliability.md for what is and is not guaranteed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+import numpy as np
+import orjson
+
+from cep.engine import Engine, ReloadReport, StateLimits
+from cep.events import BadLine, EventBatch, batch_from_records
+from patterns.errors import CepError, RuleErrors
+
+__all__ = [
+    "DurableConfig",
+    "DurableError",
+    "StateMismatch",
+    "LogSource",
+    "Checkpoint",
+    "read_checkpoint",
+    "write_checkpoint",
+    "run_durable",
+    "config_from_args",
+    "dumps_row",
+    "MAX_LINE_BYTES",
+]
+
+MAGIC = b"CEPSTATE"
+VERSION = 1
+CHECKPOINT = "checkpoint"
+MAX_LINE_BYTES = 8 << 20
+
+EXIT_OK, EXIT_USAGE, EXIT_RUNTIME = 0, 2, 3
+
+
+class DurableError(CepError):
+    """A state directory that cannot be used: locked, corrupt, or written by another version."""
+
+
+class StateMismatch(DurableError):
+    """The command line disagrees with what the state directory was written with."""
+
+
+@dataclass(frozen=True)
+class DurableConfig:
+    """Everything a durable run needs; one field per ``cep run`` option."""
+
+    rules: str  # rule file (YAML or .sql); its text is kept in the checkpoint
+    input: str  # a JSON lines file, or a directory of them (read in name order)
+    state: str  # state directory: checkpoint and lock
+    output: str  # complex events, JSON lines (a file: it is cut back at restart)
+    late: str | None = None  # late events, JSON lines
+    errors: str | None = None  # bad events and lines, JSON lines
+    stream: str | None = None  # stream name given to the events (NAME=PATH)
+    follow: bool = False  # keep reading as files grow or appear
+    batch_lines: int = 8192  # input lines per batch (part of the state: fixed for its life)
+    checkpoint_every: int = 100_000  # input lines between checkpoints
+    checkpoint_seconds: float = 30.0  # seconds between checkpoints (checked between batches)
+    watch_rules: bool = False  # reload the rules when the file's modification time changes
+    poll_seconds: float = 0.2  # --follow: pause between looks for new data
+    finish: bool = False  # the input ends here: final watermark, then the state is closed
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer line is a bad line, never held whole
+    limits: StateLimits = field(default_factory=StateLimits)
+    quiet: bool = False  # no summary on stderr
+
+
+# ------------------------------------------------------------------ output rows
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (set, frozenset, tuple)):
+        return list(v)
+    return str(v)
+
+
+_OPTS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps_row(row: dict[str, Any]) -> bytes:
+    """One JSON line; a value JSON cannot hold (nested too deep) becomes its shortened text.
+
+    Example:
+        >>> deep: dict = {}
+        >>> d = deep
+        >>> for _ in range(300):
+        ...     d["a"] = {}
+        ...     d = d["a"]
+        >>> dumps_row({"line": 3, "event": deep})[:40]
+        b'{"line":3,"event":"{\\'a\\': {\\'a\\': {\\'a\\': {\\'a'
+    """
+    try:
+        return orjson.dumps(row, default=_json_default, option=_OPTS)
+    except orjson.JSONEncodeError:
+        safe = {}
+        for k, v in row.items():
+            try:
+                orjson.dumps(v, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY)
+                safe[str(k)] = v
+            except (orjson.JSONEncodeError, RecursionError):
+                text = _safe_repr(v)
+                safe[str(k)] = text if len(text) <= 1000 else text[:997] + "..."
+        return orjson.dumps(safe, default=_json_default, option=_OPTS)
+
+
+def _safe_repr(v: Any) -> str:
+    try:
+        return repr(v)
+    except RecursionError:
+        return f"<{type(v).__name__} nested too deep to show>"
+
+
+class _Sink:
+    """An append-only JSON lines file whose tail after the last checkpoint can be cut off."""
+
+    def __init__(self, path: str, length: int):
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fh = os.fdopen(fd, "r+b")
+        size = os.fstat(fd).st_size
+        if size < length:
+            self.fh.close()
+            raise DurableError(
+                f"output {path!r} holds {size} bytes but the checkpoint recorded {length}: it was "
+                "truncated or replaced since; restore it or start over with a new --state directory"
+            )
+        self.fh.truncate(length)
+        self.fh.seek(length)
+        self.length = length
+        self.rows = 0
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            data = dumps_row(row)
+            self.fh.write(data)
+            self.length += len(data)
+            self.rows += 1
+
+    def sync(self) -> int:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        return self.length
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+# ------------------------------------------------------------------ checkpoint file
+
+
+@dataclass
+class Checkpoint:
+    """Consumer offsets, output lengths, rule text and engine snapshot: one consistent cut."""
+
+    meta: dict[str, Any]
+    snapshot: bytes
+
+
+def write_checkpoint(state_dir: str, ck: Checkpoint) -> None:
+    """Write ``ck`` atomically: temporary file, fsync, rename over the old one, fsync the directory."""
+    meta = json.dumps(ck.meta, sort_keys=True).encode()
+    body = MAGIC + bytes([VERSION]) + struct.pack(">Q", len(meta)) + meta + struct.pack(">Q", len(ck.snapshot)) + ck.snapshot
+    body += hashlib.sha256(body).digest()
+    tmp = os.path.join(state_dir, f".{CHECKPOINT}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(state_dir, CHECKPOINT))
+    dfd = os.open(state_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_checkpoint(state_dir: str) -> Checkpoint | None:
+    """The last checkpoint in ``state_dir``, or None when there is none yet."""
+    path = os.path.join(state_dir, CHECKPOINT)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < len(MAGIC) + 1 + 16 + 32 or not data.startswith(MAGIC):
+        raise DurableError(f"{path} is not a cep checkpoint; use another --state directory")
+    if data[len(MAGIC)] != VERSION:
+        raise DurableError(
+            f"{path} was written by checkpoint format {data[len(MAGIC)]}, this engine reads format "
+            f"{VERSION}; use the engine that wrote it or a new --state directory"
+        )
+    body, digest = data[:-32], data[-32:]
+    if hashlib.sha256(body).digest() != digest:
+        raise DurableError(f"{path} is damaged (checksum mismatch); use a new --state directory")
+    i = len(MAGIC) + 1
+    (n,) = struct.unpack(">Q", body[i : i + 8])
+    meta = json.loads(body[i + 8 : i + 8 + n])
+    i += 8 + n
+    (m,) = struct.unpack(">Q", body[i : i + 8])
+    return Checkpoint(meta, bytes(body[i + 8 : i + 8 + m]))
+
+
+def _lock(state_dir: str) -> Any:
+    import fcntl
+
+    fh = open(os.path.join(state_dir, "lock"), "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise DurableError(f"another cep run is using the state directory {state_dir!r}") from None
+    return fh
+
+
+# ------------------------------------------------------------------ input
+
+
+class LogSource:
+    """Lines of a file or of a directory's files in name order, from recorded byte offsets.
+
+    ``offsets`` maps a file name to ``[byte offset, lines consumed]`` and is updated as batches
+    are taken; it is what a checkpoint records.
+    """
+
+    def __init__(self, path: str, offsets: dict[str, list[int]], batch_lines: int, follow: bool,
+                 max_line_bytes: int = MAX_LINE_BYTES, warn: TextIO | None = None):
+        self.path = path
+        self.is_dir = os.path.isdir(path)
+        self.offsets = offsets
+        self.batch_lines = batch_lines
+        self.follow = follow
+        self.max_line = max_line_bytes
+        self.finishing = False  # the input ends: an unterminated last line is a line
+        self.warn = warn or sys.stderr
+
+    def names(self) -> list[str]:
+        """Files to read, in name order."""
+        if not self.is_dir:
+            return [os.path.basename(self.path)] if os.path.exists(self.path) else []
+        if not os.path.isdir(self.path):
+            return []
+        out = []
+        with os.scandir(self.path) as it:
+            for e in it:
+                if not e.name.startswith(".") and e.is_file():
+                    out.append(e.name)
+        return sorted(out)
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name) if self.is_dir else self.path
+
+    def pending_bytes(self) -> int:
+        """Bytes present but not consumed yet (complete or not)."""
+        total = 0
+        for name in self.names():
+            try:
+                size = os.path.getsize(self._file(name))
+            except OSError:
+                continue
+            total += max(0, size - self.offsets.get(name, [0, 0])[0])
+        return total
+
+    def next_batch(self, force: bool = False) -> tuple[EventBatch, int] | None:
+        """The next batch and its number of lines, or None when none is ready.
+
+        A batch shorter than ``batch_lines`` comes only from the end of a closed file (a later
+        file exists, or the input ends), without ``--follow``, or when ``force`` is set.
+        """
+        names = self.names()
+        for idx, name in enumerate(names):
+            path = self._file(name)
+            off, line = self.offsets.get(name, [0, 0])
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
+            if size < off:
+                self.warn.write(f"cep run: {path} shrank below the consumed offset {off}; reading it again from the start\n")
+                off, line = 0, 0
+                self.offsets[name] = [0, 0]
+            if size == off:
+                continue
+            closed = idx + 1 < len(names) or self.finishing
+            got = self._read(path, off, line, closed)
+            if got is None:
+                continue
+            lines, new_off, new_line = got
+            if not lines:
+                continue
+            if len(lines) < self.batch_lines and not (closed or not self.follow or force):
+                return None  # the newest file may still grow: wait for a full batch
+            self.offsets[name] = [new_off, new_line]
+            return _decode(lines, path, self.max_line), len(lines)
+        return None
+
+    def _read(self, path: str, off: int, line: int, closed: bool):
+        lines: list[tuple[int, bytes | None, int]] = []
+        limit = self.max_line
+        try:
+            fh = open(path, "rb")
+        except OSError:
+            return None
+        with fh:
+            fh.seek(off)
+            pos = off
+            while len(lines) < self.batch_lines:
+                raw = fh.readline(limit + 1)
+                if not raw:
+                    break
+                if raw.endswith(b"\n"):
+                    line += 1
+                    pos += len(raw)
+                    lines.append((line, raw, len(raw)))
+                    continue
+                if len(raw) > limit:
+                    # a line longer than the limit: skip to its end without holding it
+                    skipped = len(raw)
+                    ended = False
+                    while True:
+                        chunk = fh.readline(1 << 20)
+                        if not chunk:
+                            break
+                        skipped += len(chunk)
+                        if chunk.endswith(b"\n"):
+                            ended = True
+                            break
+                    if not ended and not closed:
+                        break  # still being written
+                    line += 1
+                    pos += skipped
+                    lines.append((line, None, skipped))
+                    continue
+                if closed:  # an unterminated last line of a file that is done
+                    line += 1
+                    pos += len(raw)
+                    lines.append((line, raw, len(raw)))
+                break
+        return lines, pos, line
+
+
+def _decode(lines: list[tuple[int, bytes | None, int]], src: str, limit: int) -> EventBatch:
+    """JSON lines to a batch; a line that is not a JSON object becomes a BadLine with its reason."""
+    records: list[dict] = []
+    nums: list[int] = []
+    bad: list[BadLine] = []
+    for lineno, raw, size in lines:
+        if raw is None:
+            bad.append(BadLine(lineno, f"line of {size:,} bytes is longer than the limit of {limit:,} bytes", src, None))
+            continue
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        try:
+            obj = orjson.loads(stripped)
+        except orjson.JSONDecodeError as e:
+            text = raw.decode("utf-8", "replace").rstrip("\n")
+            what = "malformed JSON" if raw.endswith(b"\n") else "malformed JSON (unterminated last line)"
+            bad.append(BadLine(lineno, f"{what}: {e}", src, text))
+            continue
+        if not isinstance(obj, dict):
+            bad.append(BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None))
+            continue
+        records.append(obj)
+        nums.append(lineno)
+    b = batch_from_records(records, nums, src)
+    b.bad = bad
+    return b
+
+
+# ------------------------------------------------------------------ the run
+
+
+class _Flags:
+    def __init__(self) -> None:
+        self.stop = False
+        self.reload = False
+
+
+class _Run:
+    def __init__(self, cfg: DurableConfig, err: TextIO):
+        self.cfg = cfg
+        self.err = err
+        self.flags = _Flags()
+        self.rules_path = os.path.abspath(cfg.rules)
+
+    def log(self, msg: str) -> None:
+        self.err.write(f"cep run: {msg}\n")
+        self.err.flush()
+
+    # -------------------------------------------------------------- setup
+    def _outputs(self) -> dict[str, str]:
+        out = {"output": os.path.abspath(self.cfg.output)}
+        if self.cfg.late:
+            out["late"] = os.path.abspath(self.cfg.late)
+        if self.cfg.errors:
+            out["errors"] = os.path.abspath(self.cfg.errors)
+        return out
+
+    def start(self) -> int | None:
+        cfg = self.cfg
+        os.makedirs(cfg.state, exist_ok=True)
+        self.lock = _lock(cfg.state)
+        ck = read_checkpoint(cfg.state)
+        outputs = self._outputs()
+        try:
+            rules_now: str | None = Path(cfg.rules).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            rules_now = None
+            rules_err = str(e)
+        if ck is None:
+            if rules_now is None:
+                self.log(f"cannot read the rule file {cfg.rules}: {rules_err}")
+                return EXIT_USAGE
+            from patterns.rules import parse_rules
+
+            try:
+                ruleset = parse_rules(rules_now, cfg.rules)
+            except RuleErrors as e:
+                print(str(e), file=self.err)
+                return EXIT_USAGE
+            self.engine = Engine(ruleset, streams=[cfg.stream] if cfg.stream else None)
+            self.meta: dict[str, Any] = {
+                "input": os.path.abspath(cfg.input),
+                "stream": cfg.stream,
+                "batch_lines": cfg.batch_lines,
+                "files": {},
+                "outputs": {k: [p, 0] for k, p in outputs.items()},
+                "rules_path": self.rules_path,
+                "rules_text": rules_now,
+                "lines": 0,
+                "batches": 0,
+                "checkpoints": 0,
+                "fallback_ids": {},
+                "finished": False,
+                "limits": _limits_meta(cfg.limits),
+            }
+            self.resumed = False
+        else:
+            self.meta = ck.meta
+            self._check_same(outputs)
+            from patterns.rules import parse_rules
+
+            self.engine = Engine(parse_rules(self.meta["rules_text"], self.meta["rules_path"]))
+            self.engine.restore(ck.snapshot)
+            self.resumed = True
+        self.engine.set_row_ids(True)
+        self.engine.set_state_limits(cfg.limits)
+        self.sinks = {k: _Sink(p, n) for k, (p, n) in self.meta["outputs"].items()}
+        self.source = LogSource(cfg.input, self.meta["files"], self.meta["batch_lines"], cfg.follow,
+                                cfg.max_line_bytes, self.err)
+        self.rules_sig = _sig(cfg.rules)
+        self.rejected: str | None = None
+        if self.resumed:
+            done = self.meta["lines"]
+            self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
+            if rules_now is None:
+                self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
+            elif rules_now != self.meta["rules_text"]:
+                self.reload(rules_now, "the rule file changed since the checkpoint")
+        return None
+
+    def _check_same(self, outputs: dict[str, str]) -> None:
+        m = self.meta
+        want = {k: p for k, (p, _) in m["outputs"].items()}
+        if want != outputs:
+            def show(d: dict[str, str]) -> str:
+                return ", ".join(f"--{k} {v}" for k, v in sorted(d.items()))
+            raise StateMismatch(
+                f"state {self.cfg.state!r} writes {show(want)}; this run asks for {show(outputs)}. "
+                "Pass the same outputs, or a new --state directory to start over"
+            )
+        if m["input"] != os.path.abspath(self.cfg.input):
+            raise StateMismatch(
+                f"state {self.cfg.state!r} consumes {m['input']}; pass the same --input or a new --state"
+            )
+        if m["batch_lines"] != self.cfg.batch_lines:
+            raise StateMismatch(
+                f"state {self.cfg.state!r} was written with --batch-size {m['batch_lines']} (batches are "
+                "part of the state, so the output stays byte-identical across restarts); pass "
+                f"--batch-size {m['batch_lines']} or a new --state directory"
+            )
+        if m.get("limits", _limits_meta(StateLimits())) != _limits_meta(self.cfg.limits):
+            raise StateMismatch(
+                f"state {self.cfg.state!r} was written with state limits {m.get('limits')}, this run asks for "
+                f"{_limits_meta(self.cfg.limits)} (they decide which rows are emitted); pass the same "
+                "--idle-state-ttl / --max-partial-matches-total / --max-buffered-events or a new --state"
+            )
+        if m.get("stream") != self.cfg.stream:
+            raise StateMismatch(
+                f"state {self.cfg.state!r} names its stream {m.get('stream')!r}, this run {self.cfg.stream!r}"
+            )
+
+    # -------------------------------------------------------------- work
+    def checkpoint(self) -> None:
+        for k, s in self.sinks.items():
+            self.meta["outputs"][k][1] = s.sync()
+        self.meta["checkpoints"] += 1
+        self.meta["files"] = self.source.offsets
+        write_checkpoint(self.cfg.state, Checkpoint(self.meta, self.engine.snapshot()))
+        self.since = 0
+        self.last_ck = time.monotonic()
+
+    def emit(self, res: Any) -> None:
+        fb = self.meta["fallback_ids"]
+        for row in res.matches:
+            if "_id" not in row:  # rule kinds without their own ids: rule and row number
+                rule = str(row.get("rule"))
+                n = fb[rule] = fb.get(rule, 0) + 1
+                row["_id"] = f"{rule}:#{n}"
+        self.sinks["output"].write(res.matches)
+        self.n_matches += len(res.matches)
+        self.n_late += len(res.late)
+        self.n_errors += len(res.errors)
+        if "late" in self.sinks:
+            self.sinks["late"].write(res.late)
+        if "errors" in self.sinks:
+            self.sinks["errors"].write(res.errors)
+
+    def reload(self, text: str | None, why: str) -> None:
+        from patterns.rules import parse_rules
+
+        if text is None:
+            try:
+                text = Path(self.cfg.rules).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                self.log(f"rules not reloaded ({why}): cannot read {self.cfg.rules}: {e}; the old rules keep running")
+                return
+        if text == self.meta["rules_text"] or text == self.rejected:
+            return
+        try:
+            ruleset = parse_rules(text, self.cfg.rules)
+        except RuleErrors as e:
+            report = ReloadReport(False, errors=[x.format() for x in e.errors])
+        else:
+            report = self.engine.reload(ruleset)
+        self.log(f"{why}: {report.summary()}")
+        if not report.accepted:
+            self.rejected = text
+            return
+        self.rejected = None
+        self.meta["rules_text"] = text
+        self.meta["rules_path"] = self.rules_path
+        self.checkpoint()
+
+    def loop(self) -> int:
+        cfg = self.cfg
+        self.since = 0
+        self.last_ck = time.monotonic()
+        self.n_lines = self.n_matches = self.n_late = self.n_errors = 0
+        if self.meta["finished"]:
+            if self.source.pending_bytes():
+                self.log(
+                    f"state {cfg.state!r} was closed by --finish (end of input) but the input has grown "
+                    "since; start a new --state directory to process it"
+                )
+                return EXIT_USAGE
+            self.log(f"state {cfg.state!r} is finished (end of input); nothing to do")
+            self.cfg = DurableConfig(**{**cfg.__dict__, "quiet": True})  # nothing to summarise
+            return EXIT_OK
+        idle = False
+        while not self.flags.stop:
+            if self.flags.reload:
+                self.flags.reload = False
+                self.reload(None, "SIGHUP")
+            elif cfg.watch_rules:
+                sig = _sig(cfg.rules)
+                if sig != self.rules_sig:
+                    self.rules_sig = sig
+                    self.reload(None, "the rule file changed")
+            got = self.source.next_batch(force=idle)
+            if got is None:
+                if not cfg.follow:
+                    break
+                if self.since and time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
+                    self.checkpoint()
+                time.sleep(cfg.poll_seconds)
+                idle = True
+                continue
+            idle = False
+            batch, nlines = got
+            self.emit(self.engine.process(batch, cfg.stream))
+            self.n_lines += nlines
+            self.meta["lines"] += nlines
+            self.meta["batches"] += 1
+            self.since += nlines
+            if self.since >= cfg.checkpoint_every or time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
+                self.checkpoint()
+        if cfg.finish and not self.flags.stop:
+            self.source.finishing = True
+            while (got := self.source.next_batch(force=True)) is not None:
+                batch, nlines = got
+                self.emit(self.engine.process(batch, cfg.stream))
+                self.n_lines += nlines
+                self.meta["lines"] += nlines
+                self.meta["batches"] += 1
+            self.emit(self.engine.finish())
+            self.meta["finished"] = True
+        self.checkpoint()
+        return EXIT_OK
+
+    def summary(self) -> None:
+        if self.cfg.quiet:
+            return
+        m = self.meta
+        how = "stopped by a signal" if self.flags.stop else ("finished (end of input)" if m["finished"] else "caught up")
+        self.log(
+            f"{how}: {self.n_lines:,} lines this run ({m['lines']:,} in all), {self.n_matches:,} complex events, "
+            f"{self.n_late:,} late, {self.n_errors:,} errors; checkpoint {m['checkpoints']:,} in {self.cfg.state}"
+        )
+        tail = self.source.pending_bytes()
+        if tail and not m["finished"]:
+            self.log(f"{tail:,} bytes wait for a newline or a full batch (an unterminated last line is read "
+                     "once a later file exists or with --finish)")
+        if self.engine.bad_lines:
+            self.log(f"bad lines in all: {self.engine.bad_lines:,}")
+        for name, c in self.engine.counts().items():
+            self.err.write(
+                f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
+                f"buffered {c.buffered:,}, matches {c.matches:,}\n"
+            )
+
+    def close(self) -> None:
+        for s in getattr(self, "sinks", {}).values():
+            s.close()
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.close()
+
+
+def _limits_meta(limits: StateLimits) -> dict[str, int | None]:
+    return {k: getattr(limits, k) for k in ("idle_state_ttl_ms", "max_partial_matches_total", "max_buffered_events")}
+
+
+def _sig(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def run_durable(cfg: DurableConfig, err: TextIO | None = None) -> int:
+    """Run ``cfg`` to the end of its input (or, with ``follow``, until SIGINT / SIGTERM); exit code."""
+    err = err or sys.stderr
+    if cfg.batch_lines < 1 or cfg.checkpoint_every < 1:
+        err.write("cep run: --batch-size and --checkpoint-every must be at least 1\n")
+        return EXIT_USAGE
+    if not os.path.exists(cfg.input):
+        err.write(f"cep run: input not found: {cfg.input}\n")
+        return EXIT_USAGE
+    run = _Run(cfg, err)
+    old: dict[int, Any] = {}
+
+    def on_stop(signum, frame):  # noqa: ARG001
+        run.flags.stop = True
+        # a second signal stops at once; the checkpoint protocol keeps the state consistent
+        signal.signal(signum, old.get(signum, signal.SIG_DFL))
+
+    def on_hup(signum, frame):  # noqa: ARG001
+        run.flags.reload = True
+
+    try:
+        for sig, fn in ((signal.SIGINT, on_stop), (signal.SIGTERM, on_stop), (signal.SIGHUP, on_hup)):
+            old[sig] = signal.signal(sig, fn)
+    except ValueError:  # not the main thread: no signal handling
+        old = {}
+    try:
+        code = run.start()
+        if code is not None:
+            return code
+        code = run.loop()
+        run.summary()
+        return code
+    except StateMismatch as e:
+        err.write(f"cep run: {e}\n")
+        return EXIT_USAGE
+    except CepError as e:
+        err.write(f"cep run: {e}\n")
+        return EXIT_RUNTIME
+    finally:
+        run.close()
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def config_from_args(args: Any) -> DurableConfig | str:
+    """A DurableConfig from ``cep run`` arguments, or the reason they do not make one."""
+    if not args.state:
+        return "--follow needs --state DIR (where offsets and engine state are kept)"
+    if len(args.input) != 1:
+        return "--state reads one --input: a JSON lines file or a directory of them"
+    if args.output in (None, "-"):
+        return "--state needs --output FILE: the output is cut back to the last checkpoint at restart"
+    fmt = args.output_format or {".csv": "csv", ".parquet": "parquet"}.get(Path(args.output).suffix.lower(), "jsonl")
+    if fmt != "jsonl" or (args.input_format not in (None, "jsonl")):
+        return "--state reads and writes JSON lines only"
+    try:
+        limits = limits_from_args(args)
+    except ValueError as e:
+        return str(e)
+    spec = args.input[0]
+    name, sep, path = spec.partition("=")
+    stream = None
+    if sep and name and not os.path.exists(spec) and "/" not in name:
+        stream, spec = name, path
+    return DurableConfig(
+        rules=args.rules, input=spec, state=args.state, output=args.output, late=args.late,
+        errors=args.errors, stream=stream, follow=args.follow, batch_lines=args.batch_size,
+        checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
+        watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
+        limits=limits, quiet=args.quiet,
+    )
+
+
+def limits_from_args(args: Any) -> StateLimits:
+    """The StateLimits of ``--idle-state-ttl``, ``--max-partial-matches-total``, ``--max-buffered-events``."""
+    ttl = None
+    if getattr(args, "idle_state_ttl", None):
+        from patterns.errors import CepSyntaxError
+        from patterns.match_recognize import parse_interval_ms
+
+        text = args.idle_state_ttl
+        try:
+            ttl = int(text) if text.strip().isdigit() else parse_interval_ms(text)
+        except CepSyntaxError:
+            raise ValueError(
+                f"--idle-state-ttl: cannot read {text!r} as a duration; write milliseconds or text such as '1 hour'"
+            ) from None
+    for flag in ("max_partial_matches_total", "max_buffered_events"):
+        v = getattr(args, flag, None)
+        if v is not None and v < 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must not be negative, found {v}")
+    return StateLimits(
+        idle_state_ttl_ms=ttl,
+        max_partial_matches_total=getattr(args, "max_partial_matches_total", None),
+        max_buffered_events=getattr(args, "max_buffered_events", None),
+    )

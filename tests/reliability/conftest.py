@@ -1,0 +1,3 @@
+"""The atheris fuzzer is run by hand (it needs atheris); pytest does not import it."""
+
+collect_ignore = ["fuzz_parsers.py"]

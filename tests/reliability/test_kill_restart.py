@@ -1,0 +1,170 @@
+"""Durable runs the hard way: SIGKILL at random points, restart, and the output is still exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cep.durable import DurableConfig, read_checkpoint, run_durable
+from cep.engine import StateLimits
+from tests.reliability.workload import RULES, write_log_dir
+
+REPO = Path(__file__).resolve().parents[2]
+BATCH, EVERY = 100, 300
+TTL_MS = 1500  # idle keys expire too: sessions end mid-run, and the state sweeps must replay exactly
+KILLS = 24  # SIGKILLs in one run; then the last restart runs to the end
+
+
+def cep_cmd(rules: Path, logs: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "cep.cli", "run", str(rules), "--input", str(logs), "--state", str(out / "state"),
+        "--output", str(out / "out.jsonl"), "--late", str(out / "late.jsonl"), "--errors", str(out / "errors.jsonl"),
+        "--batch-size", str(BATCH), "--checkpoint-every", str(EVERY), "--idle-state-ttl", str(TTL_MS), "-q", *extra,
+    ]
+
+
+def reference(rules: Path, logs: Path, out: Path, finish: bool = True) -> None:
+    out.mkdir(exist_ok=True)
+    code = run_durable(DurableConfig(
+        rules=str(rules), input=str(logs), state=str(out / "state"), output=str(out / "out.jsonl"),
+        late=str(out / "late.jsonl"), errors=str(out / "errors.jsonl"), batch_lines=BATCH,
+        checkpoint_every=EVERY, finish=finish, quiet=True, limits=StateLimits(idle_state_ttl_ms=TTL_MS)))
+    assert code == 0
+
+
+def _mtime(p: Path) -> int:
+    try:
+        return p.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def make_workload(tmp_path: Path, lines_per_file: int) -> tuple[Path, Path, Path]:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    return tmp_path, rules, write_log_dir(tmp_path, files=2, lines_per_file=lines_per_file)
+
+
+@pytest.fixture
+def workload(tmp_path):
+    return make_workload(tmp_path, 12_000)
+
+
+@pytest.fixture
+def small_workload(tmp_path):
+    return make_workload(tmp_path, 4_000)
+
+
+def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_output(workload):
+    tmp, rules, logs = workload
+    ref = tmp / "ref"
+    reference(rules, logs, ref)
+    run = tmp / "killed"
+    run.mkdir()
+    cmd = cep_cmd(rules, logs, run, "--finish")
+    ckpt = run / "state" / "checkpoint"
+    rng = random.Random(20240607)
+    kills = with_tail = during_startup = 0
+    while True:
+        before = _mtime(ckpt)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if kills >= KILLS:
+            proc.wait(timeout=120)
+        elif rng.random() < 0.25:
+            # anywhere in interpreter start-up, restore, output truncation or the first batches
+            time.sleep(rng.uniform(0.0, 0.7))
+        else:
+            # after this run has checkpointed 1 or 2 more times: mid-batch, mid-write, mid-checkpoint
+            ck0 = read_checkpoint(str(run / "state"))
+            target = (ck0.meta["lines"] if ck0 else 0) + EVERY * rng.choice((1, 2))
+            deadline = time.monotonic() + 30
+            seen = before
+            while proc.poll() is None and time.monotonic() < deadline:
+                m = _mtime(ckpt)
+                if m != seen:
+                    seen = m
+                    ck = read_checkpoint(str(run / "state"))
+                    if ck is not None and ck.meta["lines"] >= target:
+                        break
+                time.sleep(0.003)
+            time.sleep(rng.uniform(0.0, 0.08))
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            assert proc.returncode == 0, err
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        kills += 1
+        ck = read_checkpoint(str(run / "state"))
+        if ck is None:
+            during_startup += 1
+        elif (run / "out.jsonl").stat().st_size > ck.meta["outputs"]["output"][1]:
+            with_tail += 1  # rows written after the checkpoint: the restart must replace them
+        assert kills < 300, "the killed runs make no progress"
+    report = {"kills": kills, "kills_with_rows_after_the_checkpoint": with_tail, "kills_before_any_checkpoint": during_startup}
+    print("\nkill test:", json.dumps(report))
+    assert kills == KILLS >= 20, report
+    assert with_tail >= 3, report  # the truncation path really ran
+    for name in ("out.jsonl", "late.jsonl", "errors.jsonl"):
+        got, want = (run / name).read_bytes(), (ref / name).read_bytes()
+        assert got == want, f"{name} differs after {kills} kills"
+    rows = [json.loads(x) for x in (run / "out.jsonl").read_text().splitlines()]
+    ids = [r["_id"] for r in rows]
+    assert len(ids) == len(set(ids)) > 1000  # no duplicate, and a real workload
+    (tmp / "kill_report.json").write_text(json.dumps(report))
+
+
+def test_sigterm_finishes_the_batch_checkpoints_and_exits_0(small_workload):
+    tmp, rules, logs = small_workload
+    out = tmp / "term"
+    out.mkdir()
+    proc = subprocess.Popen(cep_cmd(rules, logs, out, "--follow", "--poll", "0.05"), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpt = out / "state" / "checkpoint"
+    deadline = time.monotonic() + 30
+    while _mtime(ckpt) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    ck = read_checkpoint(str(out / "state"))
+    assert ck is not None and not ck.meta["finished"]
+    # the checkpoint is the state at the stop: the output on disk is exactly what it recorded
+    assert (out / "out.jsonl").stat().st_size == ck.meta["outputs"]["output"][1]
+    consumed = sum(off for off, _ in ck.meta["files"].values())
+    assert consumed > 0
+    assert ck.meta["lines"] % BATCH == 0 or consumed == sum(f.stat().st_size for f in logs.glob("part-*"))
+    # a restart continues to the end; the result is the uninterrupted run's, byte for byte
+    res = subprocess.run(cep_cmd(rules, logs, out, "--finish"), cwd=REPO, capture_output=True)
+    assert res.returncode == 0, res.stderr.decode()
+    ref = tmp / "ref"
+    reference(rules, logs, ref)
+    for name in ("out.jsonl", "late.jsonl", "errors.jsonl"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_sigint_in_the_middle_of_a_static_input_is_a_clean_stop(small_workload):
+    tmp, rules, logs = small_workload
+    out = tmp / "int"
+    out.mkdir()
+    proc = subprocess.Popen(cep_cmd(rules, logs, out), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpt = out / "state" / "checkpoint"
+    deadline = time.monotonic() + 30
+    while _mtime(ckpt) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    ck = read_checkpoint(str(out / "state"))
+    assert ck is not None and ck.meta["lines"] < 8_000
+    assert os.path.getsize(out / "out.jsonl") == ck.meta["outputs"]["output"][1]

@@ -1,0 +1,73 @@
+"""Seeded inputs and rules shared by the reliability tests: a log directory and a rule file."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+RULES = """
+rules:
+  - name: rise
+    description: three or more rising prices of one symbol within ten seconds
+    lateness: 200
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0, LAST(B.ts) AS t1, COUNT(B.*) AS n, MATCH_NUMBER() AS m
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A B{2,})
+        WITHIN INTERVAL '10' SECOND
+        DEFINE B AS B.px > PREV(B.px))
+  - name: dip
+    description: every row of a fall below 90% of the start, all rows per match
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES CLASSIFIER() AS cls, FIRST(A.px) AS start_px
+        ALL ROWS PER MATCH
+        PATTERN (A C*? D)
+        WITHIN INTERVAL '5' SECOND
+        DEFINE D AS D.px < A.px * 0.9)
+"""
+
+CHANGED_RULE = """
+  - name: big_jump
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES A.ts AS t0, B.px - A.px AS jump
+        PATTERN (A B)
+        DEFINE B AS B.px > A.px * 1.3)
+"""
+
+
+def tick_lines(n: int, seed: int, t0: int = 0, keys: int = 40, bad_every: int = 997) -> list[str]:
+    """``n`` JSON lines of ticks, mostly in time order, with late rows and a few bad lines."""
+    rng = random.Random(seed)
+    out = []
+    t = t0
+    px = {f"S{k}": 100.0 for k in range(keys)}
+    for i in range(n):
+        t += rng.choice((0, 5, 20, 50, 100))
+        if i % bad_every == bad_every - 1:
+            out.append(rng.choice(('{"sym": "S1", "ts": ', "not json", "[1, 2]", '{"sym": "S2", "ts": "yesterday", "px": 1}')))
+            continue
+        sym = f"S{rng.randrange(keys)}"
+        px[sym] = round(max(1.0, px[sym] * rng.uniform(0.85, 1.12)), 2)
+        ts = t - rng.choice((0, 0, 0, 0, 0, 0, 0, 100, 300)) if i > 10 else t
+        out.append(json.dumps({"sym": sym, "ts": ts, "px": px[sym]}))
+    return out
+
+
+def write_log_dir(root: Path, files: int, lines_per_file: int, seed: int = 7) -> Path:
+    """A directory of ``files`` JSON lines files (names in time order) plus a dot-file to ignore."""
+    d = root / "logs"
+    d.mkdir(parents=True, exist_ok=True)
+    t = 0
+    for f in range(files):
+        lines = tick_lines(lines_per_file, seed + f, t0=t)
+        t = json.loads(next(x for x in reversed(lines) if x.startswith('{"sym"')))["ts"]
+        (d / f"part-{f:03d}.jsonl").write_text("\n".join(lines) + "\n")
+    (d / ".part-999.jsonl.tmp").write_text('{"sym": "S0", "ts": 0, "px": 1}\n' * 10)
+    return d
