@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _bench.add_arguments(b)
 
+    from cep import spark_cli  # defines the parser only; pyspark is imported when a job runs
+
+    spark_cli.add_arguments(sub)
+
     pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
         "Register Lucene-syntax queries and report, for each document, which queries match it."))
     try:
@@ -369,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "spark":
+            from cep import spark_cli
+
+            return spark_cli.run(args)
         if args.command == "bench":
             from cep import bench
 

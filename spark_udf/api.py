@@ -1,0 +1,526 @@
+"""Run a rule file over a Spark DataFrame: complex events, late and bad events as DataFrames.
+
+:func:`apply_rules` takes a streaming or a static DataFrame and a rule file. Keyed rules
+(patterns) run in one shared stateful stage grouped by ``(rule, hash bucket of the rule's
+PARTITION BY key)``: ``applyInPandasWithState`` with an event-time timeout for a stream,
+``applyInPandas`` for a static input (a backfill). Each group's state is one versioned blob
+holding the embedded operator's snapshot for the keys of that bucket. Every output row, of
+every rule and kind, shares one wide :class:`~spark_udf.schema.Envelope` schema, so one
+query (one checkpoint, one sink) carries them all; :class:`CepResult` slices it into typed
+DataFrames per rule, per kind, late events and errors.
+
+Example:
+    >>> from pyspark.sql import SparkSession                       # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> events = spark.readStream.schema("sym string, ts long, px double").json("in/")  # doctest: +SKIP
+    >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
+    >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from patterns.errors import CepError
+from patterns.rules import Rule, RuleSet, load_rules
+from spark_udf.core import (
+    CORRUPT_BUCKET,
+    CORRUPT_COL,
+    MALFORMED,
+    PRIOR_COL,
+    SEQ_COL,
+    SOURCE_COL,
+    GroupCore,
+    RuleSpec,
+    annotate_arrival,
+    arrival_plan,
+    epoch_ms,
+    rule_key,
+    segment_maxima,
+)
+from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
+from spark_udf.schema import INTEGRAL, NUMERIC, PROBLEM_FIELDS, RESERVED_PREFIX, Envelope
+from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
+
+__all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME"]
+
+METRICS_NAME = "cep"
+GROUP_RULE, GROUP_BUCKET, WM_COL, TIME_COL = "_cep_rule", "_cep_bucket", "_cep_wm", "_cep_time"
+_DELAY_KEY = "spark.watermarkDelayMs"  # EventTimeWatermark.delayKey
+
+
+@dataclass(frozen=True)
+class SparkRunConfig:
+    """How rules run on Spark."""
+
+    buckets: int = 64
+    """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run."""
+    on_rule_change: str = "fail"
+    """'fail': a rule whose saved state no longer fits stops the query; 'reset': drop that state."""
+    source_column: str | None = None
+    """Input column naming where a row came from (e.g. the file); copied onto late and error rows."""
+    corrupt_column: str = "_corrupt_record"
+    """Column Spark's permissive JSON/CSV readers fill with a record that does not parse."""
+    arrival_order: bool = True
+    """Backfill: judge lateness in the input's row order, as the embedded engine reading it would."""
+    arrival_columns: tuple[str, ...] = ()
+    """Backfill: columns naming each row's input segment (e.g. file path and block start), whose
+    sorted values order the segments; empty: Spark partitions in order."""
+    state_version: int = STATE_ENCODING_VERSION
+    """Encoding version written to and expected from state (tests simulate upgrades with it)."""
+
+    def __post_init__(self) -> None:
+        if self.buckets < 1:
+            raise ValueError(f"buckets must be at least 1, found {self.buckets!r}")
+        if self.on_rule_change not in ("fail", "reset"):
+            raise ValueError(f"on_rule_change must be 'fail' or 'reset', found {self.on_rule_change!r}")
+
+
+@dataclass
+class CepResult:
+    """Every output of a rule set over one input, as one envelope DataFrame and typed slices."""
+
+    envelope: DataFrame
+    envelope_layout: Envelope
+    rules: list[Any]
+    observation: Observation | None = None
+    config: SparkRunConfig = field(default_factory=SparkRunConfig)
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.envelope.isStreaming
+
+    def matches(self, rule: str) -> DataFrame:
+        """Complex events of one rule, with that rule's own column names and types."""
+        if rule not in self.envelope_layout.rule_columns:
+            raise KeyError(f"no rule named {rule!r}; rules: {', '.join(self.envelope_layout.rule_columns)}")
+        cols = [F.col(_q(env)).alias(name) for name, env, _ in self.envelope_layout.columns_of(rule)]
+        return self.envelope.where((F.col("output") == "match") & (F.col("rule") == rule)).select(*cols, "rule")
+
+    def kind(self, kind: str = "pattern") -> DataFrame:
+        """Complex events of every rule of one kind: ``rule`` plus the union of their columns."""
+        names = [r for r, k in self.envelope_layout.rule_kinds.items() if k == kind]
+        cols: dict[str, None] = {}
+        for r in names:
+            for _, env, _ in self.envelope_layout.columns_of(r):
+                cols.setdefault(env, None)
+        return self.envelope.where((F.col("output") == "match") & (F.col("kind") == kind)).select(
+            "rule", *[_q(c) for c in cols]
+        )
+
+    @property
+    def late(self) -> DataFrame:
+        """Events behind the watermark, with the reason (rule, kind, source, line, reason, event)."""
+        return self._problems("late")
+
+    @property
+    def errors(self) -> DataFrame:
+        """Events that could not be used (bad time, missing key, malformed record) and why."""
+        return self._problems("error")
+
+    def _problems(self, what: str) -> DataFrame:
+        return self.envelope.where(F.col("output") == what).select("rule", "kind", *[n for n, _ in PROBLEM_FIELDS])
+
+    def write_stream(
+        self,
+        path: str,
+        checkpoint: str,
+        format: str = "json",
+        trigger: str = "available-now",
+        partition_by: tuple[str, ...] = ("output", "rule"),
+        query_name: str | None = None,
+        options: dict[str, str] | None = None,
+    ):
+        """Start one streaming query writing every output to a file sink (exactly once).
+
+        ``trigger``: ``available-now`` (process what is there, then stop), ``once``, or
+        ``processing-time=10 seconds``. Read the sink back with ``spark.read.<format>(path)``:
+        Spark then lists the committed files from ``path/_spark_metadata``.
+        """
+        w = self.envelope.writeStream.format(format).outputMode("append").option("path", path)
+        w = w.option("checkpointLocation", checkpoint)
+        for k, v in (options or {}).items():
+            w = w.option(k, v)
+        if partition_by:
+            w = w.partitionBy(*partition_by)
+        if query_name:
+            w = w.queryName(query_name)
+        return _with_trigger(w, trigger).start()
+
+    def write(self, path: str, format: str = "json", mode: str = "errorifexists",
+              partition_by: tuple[str, ...] = ("output", "rule")) -> None:
+        """Write a static (backfill) result; same layout as :meth:`write_stream`."""
+        w = self.envelope.write.format(format).mode(mode)
+        if partition_by:
+            w = w.partitionBy(*partition_by)
+        w.save(path)
+
+    def counts(self) -> dict[str, int]:
+        """Backfill counts once an action ran: matches, late, errors and matches per rule."""
+        if self.observation is None:
+            raise CepError("counts() is for static results; a stream reports them in its query progress")
+        return {k: int(v or 0) for k, v in self.observation.get.items()}
+
+
+def _with_trigger(w: Any, trigger: str) -> Any:
+    t = trigger.strip().lower()
+    if t in ("available-now", "availablenow", "available_now"):
+        return w.trigger(availableNow=True)
+    if t == "once":
+        return w.trigger(once=True)
+    if t.startswith("processing-time="):
+        return w.trigger(processingTime=t.split("=", 1)[1])
+    raise ValueError(f"unknown trigger {trigger!r}; expected available-now, once or processing-time=10 seconds")
+
+
+# ------------------------------------------------------------------ building the plan
+
+
+def apply_rules(frame: DataFrame, rules: RuleSet | Iterable[Rule] | str | Path,
+                config: SparkRunConfig | None = None) -> CepResult:
+    """Every rule of ``rules`` over ``frame`` (streaming or static).
+
+    Streams run keyed rules with ``applyInPandasWithState`` (append mode, event-time timeout,
+    a watermark on the rules' common ORDER BY column); static frames with ``applyInPandas``
+    and the final watermark at the end (a backfill gives the rows the embedded engine gives
+    over the same rows in the same order). Columns whose names start with ``_cep_`` are
+    reserved.
+    """
+    cfg = config or SparkRunConfig()
+    if isinstance(rules, (str, Path)):
+        rules = load_rules(rules)
+    rules = list(rules)
+    if not rules:
+        raise CepError("the rule set is empty: nothing to run")
+    keyed, stateless = [], []
+    for r in rules:
+        k = kind_of(r)
+        if k in KEYED_KINDS:
+            keyed.append(r)
+        elif k in STATELESS_KINDS:
+            stateless.append(r)
+        else:
+            known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
+            raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
+
+    corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
+    if corrupt:
+        frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
+    frame = _with_source(frame, cfg)
+    frame, output_types, engine_types = _engine_view(frame)
+    rule_fields = {}
+    for r in rules:
+        kind = KEYED_KINDS.get(kind_of(r)) or STATELESS_KINDS[kind_of(r)]
+        rule_fields[r.name] = (kind_of(r), kind.output_fields(r, output_types))
+    env = Envelope.build(rule_fields)
+    by_type = _types_by_name(frame.schema)
+
+    parts: list[DataFrame] = []
+    if keyed:
+        # malformed records ride along to one group of the keyed stage (one scan of the input)
+        parts.append(_keyed_stage(frame, keyed, cfg, env, engine_types, by_type, corrupt is not None))
+    elif corrupt:
+        parts.append(_corrupt_rows(frame, cfg))
+    clean = frame.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL) if corrupt else frame
+    for name in sorted({kind_of(r) for r in stateless}):
+        group = [r for r in stateless if kind_of(r) == name]
+        parts.append(STATELESS_KINDS[name].build(clean, group, env, cfg))
+    schema = _envelope_schema(env, by_type)
+    out = _conform(parts[0], schema)
+    for p in parts[1:]:
+        out = out.unionByName(_conform(p, schema))
+    metrics = _metrics(rules)
+    observation = None
+    if out.isStreaming:
+        out = out.observe(METRICS_NAME, *metrics)
+    else:
+        observation = Observation(METRICS_NAME)
+        out = out.observe(observation, *metrics)
+    return CepResult(out, env, rules, observation, cfg)
+
+
+def _metrics(rules: list[Any]) -> list[Column]:
+    out = F.col("output")
+    ms = [
+        F.count(F.when(out == "match", 1)).alias("matches"),
+        F.count(F.when(out == "late", 1)).alias("late"),
+        F.count(F.when(out == "error", 1)).alias("errors"),
+    ]
+    for i, r in enumerate(rules):
+        ms.append(F.count(F.when((out == "match") & (F.col("rule") == r.name), 1)).alias(f"matches_{i}"))
+    return ms
+
+
+def _q(name: str) -> str:
+    """A column name quoted for F.col / select (dots and spaces stay literal)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _corrupt_rows(frame: DataFrame, cfg: SparkRunConfig) -> DataFrame:
+    """Error rows for the records the reader could not parse (when no keyed stage carries them)."""
+    c = F.col(CORRUPT_COL)
+    src = F.col(SOURCE_COL) if SOURCE_COL in frame.columns else F.lit(None).cast("string")
+    # Spark refuses a scan of raw JSON/CSV that reads the corrupt-record column alone, so the
+    # event text falls back to the parsed fields (never used: the record is non-NULL here).
+    others = [F.col(_q(f)) for f in frame.columns if f != CORRUPT_COL]
+    text = F.coalesce(c, F.to_json(F.struct(*others))) if others else c
+    return frame.where(c.isNotNull()).select(
+        F.lit("error").alias("output"),
+        F.lit(None).cast("string").alias("rule"),
+        F.lit(None).cast("string").alias("kind"),
+        src.alias("source"),
+        F.lit(None).cast("bigint").alias("line"),
+        F.lit(MALFORMED).alias("reason"),
+        text.alias("event"),
+    )
+
+
+def _with_source(frame: DataFrame, cfg: SparkRunConfig) -> DataFrame:
+    if not cfg.source_column or cfg.source_column == SOURCE_COL:
+        return frame
+    return frame.withColumn(SOURCE_COL, F.col(_q(cfg.source_column)).cast("string"))
+
+
+def _engine_view(frame: DataFrame) -> tuple[DataFrame, dict[str, str], dict[str, str]]:
+    """Columns as the engine reads them: times as epoch milliseconds, decimals as doubles.
+
+    Returns the frame, the output types (a time column stays a timestamp in outputs) and the
+    types the engine sees.
+    """
+    cols, out_types, eng_types = [], {}, {}
+    for f in frame.schema.fields:
+        name, dtype = f.name, f.dataType
+        c = F.col(_q(name))
+        typ = dtype.simpleString()
+        if name.startswith(RESERVED_PREFIX):
+            cols.append(c)
+            continue
+        out_types[name] = typ
+        if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+            c, typ = F.unix_millis(c.cast("timestamp")) if isinstance(dtype, T.TimestampNTZType) else F.unix_millis(c), "bigint"
+        elif isinstance(dtype, T.DateType):
+            c, typ = F.unix_date(c).cast("bigint") * F.lit(86_400_000), "bigint"
+        elif isinstance(dtype, T.DecimalType):
+            c, typ = c.cast("double"), "double"
+            out_types[name] = "double"
+        eng_types[name] = typ
+        cols.append(c.alias(name))
+    return frame.select(*cols), out_types, eng_types
+
+
+def _types_by_name(schema: T.StructType) -> dict[str, T.DataType]:
+    return {f.dataType.simpleString(): f.dataType for f in schema.fields}
+
+
+_SIMPLE = {
+    "bigint": T.LongType(), "int": T.IntegerType(), "smallint": T.ShortType(), "tinyint": T.ByteType(),
+    "double": T.DoubleType(), "float": T.FloatType(), "string": T.StringType(), "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(), "date": T.DateType(),
+    "binary": T.BinaryType(),
+}
+
+
+def _dtype(typ: str, by_name: dict[str, T.DataType]) -> T.DataType:
+    if typ in _SIMPLE:
+        return _SIMPLE[typ]
+    if typ in by_name:
+        return by_name[typ]
+    return T.StringType()
+
+
+def _envelope_schema(env: Envelope, by_name: dict[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(c, _dtype(t, by_name), True) for c, t in env.columns.items()])
+
+
+def _conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    """The envelope's columns, in order: missing ones NULL, others cast to the envelope's type."""
+    have = set(frame.columns)
+    cols = []
+    for f in schema.fields:
+        c = F.col(_q(f.name)) if f.name in have else F.lit(None)
+        cols.append(c.cast(f.dataType).alias(f.name) if f.name not in have or frame.schema[f.name].dataType != f.dataType
+                    else c)
+    return frame.select(*cols)
+
+
+def _time_ms(frame: DataFrame, name: str, engine_types: dict[str, str]) -> Column:
+    typ = engine_types.get(name)
+    c = F.col(_q(name))
+    if typ in INTEGRAL:
+        return c.cast("bigint")
+    if typ in NUMERIC:
+        return F.when(F.isnan(c), None).otherwise(c.cast("bigint"))
+    # strings (ISO-8601 or digits): parsed in Python exactly as the embedded engine parses them
+    to_ms: Any = F.pandas_udf(epoch_ms, "bigint")  # type: ignore[call-overload]
+    return to_ms(c.cast("string"))
+
+
+def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: Envelope,
+                 engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool) -> DataFrame:
+    kinds = [KEYED_KINDS[kind_of(r)] for r in keyed]
+    times = {k.time_column(r) for k, r in zip(kinds, keyed)}
+    if len(times) != 1:
+        raise CepError(
+            f"rules order by different event-time fields ({', '.join(sorted(times))}); one Spark query "
+            "has one watermark: run the rules of each time field as a separate query (one rule file each)"
+        )
+    time_col = times.pop()
+    columns = set(frame.columns)
+    for k, r in zip(kinds, keyed):
+        for c in (*k.key_columns(r), k.time_column(r)):
+            if c not in columns:
+                raise CepError(
+                    f"rule {r.name!r}: column {c!r} (PARTITION BY / ORDER BY) is not in the input; "
+                    f"input columns: {', '.join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))}"
+                )
+    specs = {}
+    for k, r in zip(kinds, keyed):
+        specs[r.name] = RuleSpec(r, kind_of(r), k.lateness_ms(r), env.columns_of(r.name))
+    core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version)
+    schema = _envelope_schema(env, by_type)
+    key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
+
+    if frame.isStreaming:
+        x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types)))
+        x = x.withWatermark(TIME_COL, "0 seconds")
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt)
+        # The stage needs a watermark column among its inputs for an event-time timeout, and
+        # Spark drops rows behind the watermark before a stage with one. A NULL column that
+        # carries the watermark marker satisfies the first and is never "behind", so late rows
+        # reach the operator, which reports them; the real watermark column is projected away.
+        # The marker is a bigint: PySpark converts timestamp columns for pandas row by row.
+        x = x.drop(TIME_COL).withColumn(
+            WM_COL, F.lit(None).cast("bigint").alias(WM_COL, metadata={_DELAY_KEY: 0})
+        )
+
+        def stream_fn(key, pdfs, state):
+            stored = tuple(state.get) if state.exists else None
+            frame_out, new_state, timeout = core.stream_group(
+                key, pdfs, stored, state.getCurrentWatermarkMs(), state.hasTimedOut
+            )
+            if new_state is None:
+                if state.exists:
+                    state.remove()
+            else:
+                state.update(new_state)
+                if timeout is not None:
+                    state.setTimeoutTimestamp(timeout)
+            if frame_out is not None:
+                yield frame_out
+
+        return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandasWithState(
+            stream_fn, schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+        )
+
+    x = frame
+    priors = None
+    if cfg.arrival_order:
+        x, priors = _arrival_watermarks(x, time_col, key_sets, tuple(cfg.arrival_columns))
+    else:
+        x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
+    prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt)
+
+    def static_fn(key, pdf):
+        return core.static_group(key, pdf)
+
+    return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(static_fn, schema)
+
+
+def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
+                   prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool) -> DataFrame:
+    """Add the group key (rule, bucket); one row per rule when several rules read the input.
+
+    A malformed record goes once, to bucket -1 of the first rule, which reports it.
+    """
+    structs = []
+    for k, r in zip(kinds, keyed):
+        keys = k.key_columns(r)
+        bucket = (
+            F.pmod(F.xxhash64(*[F.col(_q(c)) for c in keys]), F.lit(cfg.buckets)).cast("int") if keys else F.lit(0)
+        )
+        fields = [F.lit(rule_key(r.name)).alias("r"), bucket.alias("b")]
+        if prior_cols is not None:
+            fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
+        structs.append(F.struct(*fields))
+    drop = list(prior_cols.values()) if prior_cols else []
+    if len(structs) == 1 and not corrupt:
+        x = x.withColumn("_cep_g", structs[0])
+    else:
+        groups = F.array(*structs)
+        if corrupt:
+            bad = [F.lit(rule_key(keyed[0].name)).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")]
+            if prior_cols is not None:
+                bad.append(F.lit(None).cast("bigint").alias("p"))
+            groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(F.struct(*bad))).otherwise(groups)
+        x = x.withColumn("_cep_g", F.explode(groups))
+    x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b"))
+    if prior_cols is not None:
+        x = x.withColumn(PRIOR_COL, F.col("_cep_g.p"))
+    return x.drop("_cep_g", *drop)
+
+
+def _arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str, ...]],
+                        seg_cols: tuple[str, ...]):
+    """Add arrival order and each row's largest earlier event time, per partition-key set.
+
+    Arrival order: input segments (file blocks, ordered by file path then offset, when
+    ``seg_cols`` names them; else Spark partitions in order), rows in order within each.
+    Two passes keep the input's partitioning: the first collects every segment's largest valid
+    event time, the second computes running maxima from there.
+    """
+    rows = frame.mapInPandas(
+        lambda it: segment_maxima(it, time_col, key_sets, seg_cols), "seg string, ks int, mx bigint"
+    ).collect()
+    plan = arrival_plan(((r.seg, r.ks, r.mx) for r in rows), len(key_sets))
+    schema = T.StructType(
+        frame.schema.fields
+        + [T.StructField(SEQ_COL, T.LongType())]
+        + [T.StructField(f"{PRIOR_COL}_{i}", T.LongType()) for i in range(len(key_sets))]
+    )
+    out = frame.mapInPandas(lambda it: annotate_arrival(it, time_col, key_sets, seg_cols, plan), schema)
+    return out, plan
+
+
+# ------------------------------------------------------------------ progress counts
+
+
+class ProgressCounts:
+    """Adds up the ``cep`` observed metrics and input rows of a streaming query's progress.
+
+    Call :meth:`merge_recent` with the query now and then (Spark keeps the last
+    ``spark.sql.streaming.numRecentProgressUpdates`` = 100 progress reports) and once after it
+    ends; every micro-batch counts once. Polling avoids a Python listener, whose py4j callback
+    server can fail noisily while the JVM shuts down.
+    """
+
+    def __init__(self, rule_names: list[str]):
+        self.rule_names = rule_names
+        self.seen: set[tuple[str, int]] = set()
+        self.totals: dict[str, int] = {"batches": 0, "input_rows": 0, "matches": 0, "late": 0, "errors": 0}
+        self.per_rule: dict[str, int] = {r: 0 for r in rule_names}
+
+    def add(self, run_id: str, batch_id: int, input_rows: int, metrics: Any) -> None:
+        if (run_id, batch_id) in self.seen:
+            return
+        self.seen.add((run_id, batch_id))
+        self.totals["batches"] += 1
+        self.totals["input_rows"] += int(input_rows or 0)
+        if metrics is not None:
+            d = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
+            for k in ("matches", "late", "errors"):
+                self.totals[k] += int(d.get(k) or 0)
+            for i, r in enumerate(self.rule_names):
+                self.per_rule[r] += int(d.get(f"matches_{i}") or 0)
+
+    def merge_recent(self, query: Any) -> None:
+        for p in query.recentProgress:
+            metrics = (p.get("observedMetrics") or {}).get(METRICS_NAME)
+            self.add(str(p["runId"]), p["batchId"], p["numInputRows"], metrics)

@@ -1,0 +1,587 @@
+"""The pure engine core Spark calls once per (rule, key bucket) group; no pyspark in here.
+
+:class:`GroupCore` is shipped to the Python workers inside the stage's function. For a stream
+(``applyInPandasWithState``) it restores the bucket's operator from its state blob, feeds it
+the group's pandas chunks with Spark's watermark, advances it, and returns the output frame,
+the new blob and the event-time timeout; for a backfill (``applyInPandas``) it replays the
+group's rows in arrival order and finishes. Both return frames in the rule set's
+:class:`~spark_udf.schema.Envelope` layout.
+
+Watermarks. Spark's query watermark is defined on the event time with no delay, so it is
+``M`` = the largest event time of every earlier micro-batch. Rule ``r`` with allowed lateness
+``L`` runs at watermark ``W = M - L``: an event of this micro-batch earlier than ``W`` is late,
+events at or before ``W`` are matched, and partial matches that ``WITHIN`` rules out by ``W``
+end. A group whose next deadline is ``d`` (see
+:meth:`~spark_udf.operator.ExternalWatermarkOperator.next_deadline`) asks Spark for an
+event-time timeout at ``d + L - 1``: Spark fires it once ``M > d + L - 1``, that is once
+``W >= d``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from cep.events import batch_from_pandas, parse_times
+from cep.operator import OperatorOutput, StateVersionError
+from spark_udf.kinds import KEYED_KINDS, KeyedOperator
+from spark_udf.operator import NO_WATERMARK
+from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, describe_value
+from spark_udf.state import (
+    STATE_ENCODING_VERSION,
+    BucketHeader,
+    RuleChangedError,
+    StateEncodingError,
+    decode_state,
+    encode_state,
+)
+
+__all__ = ["rule_key", "RuleSpec", "GroupCore", "epoch_ms", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL", "CORRUPT_BUCKET"]
+
+SOURCE_COL = "_cep_source"
+CORRUPT_COL = "_cep_corrupt"
+CORRUPT_BUCKET = -1
+MALFORMED = "malformed record: it does not parse with the input's format and schema"
+PRIOR_COL = "_cep_prior"
+SEQ_COL = "_cep_seq"
+
+
+def rule_key(name: str) -> int:
+    """A rule's group-key number: stable across runs and rule order (names are unique).
+
+    Spark groups by ``(rule_key, bucket)``: integers sort and convert much faster than names.
+
+    Example:
+        >>> rule_key("v_shape")
+        1948158088
+    """
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+@dataclass
+class RuleSpec:
+    """What a worker needs to run one keyed rule."""
+
+    rule: Any
+    kind: str
+    lateness_ms: int
+    outputs: list[tuple[str, str, str]]  # (rule's column, envelope column, type)
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+
+@dataclass
+class GroupCore:
+    """Runs keyed rules group by group; everything here is picklable and Spark-free."""
+
+    specs: dict[str, RuleSpec]
+    envelope_columns: list[str]
+    input_types: dict[str, str]
+    buckets: int
+    on_rule_change: str = "fail"
+    state_version: int = STATE_ENCODING_VERSION
+    _ops: dict[str, tuple[KeyedOperator, BucketHeader]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_rules(
+        cls,
+        rules: Iterable[Any],
+        input_types: dict[str, str],
+        buckets: int = 64,
+        on_rule_change: str = "fail",
+        state_version: int = STATE_ENCODING_VERSION,
+        output_types: dict[str, str] | None = None,
+    ) -> tuple["GroupCore", Any]:
+        """The core for keyed rules over input columns of these (engine-view) types, and its envelope.
+
+        ``output_types`` are the input's types as outputs show them (default: ``input_types``).
+        """
+        from spark_udf.kinds import kind_of
+        from spark_udf.schema import Envelope
+
+        rules = list(rules)
+        shown = output_types or input_types
+        fields = {r.name: (kind_of(r), KEYED_KINDS[kind_of(r)].output_fields(r, shown)) for r in rules}
+        env = Envelope.build(fields)
+        specs = {
+            r.name: RuleSpec(r, kind_of(r), KEYED_KINDS[kind_of(r)].lateness_ms(r), env.columns_of(r.name))
+            for r in rules
+        }
+        return cls(specs, list(env.columns), dict(input_types), buckets, on_rule_change, state_version), env
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_ops"] = {}
+        return state
+
+    # ------------------------------------------------------------------ operators
+    def rule_named(self, group: Any) -> str:
+        """The rule a group key names: its :func:`rule_key` (or the name itself)."""
+        if isinstance(group, str):
+            return group
+        keys = getattr(self, "_by_key", None)
+        if keys is None:
+            keys = self._by_key = {rule_key(n): n for n in self.specs}
+        return keys.get(int(group), f"<rule {int(group)} no longer in the rule file>")
+
+    def _operator(self, rule: str) -> tuple[RuleSpec, KeyedOperator, BucketHeader]:
+        spec = self.specs.get(rule)
+        if spec is None:
+            raise KeyError(rule)
+        got = self._ops.get(rule)
+        if got is None:
+            kind = KEYED_KINDS[spec.kind]
+            op = kind.new_operator(spec.rule)
+            header = BucketHeader(rule, spec.kind, kind.fingerprint(op), self.buckets)
+            got = self._ops[rule] = (op, header)
+        return spec, got[0], got[1]
+
+    def _load(self, spec: RuleSpec, op: KeyedOperator, header: BucketHeader, stored: Any, out: OperatorOutput) -> None:
+        """Put the bucket's saved state into ``op`` (or empty it)."""
+        if stored is None:
+            op.reset()
+            return
+        blob, version = stored
+        try:
+            op.restore(decode_state(blob, version, header, self.state_version))
+        except RuleChangedError as e:
+            if self.on_rule_change != "reset":
+                raise
+            op.reset()
+            out.errors.append({
+                "rule": spec.name, "source": None, "line": None, "event": None,
+                "reason": f"state reset (on_rule_change='reset'): {e}",
+            })
+        except StateVersionError as e:
+            raise StateEncodingError(
+                f"rule {spec.name!r}: the checkpoint's engine snapshot cannot be read: {e}"
+            ) from None
+
+    # ------------------------------------------------------------------ streams
+    def stream_group(
+        self,
+        key: tuple,
+        chunks: Iterable[pd.DataFrame],
+        stored: Any,
+        spark_watermark_ms: int,
+        timed_out: bool,
+    ) -> tuple[pd.DataFrame | None, tuple[bytes, int] | None, int | None]:
+        """One micro-batch of one group: ``(output frame or None, state to store, timeout or None)``.
+
+        ``stored`` is the group's ``(state, version)`` tuple or None; ``spark_watermark_ms``
+        the query's watermark ``M``. The timeout is in Spark's terms (compare it with ``M``).
+        """
+        rule, bucket = self.rule_named(key[0]), int(key[1])
+        out = OperatorOutput()
+        if bucket == CORRUPT_BUCKET:
+            return self._malformed(chunks), None, None  # type: ignore[return-value]
+        if rule not in self.specs:  # the rule left the rule file: its state goes with it
+            return self._frame(None, out, []), None, None  # type: ignore[return-value]
+        spec, op, header = self._operator(rule)
+        self._load(spec, op, header, stored, out)
+        lateness = spec.lateness_ms
+        wm = int(spark_watermark_ms) - lateness
+        sources: list[Any] = []
+        if not timed_out:
+            for pdf in chunks:
+                batch, src = self._batch(pdf)
+                res = op.ingest(batch, wm)
+                self._attach_sources(res, src, sources)
+                out.extend(res)
+        out.extend(op.advance_to(wm))
+        deadline = op.next_deadline()
+        # Spark wants a positive timeout no earlier than its watermark (always true of
+        # d + L - 1 but for event times within a millisecond of the epoch)
+        timeout = None if deadline is None else max(deadline + lateness - 1, int(spark_watermark_ms), 1)
+        state = encode_state(header, op.snapshot(), self.state_version)
+        return self._frame(spec, out, sources), state, timeout
+
+    # ------------------------------------------------------------------ backfill
+    def static_group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:  # noqa: C901
+        """A whole group of a static input: replay arrival order, then the final watermark."""
+        rule = self.rule_named(key[0])
+        out = OperatorOutput()
+        if int(key[1]) == CORRUPT_BUCKET:
+            frame = self._malformed([pdf])
+            return frame if frame is not None else self._empty()
+        if rule not in self.specs:
+            return self._empty()
+        spec, op, _ = self._operator(rule)
+        op.reset()
+        if SEQ_COL in pdf.columns:
+            pdf = pdf.sort_values(SEQ_COL, kind="stable")
+        late_before: Any = NO_WATERMARK
+        if PRIOR_COL in pdf.columns:
+            prior = pdf[PRIOR_COL].to_numpy(dtype="float64", na_value=np.nan)
+            late_before = np.where(np.isnan(prior), NO_WATERMARK, np.nan_to_num(prior) - spec.lateness_ms)
+            late_before = late_before.astype(np.int64)
+        batch, src = self._batch(pdf)
+        sources: list[Any] = []
+        res = op.ingest(batch, late_before)
+        self._attach_sources(res, src, sources)
+        out.extend(res)
+        out.extend(op.finish())
+        frame = self._frame(spec, out, sources)
+        op.reset()
+        return frame if frame is not None else self._empty()
+
+    def _empty(self) -> pd.DataFrame:
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in self.envelope_columns})
+
+    def _malformed(self, chunks: Iterable[pd.DataFrame]) -> pd.DataFrame | None:
+        """Error rows for records the reader could not parse (they reach no operator)."""
+        out = OperatorOutput()
+        for pdf in chunks:
+            texts = pdf[CORRUPT_COL].tolist() if CORRUPT_COL in pdf.columns else [None] * len(pdf)
+            srcs = pdf[SOURCE_COL].tolist() if SOURCE_COL in pdf.columns else [None] * len(texts)
+            for text, src in zip(texts, srcs):
+                out.errors.append({"rule": None, "source": src, "line": None, "reason": MALFORMED, "event": text})
+        return self._frame(None, out, [])
+
+    # ------------------------------------------------------------------ conversion
+    def _batch(self, pdf: pd.DataFrame):
+        src = pdf[SOURCE_COL].to_numpy() if SOURCE_COL in pdf.columns else None
+        # batch_from_pandas reads only .columns, [name] and len(): a view of our data columns
+        # spares converting Spark's grouping columns and selecting a sub-frame
+        batch = batch_from_pandas(_DataColumns(pdf))
+        for c, col in batch.columns.items():
+            if self.input_types.get(c) in INTEGRAL and col.dtype == object:
+                # Arrow hands integer columns holding NULLs over as floats: give the engine ints
+                col[:] = [v if v is None else int(v) for v in col.tolist()]
+        batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
+        return batch, src
+
+    @staticmethod
+    def _attach_sources(res: OperatorOutput, src: np.ndarray | None, sources: list) -> None:
+        for rec in res.late + res.errors:
+            line = rec.get("line")
+            rec["source"] = None if src is None or line is None else src[int(line) - 1]
+            rec["line"] = None  # Spark sources do not say which line a row came from
+
+    def _frame(self, spec: RuleSpec | None, out: OperatorOutput, _sources: list) -> pd.DataFrame | None:
+        """The envelope rows of one call (None when there are none)."""
+        problems: list[dict] = []
+        n_match = len(out.matches) if spec is not None else 0
+        n = n_match + len(out.late) + len(out.errors)
+        if n == 0:
+            return None
+        cols: dict[str, np.ndarray] = {}
+        kind = spec.kind if spec is not None else None
+        if n_match and spec is not None:
+            for name, env, typ in spec.outputs:
+                f = _converter(typ)
+                vals = np.empty(n, dtype=object)
+                for i, row in enumerate(out.matches):
+                    v = row.get(name)
+                    if v is not None:
+                        try:
+                            vals[i] = f(v)
+                        except (TypeError, ValueError, OverflowError):
+                            problems.append({
+                                "rule": spec.name, "source": None, "line": None, "event": row,
+                                "reason": f"output column {name!r}: {describe_value(v)} is not a {typ}; written as NULL",
+                            })
+                cols[env] = vals
+        recs = out.late + out.errors + problems
+        n = n_match + len(recs)
+        names = self.envelope_columns
+        index = {c: i for i, c in enumerate(names)}
+        grid = np.empty((n, len(names)), dtype=object)  # one block: cheap to wrap in a DataFrame
+        for c, vals in cols.items():
+            grid[: len(vals), index[c]] = vals
+        o, r, k = index["output"], index["rule"], index["kind"]
+        grid[:n_match, o] = "match"
+        grid[:n_match, r] = spec.name if spec is not None else None
+        grid[:, k] = kind
+        n_late = n_match + len(out.late)
+        s_, l_, re_, ev_ = index["source"], index["line"], index["reason"], index["event"]
+        for j, rec in enumerate(recs, n_match):
+            grid[j, o] = "late" if j < n_late else "error"
+            grid[j, r] = rec.get("rule")
+            grid[j, s_] = None if rec.get("source") is None else str(rec["source"])
+            grid[j, l_] = rec.get("line")
+            grid[j, re_] = rec.get("reason")
+            ev = rec.get("event")
+            grid[j, ev_] = None if ev is None else (ev if isinstance(ev, str) else _json(ev))
+        frame = pd.DataFrame(grid, columns=names, copy=False)
+        for c, typ in self._time_columns().items():
+            if c in frame.columns:
+                frame[c] = _to_time(frame[c], typ)
+        return frame
+
+    def _time_columns(self) -> dict[str, str]:
+        got = getattr(self, "_times", None)
+        if got is None:
+            got = {}
+            for spec in self.specs.values():
+                for _, env, typ in spec.outputs:
+                    if typ in ("timestamp", "timestamp_ntz", "date"):
+                        got[env] = typ
+            self._times = got
+        return got
+
+
+class _DataColumns:
+    """A pandas frame seen without its reserved (``_cep_``) columns, for batch_from_pandas."""
+
+    def __init__(self, pdf: pd.DataFrame):
+        self._pdf = pdf
+        self.columns = [c for c in pdf.columns if not str(c).startswith(RESERVED_PREFIX)]
+
+    def __getitem__(self, name: str) -> pd.Series:
+        return self._pdf[name]
+
+    def __len__(self) -> int:
+        return len(self._pdf)
+
+
+# ------------------------------------------------------------------ values
+
+
+def _json(v: Any) -> str:
+    return orjson.dumps(v, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def _json_default(v: Any):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (set, frozenset, tuple)):
+        return list(v)
+    if isinstance(v, (bytes, bytearray)):
+        return v.hex()
+    return str(v)
+
+
+def _to_long(v: Any) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError("a boolean")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
+        return int(v)
+    raise TypeError(type(v).__name__)
+
+
+def _bounded(bits: int) -> Callable[[Any], int]:
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def conv(v: Any) -> int:
+        x = _to_long(v)
+        if not lo <= x <= hi:
+            raise OverflowError(x)
+        return x
+
+    return conv
+
+
+def _to_double(v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(type(v).__name__)
+    return float(v)
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError(type(v).__name__)
+
+
+def _to_string(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list, tuple)):
+        return _json(v)
+    if isinstance(v, np.generic):
+        return str(v.item())
+    return str(v)
+
+
+def _to_ms(v: Any) -> int:
+    return _to_long(v)
+
+
+def _converter(typ: str) -> Callable[[Any], Any]:
+    if typ in ("bigint", "long"):
+        return _bounded(64)
+    if typ in ("int", "integer"):
+        return _bounded(32)
+    if typ in ("smallint", "short"):
+        return _bounded(16)
+    if typ in ("tinyint", "byte"):
+        return _bounded(8)
+    if typ in ("double", "float", "real"):
+        return _to_double
+    if typ == "boolean":
+        return _to_bool
+    if typ == "string":
+        return _to_string
+    if typ in ("timestamp", "timestamp_ntz", "date"):
+        return _to_ms
+    return lambda v: v
+
+
+def _to_time(s: pd.Series, typ: str) -> pd.Series:
+    """Epoch milliseconds (how the engine sees time columns) back to Spark's time types."""
+    ms = pd.to_numeric(s, errors="coerce")
+    if typ == "date":
+        return pd.Series(
+            [None if pd.isna(x) else dt.date(1970, 1, 1) + dt.timedelta(milliseconds=int(x)) for x in ms],
+            dtype=object,
+        )
+    out = pd.to_datetime(ms, unit="ms", utc=True)
+    return out if typ == "timestamp" else out.dt.tz_localize(None)
+
+
+def epoch_ms(values: pd.Series) -> pd.Series:
+    """Event times as epoch milliseconds (nullable), read exactly as the embedded engine reads them.
+
+    Example:
+        >>> epoch_ms(pd.Series(["1970-01-01T00:00:01Z", "5", None, "x"])).tolist()
+        [1000, 5, <NA>, <NA>]
+    """
+    ms, ok, _ = parse_times(_time_values(values))
+    return pd.Series(pd.arrays.IntegerArray(ms, ~ok))
+
+
+def _time_values(s: pd.Series) -> np.ndarray:
+    """A time column as parse_times wants it: int64/float64 when numeric, else objects with None."""
+    arr = s.to_numpy()
+    if arr.dtype.kind in "iuf":
+        return arr
+    obj = s.astype(object).to_numpy(copy=True)
+    obj[s.isna().to_numpy()] = None
+    return obj
+
+
+_MIN = np.iinfo(np.int64).min
+
+
+def _segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tuple[str, int, int]]:
+    """Contiguous runs of rows from one input segment: ``(segment key, start, end)``.
+
+    A segment is a file block (when ``seg_cols`` name the file path and block start) or the
+    whole Spark partition; a partition holds whole segments, each in input order.
+    """
+    n = len(pdf)
+    if not n:
+        return []
+    if not seg_cols:
+        return [(json.dumps([pid]), 0, n)]
+    vals = list(zip(*[pdf[c].tolist() for c in seg_cols]))
+    runs = []
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or vals[i] != vals[start]:
+            runs.append((json.dumps(list(vals[start]), default=str), start, i))
+            start = i
+    return runs
+
+
+def segment_maxima(
+    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...]
+) -> Iterator[pd.DataFrame]:
+    """Per input segment and key set, the largest valid event time (a backfill's first pass)."""
+    from pyspark import TaskContext  # only inside a Spark task
+
+    pid = _partition_id(TaskContext)
+    best: dict[str, list[int]] = {}
+    for pdf in batches:
+        if not len(pdf):
+            continue
+        ms, ok, _ = parse_times(_time_values(pdf[time_col]))
+        valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
+        for seg, a, b in _segments(pdf, seg_cols, pid):
+            cur = best.setdefault(seg, [_MIN] * len(key_sets))
+            for i, v in enumerate(valid):
+                sel = ms[a:b][v[a:b]]
+                if len(sel):
+                    cur[i] = max(cur[i], int(sel.max()))
+    rows = [(seg, i, None if mx == _MIN else mx) for seg, mxs in best.items() for i, mx in enumerate(mxs)]
+    yield pd.DataFrame({"seg": [r[0] for r in rows], "ks": [r[1] for r in rows], "mx": [r[2] for r in rows]},
+                       dtype=object)
+
+
+def arrival_plan(rows: Iterable[Any], nsets: int) -> dict[str, tuple[int, list[int]]]:
+    """From the first pass's rows: per segment, its rank in arrival order and the largest
+    valid event time of every earlier segment (per key set; the int64 minimum for none).
+
+    Example:
+        >>> plan = arrival_plan([('["b"]', 0, 7), ('["a"]', 0, 9), ('["c"]', 0, None)], 1)
+        >>> plan['["a"]'][0], plan['["b"]'], plan['["c"]']
+        (0, (1, [9]), (2, [9]))
+    """
+    per: dict[str, list[int]] = {}
+    for seg, ks, mx in rows:
+        per.setdefault(seg, [_MIN] * nsets)[ks] = _MIN if mx is None else int(mx)
+    plan: dict[str, tuple[int, list[int]]] = {}
+    run = [_MIN] * nsets
+    for rank, seg in enumerate(sorted(per, key=json.loads)):
+        plan[seg] = (rank, list(run))
+        run = [max(r, mx) for r, mx in zip(run, per[seg])]
+    return plan
+
+
+def annotate_arrival(
+    batches: Iterator[pd.DataFrame],
+    time_col: str,
+    key_sets: list[tuple[str, ...]],
+    seg_cols: tuple[str, ...],
+    plan: dict[str, tuple[int, list[int]]],
+) -> Iterator[pd.DataFrame]:
+    """Add arrival order (``_cep_seq``) and, per key set, the largest valid event time of every
+    earlier row (``_cep_prior_<i>``): the watermark the embedded engine had when the row came."""
+    from pyspark import TaskContext
+
+    pid = _partition_id(TaskContext)
+    runs: dict[str, list[int]] = {}
+    offsets: dict[str, int] = {}
+    for pdf in batches:
+        n = len(pdf)
+        pdf = pdf.copy()
+        seq = np.zeros(n, dtype=np.int64)
+        priors = [np.full(n, _MIN, dtype=np.int64) for _ in key_sets]
+        if n:
+            ms, ok, _ = parse_times(_time_values(pdf[time_col]))
+            valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
+            for seg, a, b in _segments(pdf, seg_cols, pid):
+                rank, before = plan.get(seg, (0, [_MIN] * len(key_sets)))
+                run = runs.setdefault(seg, list(before))
+                off = offsets.get(seg, 0)
+                seq[a:b] = (np.int64(rank) << np.int64(33)) + np.arange(off, off + b - a, dtype=np.int64)
+                offsets[seg] = off + b - a
+                for i, v in enumerate(valid):
+                    vals = np.where(v[a:b], ms[a:b], _MIN)
+                    cm = np.maximum.accumulate(vals)
+                    prior = np.empty(b - a, dtype=np.int64)
+                    prior[0] = _MIN
+                    prior[1:] = cm[:-1]
+                    priors[i][a:b] = np.maximum(prior, run[i])
+                    run[i] = max(run[i], int(cm[-1]))
+        pdf[SEQ_COL] = seq
+        for i, prior in enumerate(priors):
+            pdf[f"{PRIOR_COL}_{i}"] = pd.arrays.IntegerArray(prior, prior == _MIN)
+        yield pdf
+
+
+def _partition_id(task_context: Any) -> int:
+    ctx = task_context.get()
+    return 0 if ctx is None else int(ctx.partitionId())
+
+
+def _keys_present(pdf: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
+    ok = np.ones(len(pdf), dtype=bool)
+    for k in keys:
+        ok &= (~pdf[k].isna()).to_numpy() if k in pdf.columns else False
+    return ok

@@ -1,0 +1,130 @@
+"""Rule kinds and how each one runs on Spark: the dispatch table other rule kinds plug into.
+
+A rule kind is either
+
+* **keyed** (:class:`KeyedKind`): a stateful operator per key, hosted by the shared
+  ``applyInPandasWithState`` stage (streams) or ``applyInPandas`` stage (backfill), grouped by
+  ``(rule, hash bucket of the key)``. Pattern rules are keyed; windowed analytics rules will
+  be too. The kind says which columns form the key, which column is event time, how late an
+  event may be, what its output columns are, and builds the operator, which must offer the
+  :class:`KeyedOperator` calls; or
+* **stateless** (:class:`StatelessKind`): it builds its own sub-plan over the input (search
+  rules: ``mapInArrow`` with the query index shipped once) and returns rows in the shared
+  envelope schema.
+
+Register a kind with :func:`register_kind`; rules pick their kind by ``rule.kind``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from cep.operator import OperatorOutput
+
+__all__ = [
+    "KeyedOperator",
+    "KeyedKind",
+    "StatelessKind",
+    "PatternKind",
+    "KEYED_KINDS",
+    "STATELESS_KINDS",
+    "register_kind",
+    "kind_of",
+]
+
+
+@runtime_checkable
+class KeyedOperator(Protocol):
+    """What the Spark stage needs from a keyed operator (one per rule and hash bucket)."""
+
+    def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput: ...
+
+    def advance_to(self, watermark: int) -> OperatorOutput: ...
+
+    def finish(self) -> OperatorOutput: ...
+
+    def next_deadline(self) -> int | None: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class KeyedKind(Protocol):
+    """A rule kind run as a keyed stateful operator."""
+
+    name: str
+
+    def key_columns(self, rule: Any) -> tuple[str, ...]: ...
+
+    def time_column(self, rule: Any) -> str: ...
+
+    def lateness_ms(self, rule: Any) -> int: ...
+
+    def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]: ...
+
+    def new_operator(self, rule: Any) -> KeyedOperator: ...
+
+    def fingerprint(self, operator: KeyedOperator) -> str: ...
+
+
+class StatelessKind(Protocol):
+    """A rule kind that builds its own Spark sub-plan (the percolator's search rules)."""
+
+    name: str
+
+    def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]: ...
+
+    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any) -> Any:
+        """Rows of ``envelope`` (a DataFrame with every envelope column) for these rules."""
+        ...
+
+
+class PatternKind:
+    """MATCH_RECOGNIZE rules: keyed by PARTITION BY, timed by ORDER BY."""
+
+    name = "pattern"
+
+    def key_columns(self, rule: Any) -> tuple[str, ...]:
+        return tuple(rule.compiled.statement.partition_by)
+
+    def time_column(self, rule: Any) -> str:
+        return rule.compiled.statement.order_by
+
+    def lateness_ms(self, rule: Any) -> int:
+        return int(rule.lateness_ms)
+
+    def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]:
+        from spark_udf.schema import pattern_output_fields
+
+        return pattern_output_fields(rule.compiled.statement, input_types)
+
+    def new_operator(self, rule: Any) -> KeyedOperator:
+        from spark_udf.operator import ExternalWatermarkOperator
+
+        op: Any = ExternalWatermarkOperator.from_rule(rule)
+        return op
+
+    def fingerprint(self, operator: Any) -> str:
+        from spark_udf.state import pattern_fingerprint
+
+        return pattern_fingerprint(operator.automaton)
+
+
+KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind()}
+STATELESS_KINDS: dict[str, StatelessKind] = {}
+
+
+def register_kind(kind: Any, keyed: bool | None = None) -> None:
+    """Make a rule kind runnable on Spark (keyed unless it has a ``build`` method)."""
+    stateless = hasattr(kind, "build") if keyed is None else not keyed
+    (STATELESS_KINDS if stateless else KEYED_KINDS)[kind.name] = kind
+
+
+def kind_of(rule: Any) -> str:
+    return getattr(rule, "kind", "pattern") or "pattern"
+
