@@ -342,10 +342,16 @@ class _Parser:
                 low_t = self.tok if self.tok.kind == "NUMBER" else None
                 if low_t:
                     self.take()
-                if self.accept_op(","):
+                high_t = None
+                comma = self.accept_op(",")
+                if comma:
                     high_t = self.tok if self.tok.kind == "NUMBER" else None
                     if high_t:
                         self.take()
+                for t in (low_t, high_t):  # before int(): '1.5', '.4' and '1e3' are NUMBER tokens too
+                    if t is not None and not t.value.isdigit():
+                        raise self.error(f"quantifier bounds must be whole numbers, found {t.value!r}", t)
+                if comma:
                     low = int(low_t.value) if low_t else 0
                     high = int(high_t.value) if high_t else None
                 else:
@@ -353,9 +359,6 @@ class _Parser:
                         raise self.error("expected a number in the quantifier {n}, {n,}, {n,m} or {,m}")
                     low = high = int(low_t.value)
                 self.expect_op("}", "to close the quantifier")
-                for t in (low_t,):
-                    if t is not None and not t.value.isdigit():
-                        raise self.error(f"quantifier bounds must be whole numbers, found {t.value!r}", t)
                 if high is not None and high < low:
                     raise self.error(f"quantifier {{{low},{high}}}: the upper bound is below the lower", btok)
                 if high == 0:

@@ -98,7 +98,7 @@ def pattern_text(draw: Any, depth: int = 0) -> str:
         return " | ".join(draw(st.lists(pattern_text(depth + 1), min_size=2, max_size=3)))
     if kind == 3:
         q = draw(st.sampled_from(["*", "+", "?", "*?", "+?", "??", "{2}", "{1,3}", "{,2}", "{2,}", "{0}", "{3,1}",
-                                  "{99999999999}", "{1,3}?"]))
+                                  "{99999999999}", "{1,3}?", "{1.5}", "{,.5}", "{1e3}"]))
         return f"({draw(pattern_text(depth + 1))}){q}"
     if kind == 4:
         return f"PERMUTE({', '.join(draw(st.lists(pattern_text(depth + 1), min_size=1, max_size=3)))})"

@@ -103,6 +103,13 @@ REGRESSIONS: list[tuple[str, str, str]] = [
     ("rules", "%YAML 1.1\n---\nother: 1\nrules:\n- description: 197\n  kind: []\n  lateness: true\n"
               "  max_partial_matches: []\n  name: \"\\xE9\"\n  sql: -4.1018244344923256e+16\n- name: a b\n",
      "unknown kind []"),
+    # found by atheris: a quantifier bound written as a decimal raised ValueError from int()
+    ("sql", "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A{.4}) DEFINE A AS x > 0)",
+     "quantifier bounds must be whole numbers, found '.4'"),
+    ("sql", "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A{1,2.5}) DEFINE A AS x > 0)",
+     "quantifier bounds must be whole numbers, found '2.5'"),
+    ("sql", "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A{1e3}) DEFINE A AS x > 0)",
+     "quantifier bounds must be whole numbers, found '1e3'"),
     # a registered kind whose module is not installed raised ModuleNotFoundError
     ("rules", "rules:\n- name: r0\n  kind: search\n  sql: analytics\n", ""),
 ]
