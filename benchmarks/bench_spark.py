@@ -210,6 +210,8 @@ def main() -> None:
                 r = spark_run(spark, folder, work, parts, args.buckets)
                 r.update(keys=keys, shuffle_partitions=parts, buckets=args.buckets,
                          embedded_events_per_s=base["events_per_s"],
+                         embedded_matches=base["matches_before_finish"],
+                         same_matches_as_embedded=r["matches"] == base["matches_before_finish"],
                          spark_counting_only_events_per_s=ceiling,
                          ratio_to_counting_only=r["events_per_s"] / ceiling,
                          ratio_to_embedded=r["events_per_s"] / base["events_per_s"],

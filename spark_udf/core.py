@@ -186,17 +186,16 @@ class GroupCore:
         if bucket == CORRUPT_BUCKET:
             return self._malformed(chunks), None, None  # type: ignore[return-value]
         if rule not in self.specs:  # the rule left the rule file: its state goes with it
-            return self._frame(None, out, []), None, None  # type: ignore[return-value]
+            return self._frame(None, out), None, None  # type: ignore[return-value]
         spec, op, header = self._operator(rule)
         self._load(spec, op, header, stored, out)
         lateness = spec.lateness_ms
         wm = int(spark_watermark_ms) - lateness
-        sources: list[Any] = []
         if not timed_out:
             for pdf in chunks:
                 batch, src = self._batch(pdf)
                 res = op.ingest(batch, wm)
-                self._attach_sources(res, src, sources)
+                self._attach_sources(res, src)
                 out.extend(res)
         out.extend(op.advance_to(wm))
         deadline = op.next_deadline()
@@ -204,10 +203,10 @@ class GroupCore:
         # d + L - 1 but for event times within a millisecond of the epoch)
         timeout = None if deadline is None else max(deadline + lateness - 1, int(spark_watermark_ms), 1)
         state = encode_state(header, op.snapshot(), self.state_version)
-        return self._frame(spec, out, sources), state, timeout
+        return self._frame(spec, out), state, timeout
 
     # ------------------------------------------------------------------ backfill
-    def static_group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:  # noqa: C901
+    def static_group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:
         """A whole group of a static input: replay arrival order, then the final watermark."""
         rule = self.rule_named(key[0])
         out = OperatorOutput()
@@ -226,12 +225,11 @@ class GroupCore:
             late_before = np.where(np.isnan(prior), NO_WATERMARK, np.nan_to_num(prior) - spec.lateness_ms)
             late_before = late_before.astype(np.int64)
         batch, src = self._batch(pdf)
-        sources: list[Any] = []
         res = op.ingest(batch, late_before)
-        self._attach_sources(res, src, sources)
+        self._attach_sources(res, src)
         out.extend(res)
         out.extend(op.finish())
-        frame = self._frame(spec, out, sources)
+        frame = self._frame(spec, out)
         op.reset()
         return frame if frame is not None else self._empty()
 
@@ -246,7 +244,7 @@ class GroupCore:
             srcs = pdf[SOURCE_COL].tolist() if SOURCE_COL in pdf.columns else [None] * len(texts)
             for text, src in zip(texts, srcs):
                 out.errors.append({"rule": None, "source": src, "line": None, "reason": MALFORMED, "event": text})
-        return self._frame(None, out, [])
+        return self._frame(None, out)
 
     # ------------------------------------------------------------------ conversion
     def _batch(self, pdf: pd.DataFrame):
@@ -262,13 +260,13 @@ class GroupCore:
         return batch, src
 
     @staticmethod
-    def _attach_sources(res: OperatorOutput, src: np.ndarray | None, sources: list) -> None:
+    def _attach_sources(res: OperatorOutput, src: np.ndarray | None) -> None:
         for rec in res.late + res.errors:
             line = rec.get("line")
             rec["source"] = None if src is None or line is None else src[int(line) - 1]
             rec["line"] = None  # Spark sources do not say which line a row came from
 
-    def _frame(self, spec: RuleSpec | None, out: OperatorOutput, _sources: list) -> pd.DataFrame | None:
+    def _frame(self, spec: RuleSpec | None, out: OperatorOutput) -> pd.DataFrame | None:
         """The envelope rows of one call (None when there are none)."""
         problems: list[dict] = []
         n_match = len(out.matches) if spec is not None else 0
@@ -313,7 +311,7 @@ class GroupCore:
             grid[j, re_] = rec.get("reason")
             ev = rec.get("event")
             grid[j, ev_] = None if ev is None else (ev if isinstance(ev, str) else _json(ev))
-        frame = pd.DataFrame(grid, columns=names, copy=False)
+        frame = pd.DataFrame(grid, columns=names, dtype=object, copy=False)
         for c, typ in self._time_columns().items():
             if c in frame.columns:
                 frame[c] = _to_time(frame[c], typ)

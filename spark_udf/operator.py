@@ -82,7 +82,24 @@ class ExternalWatermarkOperator(PatternOperator):
         """Move event time to ``watermark``: release buffered events, end timed-out partial matches."""
         out = OperatorOutput()
         self._release(int(watermark), out)
+        self.compact()
         return out
+
+    def compact(self) -> None:
+        """Forget the rows an idle key no longer needs (all but the last PREV depth).
+
+        The automaton materialises rows in runs of up to 64 ahead and trims lazily, which is
+        cheap in memory but makes every idle key carry up to 64 rows in each saved snapshot.
+        """
+        keep = self.automaton.max_back
+        active = self.active
+        for key, st in self.states.items():
+            if len(st.rows) > keep and key not in active and not st.attempts and not st.deferred:
+                if keep:
+                    del st.rows[:-keep]
+                else:
+                    st.rows = []
+                st.base = st.nrows - len(st.rows)
 
     def next_deadline(self) -> int | None:
         """The smallest watermark at which :meth:`advance_to` would release or expire something.

@@ -17,7 +17,6 @@ from patterns.rules import parse_rules
 from tests.spark_udf.conftest import counted, match_key, sink_rows, write_events
 from tests.spark_udf.workload import RULES_YAML, stream
 
-
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 

@@ -251,7 +251,7 @@ def test_a_value_that_does_not_fit_its_type_is_null_and_reported() -> None:
     from cep.operator import OperatorOutput
 
     out = OperatorOutput(matches=[{"k": "a", "t0": "soon", "t1": 5, "rule": "within"}])
-    frame = core._frame(spec, out, [])
+    frame = core._frame(spec, out)
     assert frame["t0"].tolist() == [None, None] and frame["t1"].tolist()[0] == 5
     assert "output column 't0': 'soon' is not a bigint; written as NULL" in frame["reason"].tolist()[1]
 
