@@ -8,7 +8,6 @@ rows already in event-time order; ``expire`` applies the watermark to it.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,11 +50,11 @@ class KeyState:
         self.rows: list[tuple] = []  # rows [base, nrows) of the partition
         self.base = 0
         self.nrows = 0
-        self.attempts: deque[Attempt] = deque()
+        self.attempts: list[Attempt] = []  # lists, not deques: an empty deque costs 760 bytes
         self.resume = 0  # first row at which a new match may start (after a skip)
         self.match_number = 0
         self.last_ts: int | None = None
-        self.deferred: deque[tuple[Node, int]] = deque()  # matches waiting for NEXT's rows
+        self.deferred: list[tuple[Node, int]] = []  # matches waiting for NEXT's rows
 
 
 @dataclass
@@ -371,7 +370,7 @@ class PatternAutomaton:
 
         live = sum(size(a) for a in st.attempts)
         while live > self.max_partial_matches and len(st.attempts) > 1:
-            a = st.attempts.popleft()  # the oldest start row
+            a = st.attempts.pop(0)  # the oldest start row
             live -= size(a)
             stats.partial_matches_dropped += size(a)
 
@@ -387,7 +386,7 @@ class PatternAutomaton:
                     while len(attempts) > 1 and attempts[1].start <= end:
                         del attempts[1]
                 return
-            attempts.popleft()
+            del attempts[0]
             best = head.best
             if best is None:
                 continue
@@ -397,8 +396,11 @@ class PatternAutomaton:
             stats.matches += 1
             emit(st, best)
             st.resume = self._resume_row(head.start, best, stats)
-            while attempts and attempts[0].start < st.resume:
-                attempts.popleft()
+            drop = 0
+            while drop < len(attempts) and attempts[drop].start < st.resume:
+                drop += 1
+            if drop:
+                del attempts[:drop]
 
     def _resume_row(self, start: int, best: Node, stats: StepStats) -> int:
         mode = self.skip.mode

@@ -342,16 +342,15 @@ class PatternOperator:
         """
         ttl = self.idle_state_ttl_ms
         assert ttl is not None
-        flags = [False] * len(states)
-        for i, st in enumerate(states):
-            s = int(starts[i])
-            if i and codes[s] == codes[int(starts[i - 1])]:
-                flags[i] = True  # the key's rows in this batch were split at a gap
-            elif st.last_ts is not None and int(ts[s]) - st.last_ts > ttl:
-                flags[i] = True
-            if flags[i]:
-                states[i] = KeyState()
-        return flags
+        last = np.fromiter((-1 if st.last_ts is None else st.last_ts for st in states), dtype=np.int64, count=len(states))
+        known = np.fromiter((st.last_ts is not None for st in states), dtype=bool, count=len(states))
+        first = ts[starts]
+        flags = known & (first - np.where(known, last, first) > ttl)
+        # a key's rows in this batch split at a gap: each later segment starts a session
+        flags[1:] |= codes[starts[1:]] == codes[starts[:-1]]
+        for i in np.flatnonzero(flags).tolist():
+            states[i] = KeyState()
+        return flags.tolist()
 
     def _end_session(self, key: Any, fresh: KeyState, emit) -> None:
         """The key's session is over: flush it as at end of input, then start ``fresh``."""
@@ -426,7 +425,7 @@ class PatternOperator:
             while total > cap and heap:
                 _, o, k = heapq.heappop(heap)
                 st = self.states[k]
-                x = st.attempts.popleft()
+                x = st.attempts.pop(0)
                 total -= size(x)
                 stats.partial_matches_dropped += size(x)
                 touched.append(k)
@@ -464,7 +463,7 @@ class PatternOperator:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
         need = self.automaton.max_next
         while st.deferred and (final or st.deferred[0][0].rno + need < st.nrows):
-            best, number = st.deferred.popleft()
+            best, number = st.deferred.pop(0)
             emit(st, best, number)
 
     def _match(self, rel: np.ndarray, out: OperatorOutput) -> None:
@@ -491,14 +490,14 @@ class PatternOperator:
                 bounds = np.union1d(bounds, gaps)
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
-        seg_keys = [uniques[codes[s]] for s in starts]
-        states = []
-        for k in seg_keys:
-            k = k.item() if isinstance(k, np.generic) else k
-            st = self.states.get(k)
-            if st is None:
-                st = self.states[k] = KeyState()
-            states.append(st)
+        seg_keys = np.asarray(uniques)[codes[starts]].tolist()  # Python values, not numpy scalars
+        states_map = self.states
+        states = list(map(states_map.get, seg_keys))
+        for i in [i for i, st in enumerate(states) if st is None]:
+            st = KeyState()
+            if seg_keys[i] not in states_map:
+                states_map[seg_keys[i]] = st
+            states[i] = st
         sessions = self._idle_sessions(states, starts, ts, codes) if self.idle_state_ttl_ms is not None else None
         t0 = time.perf_counter()
         masks = self._masks(cols, starts, ends, states)
