@@ -193,7 +193,7 @@ def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
     return out
 
 
-def _merged_batches(inputs, time_field: str, fmt: str | None, batch_size: int) -> Iterator[tuple[Any, str | None]]:
+def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size: int) -> Iterator[tuple[Any, str | None]]:
     """Several named inputs merged in event-time order (ties: input order, then file order)."""
     from cep.events import batch_from_records, parse_times, read_events
 
@@ -203,7 +203,10 @@ def _merged_batches(inputs, time_field: str, fmt: str | None, batch_size: int) -
             for bl in b.bad:
                 yield (-(2**63), idx, seq, None, bl)
                 seq += 1
-            ms, ok, _ = parse_times(b.column(time_field))
+            if time_field is None:  # no rule reads event time (search rules only): inputs in turn
+                ms, ok = np.zeros(b.n, dtype=np.int64), np.zeros(b.n, dtype=bool)
+            else:
+                ms, ok, _ = parse_times(b.column(time_field))
             for i in range(b.n):
                 rec = b.record(i)
                 rec.setdefault("stream", name)
@@ -315,15 +318,16 @@ def cmd_run(args) -> int:
         else:
             tf = args.time_field
             if tf is None:
-                fields = {r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column for r in rules}
-                if len(fields) != 1:
+                times = (r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column for r in rules)
+                fields = {t for t in times if t}  # a search rule may have no time field
+                if len(fields) > 1:
                     print(
                         f"cep run: the rules order by different fields ({', '.join(sorted(fields))}); "
                         "pass --time-field to say which one merges the inputs",
                         file=sys.stderr,
                     )
                     return EXIT_USAGE
-                tf = fields.pop()
+                tf = fields.pop() if fields else None
             batches = _merged_batches(inputs, tf, args.input_format, args.batch_size)
         done = 0
         for b, stream in batches:

@@ -79,6 +79,9 @@ class PercolatorConfig:
     """Query parsing and text analysis (default operator, default fields, analysis)."""
     id_field: str | None = "id"
     """Document field holding its identity; never searched as a default field."""
+    exclude_fields: tuple[str, ...] = ()
+    """More fields never searched as default fields (a query may still name them), such as
+    the ``stream`` tag the engine adds to events."""
     term_frequencies: Mapping[str, float] | None = field(default=None, compare=False, hash=False)
     """Relative document frequency (0..1) per term, to pick a conjunction's rarest term; None
     estimates selectivity from term length."""
@@ -95,6 +98,7 @@ class PercolatorConfig:
     def __post_init__(self) -> None:
         if self.scanner not in ("dict", "aho"):
             raise ValueError(f"scanner must be 'dict' or 'aho', got {self.scanner!r}")
+        object.__setattr__(self, "exclude_fields", tuple(self.exclude_fields))
 
 
 def _config_to_json(config: PercolatorConfig) -> dict[str, Any]:
@@ -109,6 +113,7 @@ def _config_to_json(config: PercolatorConfig) -> dict[str, Any]:
                          "stemmer": a.stemmer},
         },
         "id_field": config.id_field,
+        "exclude_fields": list(config.exclude_fields),
         "term_frequencies": (dict(config.term_frequencies)
                              if config.term_frequencies is not None else None),
         "scanner": config.scanner,
@@ -392,12 +397,14 @@ def _scalar_text(value: Any) -> str | None:
 class _Context:
     """What a document view needs from the configuration (shared, immutable)."""
 
-    __slots__ = ("analyzer", "default_fields", "id_field", "plain")
+    __slots__ = ("analyzer", "default_fields", "id_field", "skip", "plain")
 
     def __init__(self, config: PercolatorConfig) -> None:
         self.analyzer = Analyzer(config.query.analysis)
         self.default_fields = config.query.default_fields
         self.id_field = config.id_field
+        # fields that are never default fields: the id and the configured exclusions
+        self.skip = frozenset(f for f in (config.id_field, *config.exclude_fields) if f is not None)
         self.plain = config.query.analysis.is_plain
 
 
@@ -424,10 +431,10 @@ class _DocView:
     def default_fields(self) -> list[str]:
         if self.ctx.default_fields is not None:
             return list(self.ctx.default_fields)
-        idf = self.ctx.id_field
+        skip = self.ctx.skip
         out = []
         for k, v in self.doc.items():
-            if k == idf:
+            if k in skip:
                 continue
             if isinstance(v, str) or (isinstance(v, list) and any(isinstance(x, str) for x in v)):
                 out.append(k)
@@ -491,13 +498,13 @@ class _DocView:
             ctx = self.ctx
             if fld is None and ctx.default_fields is None and ctx.plain:
                 # the common case, without building (label, text) pairs
-                idf = ctx.id_field
+                skip = ctx.skip
                 terms = ctx.analyzer.terms
                 fast: list[str] | None = None
                 cache = self._c
                 for k, v in self.doc.items():
                     if type(v) is str:
-                        if k != idf:
+                        if k not in skip:
                             # cached per field too: a field both default and named is
                             # analysed once
                             mine = cache.get(("t", k))
@@ -950,6 +957,20 @@ class _QuerySet:
         node = self.compile(query)
         plan = self.presearcher.plan(node)
         return self._add(query_id, query, metadata, node, plan)
+
+    def register_parsed(
+        self, query_id: QueryId, query: str, node: Node, metadata: Mapping[str, Any] | None = None
+    ) -> RegisteredQuery:
+        """Register a query already compiled with this set's ``config.query`` (a rule file's
+        checked queries), without parsing it again.
+
+        Example:
+            >>> p = Percolator()
+            >>> _ = p.register_parsed("q", "apple", p.compile("apple"))
+            >>> p.percolate({"t": "Apple"}).ids
+            ['q']
+        """
+        return self._add(query_id, query, metadata, node, self.presearcher.plan(node))
 
     def _add(
         self, query_id: QueryId, query: str, metadata: Mapping[str, Any] | None, node: Node,

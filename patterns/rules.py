@@ -78,6 +78,18 @@ class RuleSource:
         value, (line_off, col_off, indent) = got
         return [SourceError(e.message, value, e.offset, e.width, self.file, line_off, col_off, indent) for e in exc.errors]
 
+    def error_at(self, message: str, node: Any) -> SourceError:
+        """An error at any node of this rule's YAML (an item of a list, a nested value)."""
+        return _node_err(message, self.text, node if node is not None else self.node, self.file)
+
+    def node_text_errors(self, node: Any, exc: CepSyntaxError) -> list[SourceError]:
+        """Errors found inside a nested scalar's text, placed at their line and column in the file."""
+        if not isinstance(node, yaml.ScalarNode):
+            return [self.error_at(e.message, node) for e in exc.errors]
+        line_off, col_off, indent = _scalar_position(self.text, node)
+        return [SourceError(e.message, node.value, e.offset, e.width, self.file, line_off, col_off, indent)
+                for e in exc.errors]
+
 
 def _kind(kind: str):
     import importlib

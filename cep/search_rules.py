@@ -1,0 +1,253 @@
+"""Search rules as an operator: percolate each document of a batch and emit one row per matching query.
+
+A :class:`SearchOperator` runs one :class:`~patterns.search_rules.SearchSpec` with the indexed
+query set of ``cep.percolator`` (presearcher, then verification of candidates only). It is
+stateless apart from its counters and the watermark: a document's rows come out in the call that
+brings the document, in arrival order (queries in rule order), without waiting for the
+watermark, since no later event can change them.
+
+With a ``time_field``, documents are judged as the other operators judge events: a missing or
+unreadable time is a bad event (errors output), and a document behind the watermark as it stood
+when the document arrived (largest time seen minus the allowed lateness) goes to the late output.
+
+A query that raises while a document is verified counts as no match for that document, is counted
+(``stats.eval_errors``, and per query in ``stats.query_errors``) and reported in the errors
+output with the document; the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cep.events import EventBatch, format_time, parse_times, to_batch
+from cep.operator import OperatorCounts, OperatorOutput, StateVersionError
+from cep.percolator import Percolator, PercolatorConfig
+from patterns.search_rules import ROW_FIELDS, STREAM_FIELD, SearchSpec
+
+__all__ = ["SearchOperator", "SearchStats"]
+
+STATE_VERSION = 1
+_NEG = np.iinfo(np.int64).min
+
+
+@dataclass
+class SearchStats:
+    """What a search operator has done: documents percolated, candidates, matches, failures."""
+
+    matches: int = 0  # rows emitted: one per (document, matching query)
+    documents: int = 0  # documents percolated (events not late and not bad)
+    candidates: int = 0  # queries the presearcher could not decide alone
+    verified: int = 0  # candidates evaluated on the document itself
+    eval_errors: int = 0  # (document, query) pairs whose evaluation raised; counted as no match
+    query_errors: dict[Any, int] = field(default_factory=dict)  # query id -> evaluations that raised
+    seconds_percolate: float = 0.0
+
+
+class SearchOperator:
+    """A search rule run over batches: every document against every query of the rule, via the index.
+
+    Example:
+        >>> from patterns.rules import parse_rules
+        >>> rule = parse_rules('''
+        ... rules:
+        ...   - name: fruit
+        ...     kind: search
+        ...     from: news
+        ...     highlight: true
+        ...     queries:
+        ...       - {id: apples, query: 'apple*', metadata: {desk: food}}
+        ...       - {id: pies, query: '"apple pie"'}
+        ... ''').rules[0]
+        >>> op = SearchOperator.from_rule(rule)
+        >>> for row in op.process([{"id": 1, "title": "Apple pie recipes"}, {"id": 2, "title": "pears"}]).matches:
+        ...     print(row)
+        {'id': 1, 'query_id': 'apples', 'metadata': {'desk': 'food'}, 'spans': [['title', 0, 5]], 'rule': 'fruit'}
+        {'id': 1, 'query_id': 'pies', 'metadata': {}, 'spans': [['title', 0, 9]], 'rule': 'fruit'}
+    """
+
+    def __init__(self, spec: SearchSpec, name: str = "rule", lateness_ms: int = 0):
+        self.spec = spec
+        self.name = name
+        self.lateness = int(lateness_ms)
+        self.time_col = spec.time_field
+        config = PercolatorConfig(query=spec.query_config, id_field=spec.id_field, exclude_fields=(STREAM_FIELD,))
+        self.percolator = Percolator(config)
+        for q in spec.queries:
+            if q.node is None:
+                self.percolator.register(q.id, q.query, q.metadata)
+            else:
+                self.percolator.register_parsed(q.id, q.query, q.node, q.metadata)
+        self._metadata = {q.id: q.metadata for q in spec.queries}
+        self.max_ts: int | None = None
+        self.seq = 0  # events read so far: names rows of batches that do not say where they came from
+        self.counts = OperatorCounts()
+        self.stats = SearchStats()
+        self.row_ids = False  # set through Engine.set_row_ids: each row gets a deterministic "_id"
+
+    @classmethod
+    def from_rule(cls, rule: Any) -> SearchOperator:
+        """The operator of a search rule, with the rule's options."""
+        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def watermark(self) -> int | None:
+        """Largest event time seen minus the allowed lateness (None without a time field or events)."""
+        return None if self.max_ts is None else self.max_ts - self.lateness
+
+    def process(self, events: Any) -> OperatorOutput:
+        """Take a batch of events (EventBatch, dicts, pandas or Arrow); return the rows it emits."""
+        batch = to_batch(events)
+        out = OperatorOutput()
+        self._process(batch, out)
+        return out
+
+    def finish(self) -> OperatorOutput:
+        """End of input: nothing is buffered, so nothing more comes out."""
+        return OperatorOutput()
+
+    # ------------------------------------------------------------------ ingest
+    def _process(self, batch: EventBatch, out: OperatorOutput) -> None:
+        n = batch.n
+        first_seq = self.seq
+        self.seq += n
+        self.counts.read += n
+        if n == 0:
+            return
+        take = np.ones(n, dtype=bool)
+        if self.time_col is not None:
+            take = self._judge_times(batch, self.time_col, out)
+        rows = np.flatnonzero(take).tolist()
+        if not rows:
+            return
+        docs = [batch.record(i) for i in rows]
+        t0 = time.perf_counter()
+        result = self.percolator.percolate_batch(docs, highlight=self.spec.highlight)
+        self.stats.seconds_percolate += time.perf_counter() - t0
+        self.counts.processed += len(rows)
+        st = self.stats
+        st.documents += len(rows)
+        st.candidates += result.stats.candidates
+        st.verified += result.stats.verified
+        spec = self.spec
+        name = self.name
+        copy = spec.fields
+        highlight = spec.highlight
+        where = self._position(batch) if self.row_ids else None
+        metadata = self._metadata
+        emit = out.matches.append
+        for i, doc, res in zip(rows, docs, result.results):
+            for qid, reason in res.errors.items():
+                st.eval_errors += 1
+                st.query_errors[qid] = st.query_errors.get(qid, 0) + 1
+                out.errors.append({
+                    "rule": name, "source": batch.source, "line": batch.line_of(i), "query_id": qid,
+                    "reason": f"query {qid!r} could not be evaluated ({reason}); counted as no match",
+                    "event": doc,
+                })
+            if not res.ids:
+                continue
+            if spec.all_fields:
+                base = {k: v for k, v in doc.items() if k not in ROW_FIELDS}
+            else:
+                base = {f: doc.get(f) for f in copy}
+            for qid in res.ids:
+                row = {**base, "query_id": qid, "metadata": dict(metadata[qid])}  # each row its own copy
+                if highlight:
+                    row["spans"] = [list(s) for s in res.spans.get(qid, ())]
+                row["rule"] = name
+                if where is not None:
+                    row["_id"] = f"{name}:{where(i, first_seq)}:{qid}"
+                emit(row)
+            st.matches += len(res.ids)
+
+    def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput) -> np.ndarray:
+        """Which events to percolate; the others go to the errors or the late output."""
+        ms, ok, reasons = parse_times(batch.column(time_col))
+        take = ok.copy()
+        for r in np.flatnonzero(~ok).tolist():
+            self.counts.errors += 1
+            out.errors.append({
+                "rule": self.name, "source": batch.source, "line": batch.line_of(r),
+                "reason": f"event-time field {time_col!r}: {reasons[r] or 'not a time'}",
+                "event": batch.record(r),
+            })
+        good = np.flatnonzero(ok)
+        if not len(good):
+            return take
+        ts = ms[good].astype(np.int64)
+        start = self.max_ts if self.max_ts is not None else _NEG
+        run = np.maximum.accumulate(np.concatenate(([start], ts)))
+        prior = run[:-1]
+        wm_before = np.where(prior == _NEG, _NEG, prior - self.lateness)
+        late = ts < wm_before
+        for j in np.flatnonzero(late).tolist():
+            i = int(good[j])
+            self.counts.late += 1
+            behind = int(wm_before[j] - ts[j])
+            out.late.append({
+                "rule": self.name,
+                "source": batch.source,
+                "line": batch.line_of(i),
+                "reason": (
+                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
+                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
+                ),
+                "event": batch.record(i),
+            })
+            take[i] = False
+        self.max_ts = int(run[-1])
+        return take
+
+    @staticmethod
+    def _position(batch: EventBatch) -> Any:
+        """How a row names its document: file name and line when the batch knows them (the
+        same in every run over the same input, whatever the rule's history), else the number
+        of the event among those the rule has read."""
+        if batch.lines is not None and batch.source:
+            base = os.path.basename(batch.source)
+            return lambda i, _first: f"{base}:{batch.line_of(i)}"
+        return lambda i, first: f"#{first + i}"
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self) -> bytes:
+        """The operator's state as bytes: the watermark's clock, the event count and the counters.
+
+        The query index is not part of it: it is rebuilt from the rule, so a snapshot restores
+        into the same rule with more, fewer or other queries.
+        """
+        state = {
+            "kind": "search",
+            "rule": self.name,
+            "max_ts": self.max_ts,
+            "seq": self.seq,
+            "counts": asdict(self.counts),
+            "stats": asdict(self.stats),
+        }
+        return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
+
+    def restore(self, data: bytes) -> None:
+        """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
+        state: Any = None
+        if data and data[0] == STATE_VERSION:
+            try:
+                state = pickle.loads(data[1:])
+            except Exception:  # another operator's encoding: refused below
+                state = None
+        if not isinstance(state, dict) or state.get("kind") != "search":
+            got = data[0] if data else None
+            raise StateVersionError(
+                f"rule {self.name!r}: not a search-rule snapshot of state version {STATE_VERSION} (found "
+                f"version {got}); the rule changed kind or the state was written by another engine: start "
+                "from an empty state"
+            )
+        self.max_ts = state["max_ts"]
+        self.seq = state["seq"]
+        self.counts = OperatorCounts(**state["counts"])
+        self.stats = SearchStats(**state["stats"])
