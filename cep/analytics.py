@@ -47,7 +47,7 @@ from sketches import (
     TopK,
     hash128,
 )
-from sketches.hyperloglog import ADDR_BITS, _ranks
+from sketches.hyperloglog import ADDR_BITS, hll_coupons
 
 __all__ = ["WindowOperator", "WindowStats"]
 
@@ -55,7 +55,6 @@ STATE_VERSION = 1
 _NEG = np.iinfo(np.int64).min
 _POS = np.iinfo(np.int64).max
 _HLL_M = float(1 << ADDR_BITS)
-_ADDR_MASK = np.uint64((1 << ADDR_BITS) - 1)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _MAX_CHUNKS = 8
 _GC_KEYS = 65_536
@@ -613,7 +612,7 @@ class _HyperLogLog(_Kernel):
         h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True)
         coupons = np.zeros(len(vals), dtype=np.uint32)
         if valid.any():
-            coupons[valid] = (((h0[valid] & _ADDR_MASK) << np.uint64(6)) | _ranks(h1[valid])).astype(np.uint32)
+            coupons[valid] = hll_coupons(h0[valid], h1[valid])
         return (coupons, valid), bad
 
     def _sparse(self, idx: np.ndarray, coupons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

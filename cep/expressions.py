@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from patterns import ast as A
+from patterns.compiler import is_row_local, split_conjuncts
 
 __all__ = [
     "Node",
@@ -25,6 +26,8 @@ __all__ = [
     "is_row_local",
     "compile_columnar",
     "compile_local_rows",
+    "seen_column",
+    "seen_columns",
     "ColumnarUnsupported",
     "truthy",
 ]
@@ -519,35 +522,21 @@ def compile_match_expr(e: A.Expr, layout: Layout, define_var: int | None = None)
 # ------------------------------------------------------------------ DEFINE analysis
 
 
-def split_conjuncts(e: A.Expr) -> list[A.Expr]:
-    """Top-level AND operands of a condition."""
-    if isinstance(e, A.Logical) and e.op == "AND":
-        return [x for a in e.args for x in split_conjuncts(a)]
-    return [e]
+def seen_column(x: A.Func) -> str:
+    """The name under which a batch's ``FIRST_SEEN(col)`` flags are read (not a real column)."""
+    arg = x.args[0]
+    assert isinstance(arg, A.Column)
+    return f"FIRST_SEEN({arg.name})"
 
 
-def is_row_local(e: A.Expr, var: str, subsets: dict[str, frozenset[int]], var_id: int) -> bool:
-    """Whether a DEFINE conjunct of ``var`` depends only on the current row (and PREV of it).
-
-    Such conjuncts are evaluated column-wise over a whole batch before the automaton runs.
-    """
-
-    def current(v: str | None) -> bool:
-        return v is None or v == var or (v in subsets and var_id in subsets[v])
-
-    for x in A.walk_expr(e):
-        if isinstance(x, A.Column) and not current(x.var):
-            return False
-        if isinstance(x, A.Nav):
-            if x.kind != "PREV" and not (x.kind == "LAST" and x.offset == 0):
-                return False
-            if any(isinstance(y, A.Column) and not current(y.var) for y in A.walk_expr(x.arg)):
-                return False
-        if isinstance(x, (A.Agg, A.MatchNumber)):
-            return False
-        if isinstance(x, A.Classifier) and x.var is not None:
-            return False
-    return True
+def seen_columns(exprs: list[A.Expr]) -> dict[str, str]:
+    """``FIRST_SEEN`` flags the conditions read: flag name -> the column whose values are tracked."""
+    out: dict[str, str] = {}
+    for e in exprs:
+        for x in A.walk_expr(e):
+            if isinstance(x, A.Func) and x.name == "FIRST_SEEN" and isinstance(x.args[0], A.Column):
+                out[seen_column(x)] = x.args[0].name
+    return out
 
 
 def compile_local_rows(e: A.Expr, var_name: str) -> tuple[list[tuple[str, int]], Callable]:
@@ -561,6 +550,11 @@ def compile_local_rows(e: A.Expr, var_name: str) -> tuple[list[tuple[str, int]],
     def c(x: A.Expr, lag: int = 0) -> Callable:
         if isinstance(x, A.Column):
             key = (x.name, lag)
+            if key not in needs:
+                needs.append(key)
+            return lambda ctx: ctx[1][key][ctx[0]]
+        if isinstance(x, A.Func) and x.name == "FIRST_SEEN":
+            key = (seen_column(x), lag)
             if key not in needs:
                 needs.append(key)
             return lambda ctx: ctx[1][key][ctx[0]]
@@ -626,6 +620,8 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
                 else:  # pragma: no cover
                     raise ColumnarUnsupported(x.op)
             return out, nulls
+        if isinstance(x, A.Func) and x.name == "FIRST_SEEN":
+            return get(seen_column(x), lag)
         if isinstance(x, A.Func) and x.name in ("ABS", "LOWER", "UPPER"):
             v, n = val(x.args[0], lag, get)
             if x.name == "ABS":
@@ -675,8 +671,8 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
             if x.value is None:
                 return np.int8(0)
             return np.int8(1 if x.value else -1)
-        if isinstance(x, A.Column):
-            v, n = get(x.name, lag)
+        if isinstance(x, (A.Column, A.Func)) and (isinstance(x, A.Column) or x.name == "FIRST_SEEN"):
+            v, n = get(x.name, lag) if isinstance(x, A.Column) else get(seen_column(x), lag)
             if isinstance(v, np.ndarray) and v.dtype == bool:
                 return _kleene(v, n)
             raise ColumnarUnsupported("non-boolean column used as a condition")

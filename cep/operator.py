@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from cep.events import EventBatch, format_time, parse_times
-from cep.expressions import ColumnarUnsupported, Node
+from cep.expressions import ColumnarUnsupported, Node, seen_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
+from cep.seen import SeenFilter, key_hashes
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError"]
@@ -118,6 +119,9 @@ class PatternOperator:
         self.max_buffered_events: int | None = None
         self.floor: int | None = None  # the watermark as forced forward by the buffered-events cap
         self._next_sweep: int | None = None
+        # FIRST_SEEN(col) in DEFINE: which (key, value) pairs each tracked column has brought
+        self.seen_cols = seen_columns(list(a.cp.defines.values()))
+        self.seen: dict[str, SeenFilter] = {name: SeenFilter() for name in self.seen_cols}
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -500,7 +504,7 @@ class PatternOperator:
             states[i] = st
         sessions = self._idle_sessions(states, starts, ts, codes) if self.idle_state_ttl_ms is not None else None
         t0 = time.perf_counter()
-        masks = self._masks(cols, starts, ends, states)
+        masks = self._masks(cols, starts, ends, states, seg_keys)
         t1 = time.perf_counter()
         self.stats.seconds_predicates += t1 - t0
         a = self.automaton
@@ -554,7 +558,7 @@ class PatternOperator:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
-    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState]) -> np.ndarray:
+    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list) -> np.ndarray:
         """Per row, bit v set when the row passes the row-local part of variable v's condition."""
         a = self.automaton
         n = len(cols[0]) if cols else 0
@@ -565,6 +569,12 @@ class PatternOperator:
         def get(name: str, lag: int):
             key = (name, lag)
             if key in cache:
+                return cache[key]
+            if name in self.seen:
+                # FIRST_SEEN flags, in row order (keys' rows are in event-time order); computed
+                # once per batch, which also records the batch's values as seen
+                kh = np.repeat(key_hashes(seg_keys), np.asarray(ends) - np.asarray(starts))
+                cache[key] = self.seen[name].first_seen(kh, cols[col_index[self.seen_cols[name]]])
                 return cache[key]
             ci = col_index[name]
             base = cols[ci]
@@ -671,6 +681,7 @@ class PatternOperator:
         state = {
             "rule": self.name,
             "program": self.automaton.ins,
+            "seen": {name: f.to_bytes() for name, f in self.seen.items()},
             "max_ts": self.max_ts,
             "seq": self.seq,
             "pending": (p.ts, p.seq, p.keys, p.cols, p.records),
@@ -729,6 +740,10 @@ class PatternOperator:
         self.counts = OperatorCounts(**state["counts"])
         self.stats = StepStats(**state["stats"])
         self.demoted = {tuple(x) for x in state["demoted"]}
+        saved = state.get("seen", {})
+        self.seen = {
+            name: SeenFilter.from_bytes(saved[name]) if name in saved else SeenFilter() for name in self.seen_cols
+        }
         self.floor = state.get("floor")
         self._next_sweep = state.get("next_sweep")
 

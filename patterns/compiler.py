@@ -22,6 +22,8 @@ __all__ = [
     "CompiledPattern",
     "compile_statement",
     "check_statement",
+    "split_conjuncts",
+    "is_row_local",
     "nullable",
     "MAX_PROGRAM",
 ]
@@ -209,6 +211,41 @@ def _closure_pcs(ins: tuple[tuple, ...], pc: int) -> list[int]:
     return out
 
 
+# ------------------------------------------------------------------ DEFINE conjuncts
+
+
+def split_conjuncts(e: A.Expr) -> list[A.Expr]:
+    """Top-level AND operands of a condition."""
+    if isinstance(e, A.Logical) and e.op == "AND":
+        return [x for a in e.args for x in split_conjuncts(a)]
+    return [e]
+
+
+def is_row_local(e: A.Expr, var: str, subsets: dict[str, frozenset[int]], var_id: int) -> bool:
+    """Whether a DEFINE conjunct of ``var`` depends only on the current row (and PREV of it).
+
+    Such conjuncts are evaluated column-wise over a whole batch before the automaton runs.
+    """
+
+    def current(v: str | None) -> bool:
+        return v is None or v == var or (v in subsets and var_id in subsets[v])
+
+    for x in A.walk_expr(e):
+        if isinstance(x, A.Column) and not current(x.var):
+            return False
+        if isinstance(x, A.Nav):
+            if x.kind != "PREV" and not (x.kind == "LAST" and x.offset == 0):
+                return False
+            if any(isinstance(y, A.Column) and not current(y.var) for y in A.walk_expr(x.arg)):
+                return False
+        if isinstance(x, (A.Agg, A.MatchNumber)):
+            return False
+        if isinstance(x, A.Classifier) and x.var is not None:
+            return False
+    return True
+
+
+
 # ------------------------------------------------------------------ checks
 
 
@@ -268,6 +305,16 @@ class _Checker:
                 )
                 continue
             self.check_expr(d.expr, known, in_define=True)
+            for conj in split_conjuncts(d.expr):
+                fs = [x for x in A.walk_expr(conj) if isinstance(x, A.Func) and x.name == "FIRST_SEEN"]
+                if fs and not is_row_local(conj, d.var, subsets, var_ids[d.var]):
+                    self.err(
+                        f"FIRST_SEEN(...) in DEFINE {d.var} must be part of a condition on the current "
+                        f"row only (its columns, {d.var}.x and PREV); AND it with the rest, e.g. "
+                        f"FIRST_SEEN({d.var}.ip) AND <other conditions>",
+                        fs[0].pos,
+                        10,
+                    )
 
         names: set[str] = set()
         for m in mr.measures:
@@ -327,6 +374,19 @@ class _Checker:
             self.single_var(e.arg, e.kind, e.pos)
             self.check_expr(e.arg, known, in_define, inside=e.kind)
             return
+        if isinstance(e, A.Func) and e.name == "FIRST_SEEN":
+            if not in_define:
+                self.err(
+                    "FIRST_SEEN(...) is a DEFINE condition (this row's value is new for its key); "
+                    "it cannot be used in MEASURES",
+                    e.pos,
+                    10,
+                )
+            elif inside is not None:
+                self.err(f"FIRST_SEEN(...) inside {inside}(...) is not supported", e.pos, 10)
+            if len(e.args) != 1 or not isinstance(e.args[0], A.Column):
+                self.err("FIRST_SEEN takes one column of the current row, e.g. FIRST_SEEN(A.ip)", e.pos, 10)
+                return
         if isinstance(e, A.Agg):
             if inside is not None:
                 self.err(f"{e.func}(...) inside {inside}(...) is not supported", e.pos, len(e.func))

@@ -42,6 +42,7 @@ SCALAR_FUNCTIONS = {
     "GREATEST": (1, 99),
     "LEAST": (1, 99),
     "MOD": 2,
+    "FIRST_SEEN": 1,  # DEFINE only: the row's value is new for its partition key (Bloom filter)
 }
 AGGREGATES = {"SUM", "COUNT", "AVG", "MIN", "MAX", "APPROX_COUNT_DISTINCT"}
 NAVIGATION = {"PREV", "NEXT", "FIRST", "LAST"}

@@ -12,7 +12,7 @@ from sketches.errors import (
     SketchTypeError,
 )
 from sketches.hashing import HashedBatch, hash128
-from sketches.hyperloglog import HyperLogLog
+from sketches.hyperloglog import HyperLogLog, hll_coupons
 from sketches.topk import TopK
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "TopK",
     "from_bytes",
     "hash128",
+    "hll_coupons",
 ]

@@ -12,7 +12,7 @@ from sketches._base import Reader, Sketch
 from sketches.errors import SketchError
 from sketches.hashing import hash_scalar, is_scalar, iter_hashes
 
-__all__ = ["HyperLogLog"]
+__all__ = ["HyperLogLog", "hll_coupons"]
 
 ADDR_BITS = 26
 """Bits of the sparse address, as in DataSketches coupons (HLL++ uses 25)."""
@@ -178,7 +178,7 @@ class HyperLogLog(Sketch):
             np.maximum.at(regs, idx[sel], rank[sel])
 
     def _add_sparse(self, h0: np.ndarray, h1: np.ndarray) -> None:
-        keys = (((h0 & _ADDR_MASK) << _SIX) | _ranks(h1)).astype(np.uint32)
+        keys = hll_coupons(h0, h1)
         merged = _union_keys(self._sparse, _max_per_address(np.unique(keys)))  # type: ignore[arg-type]
         if len(merged) > self.sparse_limit:
             self._regs = self._dense_from_keys(merged)
@@ -309,6 +309,23 @@ class HyperLogLog(Sketch):
         else:
             sketch._sparse = keys
         return sketch
+
+
+def hll_coupons(h0: np.ndarray, h1: np.ndarray) -> np.ndarray:
+    """DataSketches HLL coupons of hashed items: the 26-bit address from h0, then the 6-bit rank.
+
+    The building block for grouped sketches kept outside :class:`HyperLogLog` (for example one
+    sparse list of coupons per window and key): a register index at precision p is
+    ``coupon >> 6`` reduced to p bits (``(coupon >> 6) & (2**p - 1)``), its value ``coupon & 63``.
+
+    Example:
+        >>> from sketches import hash128
+        >>> hb = hash128(["a", "b"])
+        >>> c = hll_coupons(hb.h0, hb.h1)
+        >>> c.dtype.name, bool(((c & 63) >= 1).all())
+        ('uint32', True)
+    """
+    return (((h0 & _ADDR_MASK) << _SIX) | _ranks(h1)).astype(np.uint32)
 
 
 def _ranks(h1: np.ndarray) -> np.ndarray:

@@ -164,6 +164,7 @@ def test_public_names() -> None:
             "TopK",
             "from_bytes",
             "hash128",
+            "hll_coupons",
         ]
     )
     for name in sketches.__all__:

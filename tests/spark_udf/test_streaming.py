@@ -138,3 +138,21 @@ rules:
     exp = eng.run([[{"k": "a", "at": ms + 1000 * i, "px": float(p)} for i, p in enumerate(["1.50", "2.00", "2.50", "1.00"])]])
     [e] = exp.matches
     assert (m["t0"].timestamp() * 1000, m["t1"].timestamp() * 1000, m["rise"]) == (e["t0"], e["t1"], e["rise"])
+
+
+def test_first_seen_rules_give_the_embedded_engines_rows(spark: Any) -> None:
+    rules = parse_rules("""
+rules:
+  - name: new_ips
+    sql: |
+      SELECT * FROM logins MATCH_RECOGNIZE (PARTITION BY user ORDER BY ts
+        MEASURES FIRST(N.ts) AS t0, COUNT(N.*) AS n
+        PATTERN (N{2,} X) DEFINE N AS FIRST_SEEN(N.ip), X AS NOT FIRST_SEEN(X.ip))
+""")
+    rnd = __import__("random").Random(5)
+    events = [{"user": f"u{rnd.randrange(5)}", "ts": 1000 * i, "ip": f"10.0.0.{rnd.randrange(9)}"} for i in range(300)]
+    frame = spark.createDataFrame([(e["user"], e["ts"], e["ip"]) for e in events], "user string, ts long, ip string")
+    # several buckets: each holds the seen values of its own keys, in its snapshot
+    got = [r.asDict() for r in apply_rules(frame, rules, SparkRunConfig(buckets=3)).matches("new_ips").collect()]
+    exp = Engine(rules).run([events]).matches
+    assert exp and sorted((r["user"], r["t0"], r["n"]) for r in got) == sorted((r["user"], r["t0"], r["n"]) for r in exp)
