@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -179,40 +180,51 @@ def to_batch(events: Any, source: str | None = None) -> EventBatch:
 # ------------------------------------------------------------------ files
 
 
-def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
-    src = str(path)
+def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src: str) -> Iterator[EventBatch]:
+    """Group decoded lines into batches; each batch carries the bad lines met while filling it."""
     records: list[dict] = []
     lines: list[int] = []
     bad: list[BadLine] = []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if lineno <= start_line:
-                continue
-            stripped = raw.strip()
-            if not stripped:
-                continue
-            try:
-                obj = orjson.loads(stripped)
-            except orjson.JSONDecodeError as e:
-                text = raw.decode("utf-8", "replace").rstrip("\n")
-                bad.append(BadLine(lineno, f"malformed JSON: {e}", src, text))
-                continue
-            if not isinstance(obj, dict):
-                bad.append(
-                    BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None)
-                )
-                continue
-            records.append(obj)
-            lines.append(lineno)
-            if len(records) >= batch_size:
-                b = batch_from_records(records, lines, src)
-                b.bad = bad
-                yield b
-                records, lines, bad = [], [], []
+    for item in parsed:
+        if isinstance(item, BadLine):
+            bad.append(item)
+            continue
+        lines.append(item[0])
+        records.append(item[1])
+        if len(records) >= batch_size:
+            b = batch_from_records(records, lines, src)
+            b.bad = bad
+            yield b
+            records, lines, bad = [], [], []
     if records or bad:
         b = batch_from_records(records, lines, src)
         b.bad = bad
         yield b
+
+
+def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
+    src = str(path)
+
+    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if lineno <= start_line:
+                    continue
+                stripped = raw.strip()
+                if not stripped:
+                    continue
+                try:
+                    obj = orjson.loads(stripped)
+                except orjson.JSONDecodeError as e:
+                    text = raw.decode("utf-8", "replace").rstrip("\n")
+                    yield BadLine(lineno, f"malformed JSON: {e}", src, text)
+                    continue
+                if not isinstance(obj, dict):
+                    yield BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None)
+                    continue
+                yield lineno, obj
+
+    return _batched(parsed(), batch_size, src)
 
 
 def _convert_csv_value(v: str) -> Any:
@@ -231,33 +243,24 @@ def _convert_csv_value(v: str) -> Any:
 
 def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
     src = str(path)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        sample = f.read(4096)
-        f.seek(0)
-        delim = "\t" if sample.count("\t") > sample.count(",") else ","
-        reader = csv.reader(f, delimiter=delim)
-        header = next(reader, None)
-        if header is None:
-            return
-        records: list[dict] = []
-        lines: list[int] = []
-        bad: list[BadLine] = []
-        for row in reader:
-            lineno = reader.line_num
-            if len(row) != len(header):
-                bad.append(BadLine(lineno, f"expected {len(header)} fields, found {len(row)}", src, delim.join(row)))
-                continue
-            records.append({h: _convert_csv_value(v) for h, v in zip(header, row)})
-            lines.append(lineno)
-            if len(records) >= batch_size:
-                b = batch_from_records(records, lines, src)
-                b.bad = bad
-                yield b
-                records, lines, bad = [], [], []
-        if records or bad:
-            b = batch_from_records(records, lines, src)
-            b.bad = bad
-            yield b
+
+    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            sample = f.read(4096)
+            f.seek(0)
+            delim = "\t" if sample.count("\t") > sample.count(",") else ","
+            reader = csv.reader(f, delimiter=delim)
+            header = next(reader, None)
+            if header is None:
+                return
+            for row in reader:
+                lineno = reader.line_num
+                if len(row) != len(header):
+                    yield BadLine(lineno, f"expected {len(header)} fields, found {len(row)}", src, delim.join(row))
+                    continue
+                yield lineno, {h: _convert_csv_value(v) for h, v in zip(header, row)}
+
+    return _batched(parsed(), batch_size, src)
 
 
 def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
@@ -272,15 +275,97 @@ def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
         yield b
 
 
-def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None) -> Iterator[EventBatch]:
-    """Read a JSON lines (default), CSV/TSV or Parquet file as batches.
+# Apache / NGINX access logs, Common Log Format with the optional "combined" referrer and agent
+_CLF = re.compile(
+    rb'^(\S+) (\S+) (\S+) \[(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})\] '
+    rb'"([^"\\]*(?:\\.[^"\\]*)*)" (\d{3}) (\d+|-)(?: "([^"\\]*(?:\\.[^"\\]*)*)" "([^"\\]*(?:\\.[^"\\]*)*)")?\s*$'
+)
+_MONTHS = {m: i for i, m in enumerate(
+    (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"), 1)}
 
-    The format follows ``fmt`` or the file's ending (.jsonl/.json, .csv/.tsv, .parquet).
+
+def parse_access_log_line(raw: bytes) -> dict[str, Any] | str:
+    """One access-log line as an event, or the reason it is not one.
+
+    Fields: ``host``, ``ident``, ``user`` (None for ``-``), ``time`` (epoch ms, UTC), ``method``,
+    ``url``, ``protocol``, ``status`` (int), ``bytes`` (int, None for ``-``), and for the combined
+    format ``referrer`` and ``agent`` (None for ``-``).
+
+    Example:
+        >>> e = parse_access_log_line(b'1.2.3.4 - - [17/May/2015:10:05:03 +0000] "GET /a HTTP/1.1" 404 12 "-" "curl"')
+        >>> e["host"], e["time"], e["method"], e["url"], e["status"], e["bytes"], e["referrer"], e["agent"]
+        ('1.2.3.4', 1431857103000, 'GET', '/a', 404, 12, None, 'curl')
+        >>> parse_access_log_line(b'hello')
+        'not an access-log line: expected host ident user [dd/Mon/yyyy:hh:mm:ss +zzzz] "request" status bytes'
+    """
+    m = _CLF.match(raw.rstrip(b"\r\n"))
+    if m is None:
+        return 'not an access-log line: expected host ident user [dd/Mon/yyyy:hh:mm:ss +zzzz] "request" status bytes'
+    g = m.groups()
+    month = _MONTHS.get(g[4])
+    if month is None:
+        return f"unknown month {g[4].decode('ascii', 'replace')!r} in the time field"
+    import datetime as dt
+
+    try:
+        when = dt.datetime(int(g[5]), month, int(g[3]), int(g[6]), int(g[7]), int(g[8]), tzinfo=dt.timezone.utc)
+    except ValueError as e:
+        return f"bad time in the time field: {e}"
+    offset = (int(g[10]) * 60 + int(g[11])) * 60_000 * (1 if g[9] == b"+" else -1)
+    request = g[12].decode("utf-8", "replace")
+    parts = request.split(" ")
+    method, url, protocol = (parts + [None, None])[:3] if len(parts) <= 3 else (parts[0], " ".join(parts[1:-1]), parts[-1])
+
+    def text(b: bytes | None) -> str | None:
+        return None if b is None or b == b"-" else b.decode("utf-8", "replace")
+
+    ev: dict[str, Any] = {
+        "host": g[0].decode("utf-8", "replace"),
+        "ident": text(g[1]),
+        "user": text(g[2]),
+        "time": int(when.timestamp() * 1000) - offset,
+        "method": method or None,
+        "url": url,
+        "protocol": protocol,
+        "status": int(g[13]),
+        "bytes": None if g[14] == b"-" else int(g[14]),
+    }
+    if g[15] is not None:
+        ev["referrer"] = text(g[15])
+        ev["agent"] = text(g[16])
+    return ev
+
+
+def _access_log_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
+    src = str(path)
+
+    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                ev = parse_access_log_line(raw)
+                if isinstance(ev, str):
+                    yield BadLine(lineno, ev, src, raw.decode("utf-8", "replace").rstrip("\n"))
+                else:
+                    yield lineno, ev
+
+    return _batched(parsed(), batch_size, src)
+
+
+def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None) -> Iterator[EventBatch]:
+    """Read a JSON lines (default), CSV/TSV, Parquet or web-server access-log file as batches.
+
+    The format follows ``fmt`` or the file's ending (.jsonl/.json, .csv/.tsv, .parquet, .log for
+    an Apache/NGINX access log in the common or combined format, see
+    :func:`parse_access_log_line`).
     """
     p = Path(path)
     kind = (fmt or p.suffix.lstrip(".")).lower()
     if kind in ("parquet", "pq"):
         return _parquet_batches(p, batch_size)
+    if kind in ("log", "clf", "access-log"):
+        return _access_log_batches(p, batch_size)
     if kind in ("csv", "tsv"):
         return _csv_batches(p, batch_size)
     return _jsonl_batches(p, batch_size)
