@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default)")
     r.add_argument("--output-format", choices=("jsonl", "csv", "parquet"), default=None,
                    help="output format (default: from the output file's ending, else jsonl)")
-    r.add_argument("--input-format", choices=("jsonl", "csv", "parquet"), default=None,
+    r.add_argument("--input-format", choices=("jsonl", "csv", "parquet", "log"), default=None,
                    help="input format (default: from each file's ending)")
     r.add_argument("--late", metavar="FILE", help="write late events here (JSON lines)")
     r.add_argument("--errors", metavar="FILE", help="write bad events here (JSON lines)")
