@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from cep.events import to_batch
+from cep.events import EventBatch, to_batch
 from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
@@ -152,9 +152,19 @@ class Engine:
             self.streams.add(stream)
             if "stream" not in batch.columns:
                 batch.columns["stream"] = np.full(batch.n, stream, dtype=object)
+        # a merged batch (events of several named streams, each tagged in "stream"): a rule whose
+        # FROM names one of them reads that stream's rows only
+        tags = batch.columns.get("stream") if stream is None and self.streams else None
+        parts: dict[str, EventBatch] = {}
         for rule in self.rules:
-            if self._reads(rule, stream):
-                out.extend(self.operators[rule.name].process(batch))
+            if not self._reads(rule, stream):
+                continue
+            part = batch
+            if tags is not None and rule.stream in self.streams:
+                if rule.stream not in parts:
+                    parts[rule.stream] = batch.take(np.flatnonzero(tags == rule.stream))
+                part = parts[rule.stream]
+            out.extend(self.operators[rule.name].process(part))
         return out
 
     def finish(self) -> EngineOutput:

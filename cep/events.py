@@ -72,6 +72,11 @@ class EventBatch:
     def line_of(self, i: int) -> int:
         return int(self.lines[i]) if self.lines is not None else i + 1
 
+    def take(self, idx: np.ndarray) -> EventBatch:
+        """The rows at ``idx``, keeping their line numbers (bad lines stay with this batch)."""
+        lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
+        return EventBatch({k: c[idx] for k, c in self.columns.items()}, len(idx), lines, self.source)
+
 
 def batch_from_records(
     records: list[dict[str, Any]], lines: list[int] | None = None, source: str | None = None

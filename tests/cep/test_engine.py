@@ -148,6 +148,19 @@ rules:
     assert co == [{"session": 1, "n": 2, "rule": "clicks_only"}]
     assert eng.counts()["clicks_only"].read == 2
 
+    # the same events merged into one batch in time order (as `cep run --input a=... --input b=...`
+    # reads them), each tagged with its stream: each rule still reads what its FROM names
+    merged = Engine(rules, streams=["searches", "clicks"])
+    out = merged.process([
+        {"session": 1, "ts": 0, "q": "shoes", "stream": "searches"},
+        {"session": 1, "ts": 30_000, "q": "boots", "stream": "searches"},
+        {"session": 1, "ts": 60_000, "url": "/a", "stream": "clicks"},
+        {"session": 1, "ts": 120_000, "url": "/b", "stream": "clicks"},
+    ])
+    out.extend(merged.finish())
+    assert [r for r in out.matches if r["rule"] == "clicks_only"] == co  # no search row between the clicks
+    assert merged.counts()["clicks_only"].read == 2 and merged.counts()["search_then_click"].read == 4
+
 
 def test_engine_snapshot_restore_and_version_errors():
     rules = parse_rules(RULES)

@@ -609,6 +609,6 @@ def test_cep_run_several_inputs_with_search_rules_only(tmp_path: Path, capsys: p
     assert main(["run", str(rules), "--input", f"news={tmp_path / 'a.jsonl'}", "--input",
                  f"other={tmp_path / 'b.jsonl'}", "--output", str(out), "--quiet"]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    # no rule has event time: the inputs are read one after the other; merged inputs reach every
-    # rule tagged with their stream (as for the other kinds), and the tag is not searched by bare terms
-    assert [(r["id"], r["stream"]) for r in rows] == [(1, "news"), (3, "other")]
+    # no rule has event time: the inputs are read one after the other; the rule reads the stream
+    # its `from` names (news), and the stream tag is not searched by bare terms
+    assert [(r["id"], r["stream"]) for r in rows] == [(1, "news")]
