@@ -1,7 +1,7 @@
 """The ``cep`` command: check rule files, run them over event files, percolate, benchmark.
 
 Exit codes: 0 ok; 1 matches were found and ``--fail-on-match`` was given; 2 usage or rule errors;
-3 a runtime failure.
+3 a runtime failure. Every subcommand's ``--help`` ends with the codes it can return.
 """
 
 from __future__ import annotations
@@ -33,22 +33,47 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``cep`` command and its subcommands."""
     p = _ArgumentParser(
         prog="cep",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Complex-event processing and stream search: run MATCH_RECOGNIZE rule files over event "
-            "streams, embedded or on Spark, and percolate documents against Lucene-syntax queries."
+            "Complex-event processing and stream search. A rule file (YAML) holds pattern rules\n"
+            "(SQL MATCH_RECOGNIZE), windowed analytics rules and Lucene-syntax search rules; cep runs\n"
+            "them over event files, embedded or on Spark, and percolates documents against queries."
         ),
-        epilog="Exit codes: 0 ok, 1 matches found with --fail-on-match, 2 usage or rule errors, 3 runtime failure.",
+        epilog=(
+            "examples (from the repository root, on the bundled data):\n"
+            "  cep check rules/fraud.yaml\n"
+            "  cep run rules/fraud.yaml --input rules/data/transactions.jsonl\n"
+            "  cep bench rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl\n"
+            "  cep percolate --queries rules/data/news_queries.jsonl --input rules/data/headlines_sample.jsonl\n"
+            "\n"
+            "'cep COMMAND --help' describes each command. README.md has the tour and the rule-file\n"
+            "reference; docs/ the semantics.\n"
+            "\n"
+            "exit codes:\n"
+            "  0  ok (bad and late events are reported and counted, not failures)\n"
+            "  1  complex events were emitted and 'cep run --fail-on-match' was given\n"
+            "  2  usage or rule errors: bad options, a missing input file, a rule file with errors\n"
+            "  3  runtime failure"
+        ),
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("check", help="validate rule files and list every error", description=(
-        "Parse and check rule files (YAML or .sql). Prints every error with file, line, column and a "
-        "caret; exits 2 when any is found."))
+        "Parse and check rule files (YAML or .sql) without reading any event: every rule kind, every "
+        "key, every statement and query. Prints every error with file, line, column and a caret, and "
+        "one 'FILE: ok, N rules (names)' line per valid file."),
+        epilog="Exit codes: 0 every file is valid; 2 a file has errors, or a usage error.")
     c.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql)")
 
     r = sub.add_parser("run", help="run a rule file over event files", description=(
-        "Run every rule of RULES over the input events in event-time order and write one JSON object "
-        "per complex event (the PARTITION BY columns, the measures and 'rule')."))
+        "Run every rule of RULES over the input events in event-time order and write one row per "
+        "complex event: for a pattern rule the PARTITION BY columns and the measures, for an analytics "
+        "rule the SELECT items, for a search rule the listed fields and the query's id; each row "
+        "carries 'rule'. Late and bad events are counted and go to --late and --errors. A summary "
+        "per rule goes to stderr."),
+        epilog=("Exit codes: 0 ok (late and bad events are reported, not failures); 1 complex events "
+                "were emitted and --fail-on-match was given; 2 usage or rule errors (a missing input "
+                "file, a rule file with errors); 3 runtime failure."))
     r.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
     r.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
                    help="event file: JSON lines (default), .csv/.tsv or .parquet. Repeat with NAME=PATH "
@@ -93,17 +118,30 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure a rule file on your own events", description=(
         "Run a rule file over your events and report, per rule and for all rules together: events/s, "
         "matches, partial matches alive (peak and at end), late and bad events, peak memory, and the "
-        "time split between decoding, ingest, predicate evaluation and automaton stepping."))
+        "time split between decoding, ingest, predicate evaluation and automaton stepping."),
+        epilog="Exit codes: 0 ok; 2 usage or rule errors (a missing input file, a rule file with errors); "
+        "3 runtime failure.")
     from cep import bench as _bench
 
     _bench.add_arguments(b)
 
     from cep import spark_cli  # defines the parser only; pyspark is imported when a job runs
 
-    spark_cli.add_arguments(sub)
+    sp = spark_cli.add_arguments(sub)
+    spark_exit = ("Exit codes: 0 ok; 2 usage or rule errors (bad options, a rule file with errors, a "
+                  "rule kind Spark does not run yet); 3 the Spark job failed.")
+    sp.epilog = spark_exit
+    for action in sp._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for spark_cmd in action.choices.values():
+                spark_cmd.epilog = spark_exit
 
     pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
-        "Register Lucene-syntax queries and report, for each document, which queries match it."))
+        "Register Lucene-syntax queries and write, for each document, one line with the ids of the "
+        "queries that match it (docs/search.md). Bad query and document lines are reported on stderr "
+        "with their line number and skipped."),
+        epilog="Exit codes: 0 ok; 2 usage errors, an unreadable file, or no query could be loaded; "
+        "3 runtime failure.")
     try:
         from cep import percolate_cli
 

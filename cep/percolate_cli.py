@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +70,15 @@ def _open_out(path: str) -> Iterator[IO[bytes]]:
         return
     with open(path, "wb") as fh:
         yield fh
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that flushing it at exit does not raise a second broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout without a descriptor
+        pass
 
 
 class _TextAsBytes:
@@ -226,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
             if batch:
                 flush()
             out.flush()
+    except BrokenPipeError:  # the reader went away (cep percolate ... | head): stop, not an error
+        _silence_stdout()
+        return 0
     except OSError as exc:
         _warn(f"cannot read documents or write results: {exc}")
         return 2

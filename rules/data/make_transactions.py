@@ -1,0 +1,139 @@
+"""Writes transactions.jsonl: seeded synthetic card transactions for the fraud examples.
+
+Real card transactions are private, so this script makes a small, realistic-looking stream:
+150 cards over four weeks of March 2024, each with a home country and a handful of regular
+merchants, a few trips abroad and some cross-border online shopping (the honest traffic that
+fraud rules must live with), plus two injected kinds of fraud, labelled in ``label``:
+
+* ``cloned_card``: a card is used at home and, less than an hour before or after, in a shop in
+  another country (``rules/fraud.yaml``, rule ``two_countries_within_an_hour``);
+* ``card_testing``: a stolen card is tried at several merchants it never used, in a country it
+  never visited, minutes apart, with small amounts (rule ``new_country_merchant_burst``).
+
+Fields: ``id`` (t00001...), ``card``, ``ts`` (epoch milliseconds, UTC), ``amount`` (EUR),
+``merchant`` (country-category-number), ``country`` (ISO 3166 alpha-2), ``label`` (null for
+honest transactions). Rows are sorted by ``ts``. The same seed gives the same file, byte for byte
+(``tests/cep/test_examples.py`` checks the committed file against this script)::
+
+    python3 rules/data/make_transactions.py            # rewrites rules/data/transactions.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = ["generate", "dumps", "main"]
+
+SEED = 20240301
+START_MS = int(datetime(2024, 3, 1, tzinfo=timezone.utc).timestamp() * 1000)
+DAYS = 28
+CARDS = 150
+MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+
+HOME_COUNTRIES = ["GB", "DE", "FR", "NL", "ES", "IT", "IE", "BE", "SE", "PL"]
+ABROAD = HOME_COUNTRIES + ["US", "PT", "GR", "CH", "AT", "TR", "MA", "TH"]
+ONLINE_COUNTRIES = ["IE", "LU", "NL", "US"]  # where web shops book card payments
+CATEGORIES = ["grocery", "fuel", "cafe", "pharmacy", "books", "clothes", "electronics", "restaurant"]
+MERCHANTS_PER_CATEGORY = 6
+
+
+def _merchant(rnd: random.Random, country: str, category: str | None = None) -> str:
+    cat = category or rnd.choice(CATEGORIES)
+    return f"{country}-{cat}-{rnd.randrange(MERCHANTS_PER_CATEGORY):02d}"
+
+
+def _daytime(rnd: random.Random, day: int) -> int:
+    """A time on ``day`` between 07:00 and 22:00 UTC, to the second."""
+    return START_MS + day * DAY + rnd.randrange(7 * 3600, 22 * 3600) * 1000
+
+
+def _amount(rnd: random.Random, low: float, high: float) -> float:
+    return round(rnd.uniform(low, high), 2)
+
+
+def generate(seed: int = SEED) -> list[dict]:
+    """The transactions of one seed, sorted by time (ties keep generation order).
+
+    Example:
+        >>> rows = generate(1)
+        >>> rows == generate(1), rows[0]["id"], sorted(rows[0])
+        (True, 't00001', ['amount', 'card', 'country', 'id', 'label', 'merchant', 'ts'])
+    """
+    rnd = random.Random(seed)
+    rows: list[dict] = []
+
+    def add(card: str, ts: int, amount: float, merchant: str, label: str | None = None) -> None:
+        rows.append({"card": card, "ts": ts, "amount": amount, "merchant": merchant,
+                     "country": merchant[:2], "label": label})
+
+    cards = [f"card-{i:04d}" for i in range(CARDS)]
+    homes = {c: rnd.choice(HOME_COUNTRIES) for c in cards}
+    for card in cards:
+        home = homes[card]
+        regulars = [_merchant(rnd, home) for _ in range(rnd.randint(4, 8))]
+        per_day = rnd.uniform(0.4, 1.6)
+        trip: tuple[int, int, str] | None = None
+        if rnd.random() < 0.2:  # a holiday: days abroad, reached by a flight of several hours
+            first = rnd.randrange(2, DAYS - 6)
+            trip = (first, first + rnd.randint(2, 5), rnd.choice([c for c in ABROAD if c != home]))
+        for day in range(DAYS):
+            for _ in range(int(per_day) + (rnd.random() < per_day % 1)):
+                ts = _daytime(rnd, day)
+                if trip and trip[0] <= day < trip[1]:
+                    add(card, ts, _amount(rnd, 4, 120), _merchant(rnd, trip[2]))
+                elif rnd.random() < 0.05:  # cross-border online shopping
+                    add(card, ts, _amount(rnd, 8, 90), _merchant(rnd, rnd.choice(ONLINE_COUNTRIES), "online"))
+                elif rnd.random() < 0.85:
+                    add(card, ts, _amount(rnd, 2, 80), rnd.choice(regulars))
+                else:  # a shop at home the card had not used before
+                    add(card, ts, _amount(rnd, 2, 80), _merchant(rnd, home))
+
+    victims = rnd.sample(cards, 22)
+    for card in victims[:12]:  # cloned: the copy is used abroad while the owner shops at home
+        home = homes[card]
+        t = _daytime(rnd, rnd.randrange(DAYS))
+        add(card, t, _amount(rnd, 5, 60), _merchant(rnd, home))
+        shift = rnd.randint(5, 55) * MINUTE * rnd.choice([-1, 1])
+        add(card, t + shift, _amount(rnd, 200, 900), _merchant(rnd, rnd.choice([c for c in ABROAD if c != home])),
+            "cloned_card")
+    for card in victims[12:]:  # card testing: small charges at new shops in a new country
+        visited = {homes[card]} | {r["country"] for r in rows if r["card"] == card}
+        country = rnd.choice([c for c in ABROAD if c not in visited])
+        t = _daytime(rnd, rnd.randrange(DAYS))
+        shops = rnd.sample(CATEGORIES, rnd.randint(3, 5))
+        for k, cat in enumerate(shops):
+            amount = _amount(rnd, 1, 3) if k < len(shops) - 1 else _amount(rnd, 300, 1200)
+            add(card, t, amount, f"{country}-{cat}-{rnd.randrange(MERCHANTS_PER_CATEGORY):02d}", "card_testing")
+            t += rnd.randint(1, 6) * MINUTE + rnd.randrange(60) * 1000
+
+    rows.sort(key=lambda r: r["ts"])
+    return [{"id": f"t{i + 1:05d}", **r} for i, r in enumerate(rows)]
+
+
+def dumps(rows: list[dict]) -> str:
+    """The file's text: one JSON object per line, keys in a fixed order."""
+    return "".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the transactions of ``--seed`` (default the committed one) to ``--output``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Write seeded synthetic card transactions as JSON lines.")
+    p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED}, the committed file)")
+    p.add_argument("--output", default=str(Path(__file__).with_name("transactions.jsonl")),
+                   help="output file (default rules/data/transactions.jsonl)")
+    args = p.parse_args(argv)
+    rows = generate(args.seed)
+    Path(args.output).write_text(dumps(rows))
+    print(f"{args.output}: {len(rows)} transactions, {sum(r['label'] is not None for r in rows)} labelled fraud",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
