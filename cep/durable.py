@@ -39,7 +39,7 @@ import numpy as np
 import orjson
 
 from cep.engine import Engine, ReloadReport, StateLimits
-from cep.events import BadLine, EventBatch, batch_from_records
+from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
 from patterns.errors import CepError, RuleErrors
 
 __all__ = [
@@ -378,21 +378,12 @@ def _decode(lines: list[tuple[int, bytes | None, int]], src: str, limit: int) ->
         if raw is None:
             bad.append(BadLine(lineno, f"line of {size:,} bytes is longer than the limit of {limit:,} bytes", src, None))
             continue
-        stripped = raw.strip()
-        if not stripped:
-            continue
-        try:
-            obj = orjson.loads(stripped)
-        except orjson.JSONDecodeError as e:
-            text = raw.decode("utf-8", "replace").rstrip("\n")
-            what = "malformed JSON" if raw.endswith(b"\n") else "malformed JSON (unterminated last line)"
-            bad.append(BadLine(lineno, f"{what}: {e}", src, text))
-            continue
-        if not isinstance(obj, dict):
-            bad.append(BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None))
-            continue
-        records.append(obj)
-        nums.append(lineno)
+        got = decode_json_line(raw, lineno, src, mark_unterminated=True)
+        if isinstance(got, BadLine):
+            bad.append(got)
+        elif got is not None:
+            records.append(got)
+            nums.append(lineno)
     b = batch_from_records(records, nums, src)
     b.bad = bad
     return b

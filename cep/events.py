@@ -207,6 +207,26 @@ def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src:
         yield b
 
 
+def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated: bool = False) -> dict | BadLine | None:
+    """One line of a JSON lines file: the event, a BadLine saying why not, or None when blank.
+
+    With ``mark_unterminated``, a malformed line without its newline is reported as an
+    unterminated last line (a file being written, read while it grows).
+    """
+    stripped = raw.strip()
+    if not stripped:
+        return None
+    try:
+        obj = orjson.loads(stripped)
+    except orjson.JSONDecodeError as e:
+        text = raw.decode("utf-8", "replace").rstrip("\n")
+        what = "malformed JSON (unterminated last line)" if mark_unterminated and not raw.endswith(b"\n") else "malformed JSON"
+        return BadLine(lineno, f"{what}: {e}", src, text)
+    if not isinstance(obj, dict):
+        return BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None)
+    return obj
+
+
 def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
     src = str(path)
 
@@ -215,19 +235,11 @@ def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator
             for lineno, raw in enumerate(f, 1):
                 if lineno <= start_line:
                     continue
-                stripped = raw.strip()
-                if not stripped:
-                    continue
-                try:
-                    obj = orjson.loads(stripped)
-                except orjson.JSONDecodeError as e:
-                    text = raw.decode("utf-8", "replace").rstrip("\n")
-                    yield BadLine(lineno, f"malformed JSON: {e}", src, text)
-                    continue
-                if not isinstance(obj, dict):
-                    yield BadLine(lineno, f"expected a JSON object per line, found {type(obj).__name__}", src, None)
-                    continue
-                yield lineno, obj
+                got = decode_json_line(raw, lineno, src)
+                if isinstance(got, BadLine):
+                    yield got
+                elif got is not None:
+                    yield lineno, got
 
     return _batched(parsed(), batch_size, src)
 
