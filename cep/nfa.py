@@ -28,6 +28,11 @@ from patterns.compiler import OP_MATCH, CompiledPattern
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 
 
+# Drop later attempts that sit in the head attempt's automaton state (see _step_key_dfa); a
+# switch so benchmarks and tests can measure and check the engine without it.
+MERGE_EQUIVALENT_ATTEMPTS = True
+
+
 class Attempt:
     """All partial matches that start at one row, in preference order, and the best match so far."""
 
@@ -520,6 +525,7 @@ class PatternAutomaton:
         trans = self.dfa_trans
         start_sid = self.dfa_start
         attempts = st.attempts
+        merge = past_last and within is None and MERGE_EQUIVALENT_ATTEMPTS
         j = s
         ci = 0
         ncand = len(candidates) if candidates is not None else 0
@@ -564,6 +570,21 @@ class PatternAutomaton:
                         attempts.append(Attempt(rno, t, r[0], rno if r[1] >= 0 else None, [start_sid]))
                         if len(attempts) > self.max_partial_matches:
                             self._over_cap(st, stats)
+            if merge and len(attempts) > 1:
+                # SKIP PAST LAST ROW without WITHIN: a later attempt in the head's automaton state
+                # has the head's future exactly, so the head's match (ending at or after this row)
+                # will skip past it; unless it holds a match of its own, it can go now
+                head = attempts[0]
+                hs = head.threads
+                if hs:
+                    hb = head.best
+                    for x in attempts[1:]:
+                        if x.threads == hs and x.best is None and (hb is None or hb >= x.start):
+                            attempts[1:] = [
+                                y for y in attempts[1:]
+                                if y.threads != hs or y.best is not None or (hb is not None and hb < y.start)
+                            ]
+                            break
             if attempts:
                 self._resolve(st, emit, stats, past_last)
                 if len(attempts) > stats.partial_matches_peak:

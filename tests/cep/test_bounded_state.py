@@ -9,7 +9,7 @@ from patterns.errors import RuleErrors
 from patterns.rules import parse_rules
 
 
-def rules(pattern: str, define: str, cap: int, policy: str = "drop_oldest") -> str:
+def rules(pattern: str, define: str, cap: int, policy: str = "drop_oldest", within: str = "") -> str:
     return f"""
 rules:
   - name: r
@@ -17,8 +17,13 @@ rules:
     on_cap: {policy}
     sql: |
       SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
-        MEASURES COUNT(*) AS n PATTERN ({pattern}) DEFINE {define})
+        MEASURES COUNT(*) AS n PATTERN ({pattern}) {within} DEFINE {define})
 """
+
+# With AFTER MATCH SKIP PAST LAST ROW and no WITHIN, later start rows that reach the head's
+# automaton state are merged into it (they cannot be reported), so "every row opens a partial
+# match" needs a WITHIN (each start row then expires at its own time) or the general path.
+LONG = "WITHIN INTERVAL '1' HOUR"
 
 
 def live(engine: Engine) -> tuple[int, int]:
@@ -36,7 +41,7 @@ def live(engine: Engine) -> tuple[int, int]:
 def test_every_row_starts_a_match_that_never_ends(history):
     # A+ B where B never holds: every row opens a partial match that lives for ever
     cond = "A AS SUM(A.x) >= 0, B AS x < 0" if history else "A AS x >= 0, B AS x < 0"
-    eng = Engine(parse_rules(rules("A+ B", cond, cap=20)))
+    eng = Engine(parse_rules(rules("A+ B", cond, cap=20, within=LONG)))
     for start in range(0, 4000, 500):
         eng.process([{"k": i % 3, "ts": start + i, "x": 1} for i in range(500)])
         attempts, threads = live(eng)
@@ -55,12 +60,29 @@ def test_exponential_alternatives_stay_within_the_cap():
 
 
 def test_skip_key_policy_forgets_the_keys_partial_matches():
-    eng = Engine(parse_rules(rules("A+ B", "A AS x >= 0, B AS x < 0", cap=10, policy="skip_key")))
+    eng = Engine(parse_rules(rules("A+ B", "A AS x >= 0, B AS x < 0", cap=10, policy="skip_key", within=LONG)))
     eng.process([{"k": 1, "ts": i, "x": 1} for i in range(105)])
     attempts, _ = live(eng)
     assert attempts <= 10
     out = eng.process([{"k": 1, "ts": 200, "x": -1}]).matches + eng.finish().matches
     assert len(out) == 1 and out[0]["n"] <= 11  # the match starts after the last reset
+
+
+def test_equivalent_start_rows_merge_without_changing_the_rows():
+    import cep.nfa as nfa
+
+    events = [{"k": 1, "ts": i, "x": 1} for i in range(3000)] + [{"k": 1, "ts": 5000, "x": -1}]
+    out = {}
+    for merge in (False, True):
+        nfa.MERGE_EQUIVALENT_ATTEMPTS = merge
+        try:
+            eng = Engine(parse_rules(rules("A+ B", "A AS x >= 0, B AS x < 0", cap=100_000)))
+            eng.process(events[:-1])
+            out[merge] = (live(eng)[0], eng.process(events[-1:]).matches + eng.finish().matches)
+        finally:
+            nfa.MERGE_EQUIVALENT_ATTEMPTS = True
+    assert out[False][0] == 3000 and out[True][0] == 1  # one live start row instead of 3,000
+    assert out[True][1] == out[False][1] == [{"k": 1, "n": 3001, "rule": "r"}]
 
 
 def test_bad_policy_is_refused():

@@ -109,7 +109,7 @@ rules:
     on_cap: {policy}
     sql: |
       SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
-        MEASURES COUNT(*) AS n PATTERN (A+ B) DEFINE {define})
+        MEASURES COUNT(*) AS n PATTERN (A+ B) WITHIN INTERVAL '1' HOUR DEFINE {define})
 """
 
 
