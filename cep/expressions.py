@@ -26,8 +26,9 @@ __all__ = [
     "is_row_local",
     "compile_columnar",
     "compile_local_rows",
-    "seen_column",
-    "seen_columns",
+    "DERIVED",
+    "derived_column",
+    "derived_columns",
     "ColumnarUnsupported",
     "truthy",
 ]
@@ -522,20 +523,28 @@ def compile_match_expr(e: A.Expr, layout: Layout, define_var: int | None = None)
 # ------------------------------------------------------------------ DEFINE analysis
 
 
-def seen_column(x: A.Func) -> str:
-    """The name under which a batch's ``FIRST_SEEN(col)`` flags are read (not a real column)."""
-    arg = x.args[0]
-    assert isinstance(arg, A.Column)
-    return f"FIRST_SEEN({arg.name})"
+DERIVED = ("FIRST_SEEN", "MATCHES")
+"""DEFINE functions whose per-row value the operator computes for a whole batch (row state or
+search), read by the kernels like a column."""
 
 
-def seen_columns(exprs: list[A.Expr]) -> dict[str, str]:
-    """``FIRST_SEEN`` flags the conditions read: flag name -> the column whose values are tracked."""
-    out: dict[str, str] = {}
+def derived_column(x: A.Func) -> str:
+    """The name under which a batch's ``FIRST_SEEN(col)`` / ``MATCHES(cols, 'query')`` values are read."""
+    cols = ",".join(a.name for a in x.args if isinstance(a, A.Column))
+    if x.name == "MATCHES":
+        q = x.args[-1]
+        assert isinstance(q, A.Literal)
+        return f"MATCHES({cols};{q.value})"
+    return f"{x.name}({cols})"
+
+
+def derived_columns(exprs: list[A.Expr]) -> dict[str, A.Func]:
+    """Derived values the conditions read: name -> the call (its columns and, for MATCHES, query)."""
+    out: dict[str, A.Func] = {}
     for e in exprs:
         for x in A.walk_expr(e):
-            if isinstance(x, A.Func) and x.name == "FIRST_SEEN" and isinstance(x.args[0], A.Column):
-                out[seen_column(x)] = x.args[0].name
+            if isinstance(x, A.Func) and x.name in DERIVED:
+                out[derived_column(x)] = x
     return out
 
 
@@ -553,8 +562,8 @@ def compile_local_rows(e: A.Expr, var_name: str) -> tuple[list[tuple[str, int]],
             if key not in needs:
                 needs.append(key)
             return lambda ctx: ctx[1][key][ctx[0]]
-        if isinstance(x, A.Func) and x.name == "FIRST_SEEN":
-            key = (seen_column(x), lag)
+        if isinstance(x, A.Func) and x.name in DERIVED:
+            key = (derived_column(x), lag)
             if key not in needs:
                 needs.append(key)
             return lambda ctx: ctx[1][key][ctx[0]]
@@ -620,8 +629,8 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
                 else:  # pragma: no cover
                     raise ColumnarUnsupported(x.op)
             return out, nulls
-        if isinstance(x, A.Func) and x.name == "FIRST_SEEN":
-            return get(seen_column(x), lag)
+        if isinstance(x, A.Func) and x.name in DERIVED:
+            return get(derived_column(x), lag)
         if isinstance(x, A.Func) and x.name in ("ABS", "LOWER", "UPPER"):
             v, n = val(x.args[0], lag, get)
             if x.name == "ABS":
@@ -671,8 +680,8 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
             if x.value is None:
                 return np.int8(0)
             return np.int8(1 if x.value else -1)
-        if isinstance(x, (A.Column, A.Func)) and (isinstance(x, A.Column) or x.name == "FIRST_SEEN"):
-            v, n = get(x.name, lag) if isinstance(x, A.Column) else get(seen_column(x), lag)
+        if isinstance(x, A.Column) or (isinstance(x, A.Func) and x.name in DERIVED):
+            v, n = get(x.name, lag) if isinstance(x, A.Column) else get(derived_column(x), lag)
             if isinstance(v, np.ndarray) and v.dtype == bool:
                 return _kleene(v, n)
             raise ColumnarUnsupported("non-boolean column used as a condition")

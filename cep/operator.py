@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from cep.events import EventBatch, format_time, parse_times
-from cep.expressions import ColumnarUnsupported, Node, seen_columns
+from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.seen import SeenFilter, key_hashes
 from patterns.errors import CepError
@@ -119,9 +119,10 @@ class PatternOperator:
         self.max_buffered_events: int | None = None
         self.floor: int | None = None  # the watermark as forced forward by the buffered-events cap
         self._next_sweep: int | None = None
-        # FIRST_SEEN(col) in DEFINE: which (key, value) pairs each tracked column has brought
-        self.seen_cols = seen_columns(list(a.cp.defines.values()))
-        self.seen: dict[str, SeenFilter] = {name: SeenFilter() for name in self.seen_cols}
+        # FIRST_SEEN(col) and MATCHES(cols, 'query') in DEFINE: values computed per batch
+        self.derived = derived_columns(list(a.cp.defines.values()))
+        self.seen: dict[str, SeenFilter] = {n: SeenFilter() for n, f in self.derived.items() if f.name == "FIRST_SEEN"}
+        self.searches = {n: _RowSearch(f) for n, f in self.derived.items() if f.name == "MATCHES"}
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -574,7 +575,11 @@ class PatternOperator:
                 # FIRST_SEEN flags, in row order (keys' rows are in event-time order); computed
                 # once per batch, which also records the batch's values as seen
                 kh = np.repeat(key_hashes(seg_keys), np.asarray(ends) - np.asarray(starts))
-                cache[key] = self.seen[name].first_seen(kh, cols[col_index[self.seen_cols[name]]])
+                arg = self.derived[name].args[0]
+                cache[key] = self.seen[name].first_seen(kh, cols[col_index[arg.name]])  # type: ignore[attr-defined]
+                return cache[key]
+            if name in self.searches:
+                cache[key] = self.searches[name].evaluate(cols, col_index, n, self.stats)
                 return cache[key]
             ci = col_index[name]
             base = cols[ci]
@@ -741,11 +746,30 @@ class PatternOperator:
         self.stats = StepStats(**state["stats"])
         self.demoted = {tuple(x) for x in state["demoted"]}
         saved = state.get("seen", {})
-        self.seen = {
-            name: SeenFilter.from_bytes(saved[name]) if name in saved else SeenFilter() for name in self.seen_cols
-        }
+        self.seen = {name: SeenFilter.from_bytes(saved[name]) if name in saved else SeenFilter() for name in self.seen}
         self.floor = state.get("floor")
         self._next_sweep = state.get("next_sweep")
+
+
+class _RowSearch:
+    """``MATCHES(col, ..., 'query')``: does each row, as a document of those columns, match the query."""
+
+    def __init__(self, call) -> None:
+        from cep.percolator import NoFiltering, PercolatorConfig
+        from patterns.lucene import QueryConfig
+
+        self.columns = [x.name for x in call.args[:-1]]
+        config = PercolatorConfig(query=QueryConfig(default_fields=tuple(self.columns)), id_field=None)
+        self.query = NoFiltering(config)
+        self.query.register("q", call.args[-1].value)
+
+    def evaluate(self, cols: list[np.ndarray], col_index: dict[str, int], n: int, stats) -> tuple[np.ndarray, bool]:
+        values = [cols[col_index[c]].tolist() for c in self.columns]
+        docs = [dict(zip(self.columns, row)) for row in zip(*values)]
+        res = self.query.percolate_batch(docs)
+        out = np.fromiter((bool(r.ids) for r in res.results), dtype=bool, count=n)
+        stats.eval_errors += sum(1 for r in res.results if getattr(r, "errors", None))
+        return out, False
 
 
 class _BadKey:

@@ -248,6 +248,9 @@ def is_row_local(e: A.Expr, var: str, subsets: dict[str, frozenset[int]], var_id
 
 # ------------------------------------------------------------------ checks
 
+# DEFINE functions of the current row computed by the operator per batch (cep.expressions.DERIVED)
+_ROW_FUNCTIONS = ("FIRST_SEEN", "MATCHES")
+
 
 class _Checker:
     def __init__(self, mr: A.MatchRecognize, file: str | None, line_offset: int, col_offset: int, block_indent: int):
@@ -306,14 +309,16 @@ class _Checker:
                 continue
             self.check_expr(d.expr, known, in_define=True)
             for conj in split_conjuncts(d.expr):
-                fs = [x for x in A.walk_expr(conj) if isinstance(x, A.Func) and x.name == "FIRST_SEEN"]
+                fs = [x for x in A.walk_expr(conj) if isinstance(x, A.Func) and x.name in _ROW_FUNCTIONS]
                 if fs and not is_row_local(conj, d.var, subsets, var_ids[d.var]):
+                    f = fs[0].name
+                    example = f"FIRST_SEEN({d.var}.ip)" if f == "FIRST_SEEN" else f"MATCHES({d.var}.title, 'apple')"
                     self.err(
-                        f"FIRST_SEEN(...) in DEFINE {d.var} must be part of a condition on the current "
+                        f"{f}(...) in DEFINE {d.var} must be part of a condition on the current "
                         f"row only (its columns, {d.var}.x and PREV); AND it with the rest, e.g. "
-                        f"FIRST_SEEN({d.var}.ip) AND <other conditions>",
+                        f"{example} AND <other conditions>",
                         fs[0].pos,
-                        10,
+                        len(f),
                     )
 
         names: set[str] = set()
@@ -387,6 +392,20 @@ class _Checker:
             if len(e.args) != 1 or not isinstance(e.args[0], A.Column):
                 self.err("FIRST_SEEN takes one column of the current row, e.g. FIRST_SEEN(A.ip)", e.pos, 10)
                 return
+        if isinstance(e, A.Func) and e.name == "MATCHES":
+            if not in_define:
+                self.err("MATCHES(...) is a DEFINE condition (the row matches a search query); "
+                         "it cannot be used in MEASURES", e.pos, 7)
+            elif inside is not None:
+                self.err(f"MATCHES(...) inside {inside}(...) is not supported", e.pos, 7)
+            q = e.args[-1]
+            if not all(isinstance(x, A.Column) for x in e.args[:-1]) or not (
+                isinstance(q, A.Literal) and isinstance(q.value, str)
+            ):
+                self.err("MATCHES takes columns of the current row and then a Lucene query string, "
+                         "e.g. MATCHES(N.headline, 'apple AND (iphone OR ipad)')", e.pos, 7)
+                return
+            self.check_search(e, q)
         if isinstance(e, A.Agg):
             if inside is not None:
                 self.err(f"{e.func}(...) inside {inside}(...) is not supported", e.pos, len(e.func))
@@ -398,6 +417,17 @@ class _Checker:
             return
         for sub in _children(e):
             self.check_expr(sub, known, in_define, inside)
+
+    def check_search(self, call: A.Func, q: A.Literal) -> None:
+        """A MATCHES query must compile; its errors point into the string literal."""
+        from patterns.lucene import QueryConfig, compile_query
+
+        fields = tuple(x.name for x in call.args[:-1] if isinstance(x, A.Column))
+        try:
+            compile_query(q.value, QueryConfig(default_fields=fields))
+        except CepSyntaxError as exc:
+            first = exc.errors[0]
+            self.err(f"MATCHES query: {first.message}", q.pos + 1 + first.offset, max(first.width, 1))
 
     def single_var(self, arg: A.Expr, fname: str, pos: int) -> None:
         vars_ = {c.var for c in A.walk_expr(arg) if isinstance(c, A.Column)}

@@ -43,6 +43,7 @@ SCALAR_FUNCTIONS = {
     "LEAST": (1, 99),
     "MOD": 2,
     "FIRST_SEEN": 1,  # DEFINE only: the row's value is new for its partition key (Bloom filter)
+    "MATCHES": (2, 99),  # DEFINE only: MATCHES(col, ..., 'lucene query'), the row matches a search query
 }
 AGGREGATES = {"SUM", "COUNT", "AVG", "MIN", "MAX", "APPROX_COUNT_DISTINCT"}
 NAVIGATION = {"PREV", "NEXT", "FIRST", "LAST"}
