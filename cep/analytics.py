@@ -26,6 +26,7 @@ then key, so the output does not depend on how the input was cut into batches.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -1055,14 +1056,22 @@ class _Emission:
 
 
 class _Win:
-    """A TUMBLE/HOP window with data, until it is final."""
+    """A TUMBLE/HOP window with data, until it is final.
 
-    __slots__ = ("fired", "emitted", "dirty")
+    Firing is per (key, window): ``keys`` are the key ids evaluated on time (those with data
+    when the clock reached the end, and those whose first event came later, which are
+    evaluated at once); later events of those keys are ``dirty`` (corrected at finality),
+    first events of other keys ``fresh`` (evaluated on time at the next advance).
+    """
+
+    __slots__ = ("fired", "emitted", "dirty", "keys", "fresh")
 
     def __init__(self, fired: bool = False):
         self.fired = fired
         self.emitted: dict[int, dict] = {}
         self.dirty: list[np.ndarray] = []
+        self.keys: np.ndarray | None = None  # sorted; None: every key (restored from an older snapshot)
+        self.fresh: list[np.ndarray] = []
 
 
 class _PaneWindows:
@@ -1113,21 +1122,35 @@ class _PaneWindows:
                 if w is None:
                     w = self.wins[k] = _Win()
                 if w.fired:
-                    w.dirty.append(part.cells)
+                    if w.keys is None:
+                        w.dirty.append(part.cells)
+                        continue
+                    known = _member(part.cells, w.keys)
+                    w.dirty.append(part.cells[known])
+                    if not known.all():
+                        w.fresh.append(part.cells[~known])
 
     def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
         op = self.op
         out: list[_Emission] = []
         lat = op.lateness
-        due = sorted(k for k, w in self.wins.items() if not w.fired and (final or self.end(k) <= clock))
+        due = sorted(k for k, w in self.wins.items() if (w.fresh or not w.fired) and (final or self.end(k) <= clock))
         for k in due:
             e = self.end(k)
             trig = _trigger(r_all, e, seg_start, final)
             w = self.wins[k]
-            rows = self.emit(k, None)
-            w.fired = True
+            if w.fired:  # keys whose first events came after the window's end: on time now
+                kids = _sorted_unique(np.concatenate(w.fresh))
+                w.fresh = []
+                rows = self.emit(k, kids)
+                assert w.keys is not None
+                w.keys = _sorted_unique(np.concatenate((w.keys, kids)))
+            else:
+                rows = self.emit(k, None)
+                w.fired = True
+                w.keys = self.keys_of(k)
             if lat > 0 and not final:
-                w.emitted = dict(rows)
+                w.emitted.update(rows)
             out.append(_Emission(trig, e, 0, [r for _kid, r in rows]))
         done = sorted(k for k in self.wins if final or self.end(k) + lat <= clock)
         for k in done:
@@ -1146,6 +1169,11 @@ class _PaneWindows:
                 if self.end(last) + lat <= clock:
                     del self.panes[p]
         return out
+
+    def keys_of(self, k: int) -> np.ndarray:
+        """The sorted key ids with data in window ``k``."""
+        cells = [c.cells for p in self.panes_of(k) for c in self.panes.get(p, ())]
+        return _sorted_unique(np.concatenate(cells)) if cells else np.zeros(0, dtype=np.int64)
 
     def emit(self, k: int, kids: np.ndarray | None) -> list[tuple[int, dict]]:
         op = self.op
@@ -1176,16 +1204,25 @@ class _PaneWindows:
                 out.update(c.cells.tolist())
         return out
 
+    def next_threshold(self) -> int | None:
+        """The smallest clock at which :meth:`advance` emits or drops something."""
+        lat = self.op.lateness
+        ts = [self.end(k) + (lat if w.fired else 0) for k, w in self.wins.items()]
+        ts += [self.end(p * self.g // self.step + self.prev) + lat for p in self.panes]
+        return min(ts) if ts else None
+
     def state(self) -> dict:
-        wins = {k: (w.fired, w.emitted, w.dirty) for k, w in self.wins.items()}
+        wins = {k: (w.fired, w.emitted, w.dirty, w.keys, w.fresh) for k, w in self.wins.items()}
         return {"panes": self.panes, "wins": wins}
 
     def load(self, st: dict) -> None:
         self.panes = st["panes"]
         self.wins = {}
-        for k, (fired, emitted, dirty) in st["wins"].items():
+        for k, (fired, emitted, dirty, *per_key) in st["wins"].items():
             w = _Win(fired)
             w.emitted, w.dirty = emitted, dirty
+            if per_key:
+                w.keys, w.fresh = per_key
             self.wins[k] = w
 
 
@@ -1462,6 +1499,13 @@ class _SessionWindows:
     def live_kids(self) -> set[int]:
         return set(self.kid.tolist())
 
+    def next_threshold(self) -> int | None:
+        """The smallest clock at which :meth:`advance` emits or drops something."""
+        if not len(self.sid):
+            return None
+        end = self.last + self.gap
+        return int(np.where(self.fired, end + self.op.lateness, end).min())
+
     def state(self) -> dict:
         keys = (*self.COLS, "emitted", "absorbed", "root_of", "chunks", "next_sid")
         return {k: getattr(self, k) for k in keys}
@@ -1617,6 +1661,12 @@ class _SlideWindows:
                 out.update(ev.kid.tolist())
         return out
 
+    def next_threshold(self) -> int | None:
+        """The smallest clock at which :meth:`advance` emits rows (kept rows only wait for data)."""
+        if self.pending is None or not len(self.pending):
+            return None
+        return int(self.pending.ts.min()) + self.op.lateness
+
     def state(self) -> dict:
         return {"pending": self.pending, "pending_seq": self.pending_seq, "kept": self.kept,
                 "kept_seq": self.kept_seq, "seq": self.seq}
@@ -1678,13 +1728,19 @@ class WindowOperator:
         self.time_col = spec.window.time_column
         self.key_cols = list(spec.keys)
         self.kernels = [_make_kernel(a, self) for a in spec.aggregates]
-        self.value_kinds: dict[str, str] = {}
         self._compile_outputs()
-        kind = spec.window.kind
+        self._event_cols = self._needed_columns()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every window, key and counter: the state of a freshly built operator."""
+        kind = self.spec.window.kind
         self.engine: Any = (
             _SessionWindows(self) if kind == "SESSION" else _SlideWindows(self) if kind == "SLIDE" else _PaneWindows(self)
         )
+        self.value_kinds: dict[str, str] = {}
         self.max_ts: int | None = None
+        self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
         self.counts = OperatorCounts()
         self.stats = WindowStats()
         self._key_ids: dict[Any, int] = {}
@@ -1692,7 +1748,7 @@ class WindowOperator:
         self._next_kid = 0
         self._key_hash: dict[int, int] = {}
         self._seen: dict[int, ScalableBloomFilter] = {}
-        self._event_cols = self._needed_columns()
+        self._live = 0
 
     @classmethod
     def from_rule(cls, rule) -> WindowOperator:
@@ -1782,6 +1838,68 @@ class WindowOperator:
         self._process(batch, out)
         return out
 
+    # The external-clock calls: a host (Spark) that knows the watermark better than one operator,
+    # which may hold only some of the keys, says where it stands instead of the largest event time.
+    def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput:
+        """Take a batch whose watermark the caller sets: a scalar, or one value per event.
+
+        An event with a valid time before its ``late_before`` is late. Before each event is
+        applied the clock moves to that event's ``late_before + lateness``, and the windows it
+        reaches are emitted first; events never move the clock themselves. So the rows are those
+        of :meth:`process` when each event's ``late_before`` is the watermark :meth:`process`
+        would have had before it. The smallest int64 means "no watermark yet" (never late).
+
+        Example:
+            >>> from patterns.analytics import compile_analytics
+            >>> op = WindowOperator(compile_analytics(
+            ...     "SELECT k, COUNT(*) AS n FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MILLISECOND)"), name="r")
+            >>> op.ingest([{"k": "a", "ts": 3}, {"k": "a", "ts": 12}], late_before=0).matches
+            []
+            >>> op.next_deadline(), op.advance_to(10).matches
+            (10, [{'k': 'a', 'n': 1, 'rule': 'r', 'correction': False}])
+            >>> op.ingest([{"k": "a", "ts": 7}], late_before=10).late[0]["reason"][:40]
+            'late: event time 1970-01-01T00:00:00.007'
+        """
+        out = OperatorOutput()
+        self._process(to_batch(events), out, late_before)
+        return out
+
+    def advance_to(self, watermark: int) -> OperatorOutput:
+        """Move the clock to ``watermark + lateness``: emit the windows it reaches, end final ones.
+
+        Also forgets the ids of keys no window holds any more, so that a saved state holds only
+        live keys (a host saves it after every call).
+        """
+        out = OperatorOutput()
+        watermark = int(watermark)
+        if watermark == _NEG:
+            return out
+        clock = watermark + self.lateness
+        if self.max_ts is None or clock > self.max_ts:
+            self._move_clock(clock, out)
+        self._gc_keys(force=True)
+        return out
+
+    def _move_clock(self, clock: int, out: OperatorOutput) -> None:
+        """Set the clock from outside, between batches: what it reaches comes out in threshold
+        order, after every row of the batch before (as if its last event had moved the clock)."""
+        self.max_ts = clock
+        self._flush(self.engine.advance(clock, np.zeros(0, dtype=np.int64), _POS), out)
+
+    def next_deadline(self) -> int | None:
+        """The smallest watermark at which :meth:`advance_to` would emit or drop something.
+
+        A window is emitted when the clock reaches its end and made final (corrected, its state
+        dropped) at end + lateness; a SLIDE row comes out when the watermark reaches its event.
+        None when nothing waits on time.
+        """
+        t = self.engine.next_threshold()
+        return None if t is None else t - self.lateness
+
+    def key_count(self) -> int:
+        """Keys the operator holds ids for (a key is forgotten once none of its windows is open)."""
+        return len(self._key_values)
+
     def finish(self) -> OperatorOutput:
         """End of input: the final watermark closes every window."""
         out = OperatorOutput()
@@ -1791,7 +1909,8 @@ class WindowOperator:
         return out
 
     # ------------------------------------------------------------------ ingest
-    def _process(self, batch: EventBatch, out: OperatorOutput) -> None:
+    def _process(self, batch: EventBatch, out: OperatorOutput, late_before: Any = None) -> None:
+        """Validate, judge lateness, apply in segments; with ``late_before``, on the caller's clock."""
         n = batch.n
         self.counts.read += n
         if n == 0:
@@ -1829,11 +1948,17 @@ class WindowOperator:
             cand = cand[good]
         if not len(ev):
             return
-        # late: behind the watermark as it stood when the event arrived (running max before it)
+        # late: behind the watermark as it stood when the event arrived (the clock before it:
+        # the running max of event times, or the caller's)
         ts = ev.ts
         start = self.max_ts if self.max_ts is not None else _NEG
-        run = np.maximum.accumulate(np.concatenate(([start], ts)))
-        prior = run[:-1]
+        if late_before is None:
+            prior = np.maximum.accumulate(np.concatenate(([start], ts)))[:-1]
+        else:
+            given = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[cand]
+            with np.errstate(over="ignore"):
+                prior = np.where(given == _NEG, _NEG, given + self.lateness)
+            prior = np.maximum.accumulate(np.maximum(prior, start))  # never behind the clock
         wm_before = np.where(prior == _NEG, _NEG, prior - self.lateness)
         late = ts < wm_before
         for j in np.flatnonzero(late).tolist():
@@ -1857,7 +1982,18 @@ class WindowOperator:
         m = len(ev)
         if not m:
             return
-        r_all = np.maximum.accumulate(np.concatenate(([start], ev.ts)))[1:]
+        # r_all: the clock after each event; split_prior: what each event finds before it, for
+        # cutting segments (on the caller's clock, also the later events applied so far)
+        seen = np.maximum.accumulate(np.concatenate(([self.max_event_ts], ev.ts)))
+        self.max_event_ts = int(seen[-1])
+        if late_before is None:
+            r_all = np.maximum.accumulate(np.concatenate(([start], ev.ts)))[1:]
+            split_prior = prior
+        else:
+            r_all = np.append(prior[1:], prior[-1])
+            split_prior = np.maximum(prior, seen[:-1])
+            if prior[0] > start:  # windows the caller's clock reached before this batch
+                self._move_clock(int(prior[0]), out)
         ev.pos = np.arange(m, dtype=np.int64)
         keep = self._where(batch, cand)
         if not keep.all():
@@ -1865,7 +2001,7 @@ class WindowOperator:
             self.stats.filtered += dropped
             self.counts.processed += dropped
         data = ev.take(keep, self.kernels) if not keep.all() else ev
-        data_prior = prior[keep]
+        data_prior = split_prior[keep]
         split = np.flatnonzero(self.engine.split_before(data.ts, data_prior))
         bounds = sorted(set(data.pos[split].tolist()) | {0})
         bounds.append(m)
@@ -1873,15 +2009,15 @@ class WindowOperator:
         for a_pos, b_pos in zip(bounds[:-1], bounds[1:]):
             lo_i, hi_i = np.searchsorted(dpos, [a_pos, b_pos])
             seg = data.take(np.arange(lo_i, hi_i), self.kernels) if (lo_i, hi_i) != (0, len(data)) else data
-            clock_before = int(r_all[a_pos - 1]) if a_pos > 0 else start
+            clock_before = int(split_prior[a_pos])
             if len(seg):
                 if not isinstance(self.engine, _SlideWindows):
                     self._mark_first_seen(seg)
                     self.counts.processed += len(seg)
                 self.engine.apply(seg, clock_before)
             self.max_ts = int(r_all[b_pos - 1])
-            ems = self.engine.advance(self.max_ts, r_all, a_pos)
-            self._flush(ems, out)
+            if self.max_ts != _NEG:  # no clock yet (no watermark given): nothing is due
+                self._flush(self.engine.advance(self.max_ts, r_all, a_pos), out)
         self._gc_keys()
 
     def _flush(self, ems: list[_Emission], out: OperatorOutput) -> None:
@@ -2046,10 +2182,10 @@ class WindowOperator:
             if new.any():
                 bloom.update(uniq[new])
 
-    def _gc_keys(self) -> None:
+    def _gc_keys(self, force: bool = False) -> None:
         """Forget key ids no window holds any more (FIRST_SEEN keeps its keys by value)."""
         # only when many ids are dead: a key that pauses for a window comes back cheaply
-        if len(self._key_ids) < max(_GC_KEYS, 4 * self._last_live()):
+        if not force and len(self._key_ids) < max(_GC_KEYS, 4 * self._live):
             return
         live = self.engine.live_kids()
         for k in [k for k in self._key_values if k not in live]:
@@ -2057,9 +2193,6 @@ class WindowOperator:
             del self._key_ids[v]
             self._key_hash.pop(k, None)
         self._live = len(live)
-
-    def _last_live(self) -> int:
-        return getattr(self, "_live", 0)
 
     # ------------------------------------------------------------------ building and evaluating
     def _build(self, ev: _Events, cells: np.ndarray) -> _Partial:
@@ -2152,6 +2285,11 @@ class WindowOperator:
     def _fingerprint(self) -> tuple:
         return (self.spec.text, self.spec.sketches, self.lateness)
 
+    def layout_fingerprint(self) -> str:
+        """A digest of what this operator's snapshots depend on: :meth:`restore` refuses a
+        snapshot taken under another (the SQL text, the sketch sizes, the lateness)."""
+        return hashlib.sha256(repr(self._fingerprint()).encode()).hexdigest()[:32]
+
     def snapshot(self) -> bytes:
         """This operator's whole runtime state as bytes (restore with :meth:`restore`).
 
@@ -2163,6 +2301,7 @@ class WindowOperator:
             "rule": self.name,
             "fingerprint": self._fingerprint(),
             "max_ts": self.max_ts,
+            "max_event_ts": self.max_event_ts,
             "keys": (self._key_values, self._next_kid, self._key_hash),
             "seen": self._seen,
             "value_kinds": self.value_kinds,
@@ -2187,6 +2326,7 @@ class WindowOperator:
                 "sizes or lateness changed); windows in flight cannot carry over: start from an empty state"
             )
         self.max_ts = state["max_ts"]
+        self.max_event_ts = state.get("max_event_ts", _NEG if self.max_ts is None else self.max_ts)
         self._key_values, self._next_kid, self._key_hash = state["keys"]
         self._key_ids = {v: k for k, v in self._key_values.items()}
         self._seen = state["seen"]

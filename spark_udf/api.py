@@ -332,6 +332,8 @@ def _dtype(typ: str, by_name: dict[str, T.DataType]) -> T.DataType:
         return _SIMPLE[typ]
     if typ in by_name:
         return by_name[typ]
+    if "<" in typ:  # a nested type of a rule's output (APPROX_TOP_K's pairs), in Spark's DDL
+        return T.DataType.fromDDL(typ)
     return T.StringType()
 
 
@@ -377,12 +379,10 @@ def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: E
         for c in (*k.key_columns(r), k.time_column(r)):
             if c not in columns:
                 raise CepError(
-                    f"rule {r.name!r}: column {c!r} (PARTITION BY / ORDER BY) is not in the input; "
+                    f"rule {r.name!r}: column {c!r} ({getattr(k, 'clause', 'key / event time')}) is not in the input; "
                     f"input columns: {', '.join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))}"
                 )
-    specs = {}
-    for k, r in zip(kinds, keyed):
-        specs[r.name] = RuleSpec(r, kind_of(r), k.lateness_ms(r), env.columns_of(r.name))
+    specs = {r.name: RuleSpec.of(r, env) for r in keyed}
     core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version)
     schema = _envelope_schema(env, by_type)
     key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})

@@ -74,10 +74,20 @@ class RuleSpec:
     kind: str
     lateness_ms: int
     outputs: list[tuple[str, str, str]]  # (rule's column, envelope column, type)
+    defaults: dict[str, Any] = field(default_factory=dict)  # values of columns a row leaves out
 
     @property
     def name(self) -> str:
         return self.rule.name
+
+    @classmethod
+    def of(cls, rule: Any, envelope: Any) -> "RuleSpec":
+        """The spec of a keyed rule whose columns ``envelope`` (a :class:`~spark_udf.schema.Envelope`) maps."""
+        from spark_udf.kinds import kind_of
+
+        kind = KEYED_KINDS[kind_of(rule)]
+        defaults = kind.output_defaults(rule) if hasattr(kind, "output_defaults") else {}
+        return cls(rule, kind_of(rule), kind.lateness_ms(rule), envelope.columns_of(rule.name), dict(defaults))
 
 
 @dataclass
@@ -113,10 +123,7 @@ class GroupCore:
         shown = output_types or input_types
         fields = {r.name: (kind_of(r), KEYED_KINDS[kind_of(r)].output_fields(r, shown)) for r in rules}
         env = Envelope.build(fields)
-        specs = {
-            r.name: RuleSpec(r, kind_of(r), KEYED_KINDS[kind_of(r)].lateness_ms(r), env.columns_of(r.name))
-            for r in rules
-        }
+        specs = {r.name: RuleSpec.of(r, env) for r in rules}
         return cls(specs, list(env.columns), dict(input_types), buckets, on_rule_change, state_version), env
 
     def __getstate__(self) -> dict:
@@ -142,7 +149,7 @@ class GroupCore:
         if got is None:
             kind = KEYED_KINDS[spec.kind]
             op = kind.new_operator(spec.rule)
-            header = BucketHeader(rule, spec.kind, kind.fingerprint(op), self.buckets)
+            header = BucketHeader(rule, spec.kind, kind.fingerprint(op), self.buckets, getattr(kind, "state_codec", None))
             got = self._ops[rule] = (op, header)
         return spec, got[0], got[1]
 
@@ -278,9 +285,10 @@ class GroupCore:
         if n_match and spec is not None:
             for name, env, typ in spec.outputs:
                 f = _converter(typ)
+                default = spec.defaults.get(name)
                 vals = np.empty(n, dtype=object)
                 for i, row in enumerate(out.matches):
-                    v = row.get(name)
+                    v = row.get(name, default)
                     if v is not None:
                         try:
                             vals[i] = f(v)
@@ -427,7 +435,23 @@ def _converter(typ: str) -> Callable[[Any], Any]:
         return _to_string
     if typ in ("timestamp", "timestamp_ntz", "date"):
         return _to_ms
+    if typ.startswith(_TOP_K[0]) and typ.endswith(_TOP_K[1]):
+        return _top_k(_converter(typ[len(_TOP_K[0]) : -len(_TOP_K[1])]))
     return lambda v: v
+
+
+_TOP_K = ("array<struct<value:", ",count:bigint>>")  # spark_udf.schema.top_k_type
+
+
+def _top_k(value: Callable[[Any], Any]) -> Callable[[Any], list[dict]]:
+    """APPROX_TOP_K's [[value, count], ...] as the (value, count) structs of its Spark type."""
+
+    def conv(pairs: Any) -> list[dict]:
+        if not isinstance(pairs, (list, tuple)):
+            raise TypeError(type(pairs).__name__)
+        return [{"value": None if v is None else value(v), "count": _to_long(c)} for v, c in pairs]
+
+    return conv
 
 
 def _to_time(s: pd.Series, typ: str) -> pd.Series:

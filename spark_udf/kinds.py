@@ -4,9 +4,9 @@ A rule kind is either
 
 * **keyed** (:class:`KeyedKind`): a stateful operator per key, hosted by the shared
   ``applyInPandasWithState`` stage (streams) or ``applyInPandas`` stage (backfill), grouped by
-  ``(rule, hash bucket of the key)``. Pattern rules are keyed; windowed analytics rules will
-  be too. The kind says which columns form the key, which column is event time, how late an
-  event may be, what its output columns are, and builds the operator, which must offer the
+  ``(rule, hash bucket of the key)``. Pattern rules and windowed analytics rules are keyed.
+  The kind says which columns form the key, which column is event time, how late an event may
+  be, what its output columns are, and builds the operator, which must offer the
   :class:`KeyedOperator` calls; or
 * **stateless** (:class:`StatelessKind`): it builds its own sub-plan over the input (search
   rules: ``mapInArrow`` with the query index shipped once) and returns rows in the shared
@@ -28,6 +28,7 @@ __all__ = [
     "KeyedKind",
     "StatelessKind",
     "PatternKind",
+    "AnalyticsKind",
     "KEYED_KINDS",
     "STATELESS_KINDS",
     "register_kind",
@@ -55,7 +56,12 @@ class KeyedOperator(Protocol):
 
 
 class KeyedKind(Protocol):
-    """A rule kind run as a keyed stateful operator."""
+    """A rule kind run as a keyed stateful operator.
+
+    Optional attributes: ``output_defaults(rule)`` (values of output columns a row leaves out),
+    ``state_codec`` (``"zlib"``: the bucket's snapshot is stored compressed) and ``clause`` (how
+    the rule names its key and time columns, for the error when the input lacks one).
+    """
 
     name: str
 
@@ -88,6 +94,7 @@ class PatternKind:
     """MATCH_RECOGNIZE rules: keyed by PARTITION BY, timed by ORDER BY."""
 
     name = "pattern"
+    clause = "PARTITION BY / ORDER BY"
 
     def key_columns(self, rule: Any) -> tuple[str, ...]:
         return tuple(rule.compiled.statement.partition_by)
@@ -115,7 +122,47 @@ class PatternKind:
         return pattern_fingerprint(operator.automaton)
 
 
-KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind()}
+class AnalyticsKind:
+    """Windowed analytics rules: keyed by the GROUP BY columns, timed by the window's time column.
+
+    The operator is the embedded :class:`~cep.analytics.WindowOperator` itself, driven by its
+    external-clock calls; its snapshot (windows, panes, sessions, sketches, the FIRST_SEEN
+    filter) is the bucket's state.
+    """
+
+    name = "analytics"
+    clause = "GROUP BY key / window time"
+    state_codec = "zlib"  # sketch counters, Bloom bits and pane arrays are mostly zeros
+
+    def key_columns(self, rule: Any) -> tuple[str, ...]:
+        return tuple(rule.spec.keys)
+
+    def time_column(self, rule: Any) -> str:
+        return rule.spec.time_column
+
+    def lateness_ms(self, rule: Any) -> int:
+        return int(rule.lateness_ms)
+
+    def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]:
+        from spark_udf.schema import analytics_output_fields
+
+        return analytics_output_fields(rule.spec, input_types)
+
+    def output_defaults(self, rule: Any) -> dict[str, Any]:
+        """Only retractions carry ``retract`` in the engine's rows; on Spark the others say false."""
+        return {"retract": False}
+
+    def new_operator(self, rule: Any) -> KeyedOperator:
+        from cep.analytics import WindowOperator
+
+        op: Any = WindowOperator.from_rule(rule)
+        return op
+
+    def fingerprint(self, operator: Any) -> str:
+        return operator.layout_fingerprint()
+
+
+KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind(), "analytics": AnalyticsKind()}
 STATELESS_KINDS: dict[str, StatelessKind] = {}
 
 

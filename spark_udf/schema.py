@@ -36,6 +36,8 @@ __all__ = [
     "NUMERIC",
     "expr_type",
     "pattern_output_fields",
+    "analytics_output_fields",
+    "top_k_type",
     "Envelope",
     "PROBLEM_FIELDS",
     "RESERVED_PREFIX",
@@ -175,6 +177,76 @@ def pattern_output_fields(mr: A.MatchRecognize, input_fields: Mapping[str, str])
             if c not in out:
                 out[c] = typ
     out["rule"] = "string"
+    return list(out.items())
+
+
+_COUNTING = frozenset({"COUNT", "COUNT_DISTINCT", "APPROX_COUNT_DISTINCT", "APPROX_COUNT", "FIRST_SEEN"})
+
+
+def top_k_type(value_type: str) -> str:
+    """The Spark type of ``APPROX_TOP_K`` over values of ``value_type``: (value, count) pairs.
+
+    Time values stay epoch milliseconds inside the pairs.
+
+    Example:
+        >>> top_k_type("string")
+        'array<struct<value:string,count:bigint>>'
+    """
+    return f"array<struct<value:{_arith(value_type) if value_type in TIME_TYPES else value_type},count:bigint>>"
+
+
+def _aggregate_type(func: str, arg: A.Expr | None, types: Mapping[str, str]) -> str:
+    """The Spark type of an analytics aggregate's value, as the window operator computes it."""
+    if func in _COUNTING:
+        return "bigint"
+    if func == "AVG":
+        return "double"
+    typ = expr_type(arg, types) if arg is not None else "bigint"
+    typ = "string" if typ == "void" else typ
+    if func == "SUM":
+        return "bigint" if _arith(typ) in INTEGRAL else "double"
+    if func == "APPROX_TOP_K":
+        return top_k_type(typ)
+    return typ  # MIN, MAX
+
+
+def analytics_output_fields(spec: Any, input_fields: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Columns of one analytics rule's rows, in the engine's order, with their types.
+
+    The SELECT items, then ``rule``, ``correction`` and ``retract``. ``window_start`` and
+    ``window_end`` have the time column's type when it is a Spark time type, else they are
+    epoch milliseconds (``bigint``); aggregates are typed as the window operator computes them
+    (counts ``bigint``, AVG ``double``, SUM ``bigint`` over integers, MIN/MAX their argument's
+    type, APPROX_TOP_K (value, count) pairs); expressions over them as in :func:`expr_type`.
+
+    Example:
+        >>> from patterns.analytics import compile_analytics
+        >>> spec = compile_analytics("SELECT host, COUNT(*) / 60.0 AS rate, SUM(bytes) AS b, "
+        ...     "APPROX_TOP_K(url, 3) AS top, window_start FROM hits GROUP BY host, TUMBLE(at, INTERVAL '1' MINUTE)")
+        >>> analytics_output_fields(spec, {"host": "string", "at": "timestamp", "bytes": "int", "url": "string"})
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [('host', 'string'), ('rate', 'double'), ('b', 'bigint'),
+         ('top', 'array<struct<value:string,count:bigint>>'), ('window_start', 'timestamp'),
+         ('rule', 'string'), ('correction', 'boolean'), ('retract', 'boolean')]
+    """
+    from patterns.analytics import AggRef, PrevRef, rebuild_expr
+
+    types = dict(input_fields)
+    time_type = input_fields.get(spec.window.time_column)
+    types["window_start"] = types["window_end"] = time_type if time_type in TIME_TYPES else "bigint"
+    for slot, agg in enumerate(spec.aggregates):
+        types[f"\0agg{slot}"] = _aggregate_type(agg.func, agg.arg, input_fields)
+
+    def slot_column(x: A.Expr) -> A.Expr | None:
+        if isinstance(x, (AggRef, PrevRef)):  # PREV_WINDOW has its aggregate's type
+            return A.Column(None, f"\0agg{x.slot}")
+        return None
+
+    out: dict[str, str] = {}
+    for oc in spec.select:
+        typ = expr_type(rebuild_expr(oc.expr, slot_column), types)
+        out[oc.name] = "string" if typ == "void" else typ
+    out.update(rule="string", correction="boolean", retract="boolean")
     return list(out.items())
 
 

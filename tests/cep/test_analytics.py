@@ -71,6 +71,19 @@ def test_tumbling_and_hopping_match_the_reference(seed, lateness, disorder, size
     assert c.late == len(late)
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("size,step", [(50, 50), (60, 20)])
+def test_a_keys_first_event_after_the_window_end_is_on_time_as_in_the_reference(seed, size, step):
+    """Firing is per (key, window): another key's data in the window does not make this key's
+    first event a correction (with HAVING COUNT(*) >= 1 such a row passes at once)."""
+    kind = "TUMBLE" if size == step else "HOP"
+    r = rule(SELECT.format(window=window_sql(kind, size, step), min_n=1), 40)
+    ev = stream(seed, n=150, keys="abcdefghij", disorder=80)  # keys absent from many windows
+    got, _late, _errors, _eng = run(r, ev, chunks=[37] * (len(ev) // 37) + [len(ev) % 37])
+    assert got == reference_panes(ev, size, step, 40, 1)
+    assert any(row["correction"] for row in got)
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("gap", [5, 20])
 def test_sessions_in_order_match_the_reference(seed, gap):

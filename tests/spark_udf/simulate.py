@@ -17,10 +17,11 @@ import pandas as pd
 
 from cep.events import parse_times
 from spark_udf.core import GroupCore
+from spark_udf.kinds import KEYED_KINDS, kind_of
 
 
 def bucket_of(rule: Any, row: dict[str, Any], buckets: int) -> int:
-    keys = rule.compiled.statement.partition_by
+    keys = KEYED_KINDS[kind_of(rule)].key_columns(rule)
     text = repr(tuple(row.get(k) for k in keys))
     return zlib.crc32(text.encode()) % buckets
 
@@ -60,8 +61,10 @@ def run_stream(
             for r in rules:
                 groups.setdefault((r.name, bucket_of(r, row, buckets)), []).append(row)
         for key, grows in groups.items():
-            pdf = pd.DataFrame([{c: g.get(c) for c in columns} for g in grows], columns=columns)
-            call(key, [pdf.iloc[i : i + chunk] for i in range(0, len(pdf), chunk)], False)
+            # each chunk converted on its own, as Arrow batches are: a long column is float only
+            # in a chunk that holds a NULL
+            recs = [{c: g.get(c) for c in columns} for g in grows]
+            call(key, [pd.DataFrame(recs[i : i + chunk], columns=columns) for i in range(0, len(recs), chunk)], False)
         for key in [k for k, t in list(timeouts.items()) if k not in groups and t < watermark]:
             call(key, [], True)
         ms, ok, _ = parse_times(np.asarray([r.get("ts") for r in rows], dtype=object))

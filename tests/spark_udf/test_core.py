@@ -14,12 +14,12 @@ import spark_udf.core
 import spark_udf.operator
 import spark_udf.schema
 import spark_udf.state
-from cep.engine import Engine
 from patterns.rules import parse_rules
 from spark_udf.core import PRIOR_COL, SEQ_COL, GroupCore
 from spark_udf.operator import ExternalWatermarkOperator
 from spark_udf.schema import Envelope, expr_type, pattern_output_fields
 from spark_udf.state import RuleChangedError, StateEncodingError
+from tests.spark_udf import workload
 from tests.spark_udf.conftest import match_key
 from tests.spark_udf.simulate import rows_of, run_stream
 from tests.spark_udf.workload import COLUMNS, RULES_YAML, TYPES, events, stream
@@ -42,13 +42,7 @@ def as_rule_rows(frame: pd.DataFrame, env: Envelope) -> Counter:
 
 
 def embedded(files, finish=False):
-    eng = Engine(parse_rules(RULES_YAML))
-    out = eng.process([])
-    for rows in files:
-        out.extend(eng.process(events(rows)))
-    if finish:
-        out.extend(eng.finish())
-    return out
+    return workload.embedded(parse_rules(RULES_YAML), files, finish)
 
 
 @pytest.mark.parametrize("seed,buckets,chunk", [(1, 1, 1000), (2, 3, 3), (3, 64, 7), (4, 4, 1), (5, 2, 11)])
