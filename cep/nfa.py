@@ -46,6 +46,17 @@ class Attempt:
         self.path = path  # DFA attempts: the state before each of their rows (for replay)
 
 
+class FastMatch:
+    """A lazy-DFA match read without its node chain: its last row, length and each row's variable."""
+
+    __slots__ = ("rno", "n", "vids")
+
+    def __init__(self, start: int, end: int, vids: list[int]):
+        self.rno = end
+        self.n = end - start + 1
+        self.vids = vids
+
+
 class KeyState:
     """One partition key's runtime state: retained rows, live attempts, match counter."""
 
@@ -166,6 +177,7 @@ class PatternAutomaton:
         self.all_rows = mr.rows_per_match == "ALL"
         self.time_index = layout.col_index[mr.order_by]
         self._init_dfa()
+        self.fast_plan = self._fast_plan()
 
     # ------------------------------------------------------------------ compile helpers
     def _closure(self, pc: int) -> tuple[int, ...]:
@@ -598,8 +610,27 @@ class PatternAutomaton:
         if len(rows) > 128:
             self._trim(st)
 
-    def _rebuild(self, st: KeyState, a: Attempt, end: int) -> Node:
-        """Map the rows of a DFA match to variables: walk the recorded states back from the end."""
+    def _rebuild(self, st: KeyState, a: Attempt, end: int) -> Node | FastMatch:
+        """Map the rows of a DFA match to variables: walk the recorded states back from the end.
+
+        With a fast measure plan the match stays a :class:`FastMatch` (the variable of each row);
+        otherwise it becomes a node chain, as the general path builds.
+        """
+        consumers = self._consumers(st, a, end)
+        ins = self.ins
+        start = a.start
+        if self.fast_plan is not None:
+            return FastMatch(start, end, [ins[c][1] for c in consumers])
+        rows, base = st.rows, st.base
+        node = None
+        for i, c in enumerate(consumers):
+            rno = start + i
+            node = self.new_node(rno, ins[c][1], node, rows[rno - base], ins[c][3])
+        assert node is not None
+        return node
+
+    def _consumers(self, st: KeyState, a: Attempt, end: int) -> list[int]:
+        """The program counter that consumed each row of a DFA match, first row first."""
         start = a.start
         path = a.path
         rows, base = st.rows, st.base
@@ -617,17 +648,71 @@ class PatternAutomaton:
             r = trans[prev].get(m) or self._dfa_step(prev, m)
             c = r[2][self.dfa_states[r[0]].index(c)]
             consumers[i - 1] = c
-        ins = self.ins
-        node = None
-        for i, c in enumerate(consumers):
-            rno = start + i
-            node = self.new_node(rno, ins[c][1], node, rows[rno - base], ins[c][3])
-        assert node is not None
-        return node
+        return consumers
+
+    def _fast_plan(self) -> list[tuple[str, str, frozenset[int] | None, int]] | None:
+        """Measures a DFA match can be read by without its node chain, or None.
+
+        Holds for ONE ROW PER MATCH without aggregates or NEXT, skipping past the last row or to
+        the next row, when every measure is a column (the last row of its variable), FIRST/LAST of
+        one without an offset, CLASSIFIER() or MATCH_NUMBER(): each is then one row lookup.
+        """
+        if self.track or self.all_rows or self.max_next or self.aggs or self.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
+            return None
+        plan: list[tuple[str, str, frozenset[int] | None, int]] = []
+        for m in self.mr.measures:
+            e = m.expr
+            if isinstance(e, A.MatchNumber):
+                plan.append((m.name, "MN", None, -1))
+                continue
+            if isinstance(e, A.Classifier) and e.var is None:
+                plan.append((m.name, "CLS", None, -1))
+                continue
+            if isinstance(e, A.Column):
+                kind, col = "LAST", e
+            elif isinstance(e, A.Nav) and e.kind in ("FIRST", "LAST") and e.offset == 0 and isinstance(e.arg, A.Column):
+                kind, col = e.kind, e.arg
+            else:
+                return None
+            plan.append((m.name, kind, self.layout.var_set(col.var), self.layout.col_index[col.name]))
+        return plan
+
+    def _fast_row(self, st: KeyState, fm: FastMatch, number: int) -> dict[str, Any]:
+        rows, base = st.rows, st.base
+        start = fm.rno - fm.n + 1
+        first_row = rows[start - base]
+        out = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
+        vids = fm.vids
+        assert self.fast_plan is not None
+        for name, kind, vs, ci in self.fast_plan:
+            if kind == "MN":
+                out[name] = number
+                continue
+            if kind == "CLS":
+                out[name] = self.var_names[vids[-1]]
+                continue
+            idx = -1
+            if vs is None:
+                idx = len(vids) - 1 if kind == "LAST" else 0
+            elif kind == "LAST":
+                for i in range(len(vids) - 1, -1, -1):
+                    if vids[i] in vs:
+                        idx = i
+                        break
+            else:
+                for i, v in enumerate(vids):
+                    if v in vs:
+                        idx = i
+                        break
+            out[name] = rows[start + idx - base][ci] if idx >= 0 else None
+        return out
 
     # ------------------------------------------------------------------ output
-    def match_rows(self, st: KeyState, best: Node, match_number: int) -> list[dict[str, Any]]:
+    def match_rows(self, st: KeyState, best: Node | FastMatch, match_number: int) -> list[dict[str, Any]]:
         """The output rows of one match (ONE ROW PER MATCH or ALL ROWS PER MATCH)."""
+        if type(best) is FastMatch:
+            return [self._fast_row(st, best, match_number)]
+        assert isinstance(best, Node)
         rows, base, nrows = st.rows, st.base, st.nrows
         first_row = rows[best.rno - best.n + 1 - base]
         key = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}

@@ -88,3 +88,4 @@ def test_equivalent_start_rows_merge_without_changing_the_rows():
 def test_bad_policy_is_refused():
     with pytest.raises(RuleErrors, match="on_cap must be drop_oldest or skip_key, found 'explode'"):
         parse_rules(rules("A+ B", "A AS x >= 0", cap=10, policy="explode"))
+
