@@ -187,7 +187,7 @@ def main() -> None:
     if args.quick:
         args.events, args.per_file, args.keys, args.partitions = 200_000, 50_000, [10, 10_000], [2]
 
-    from spark_udf.operator import ExternalWatermarkOperator
+    from cep.operator import PatternOperator
     from spark_udf.session import local_session
 
     spark = local_session(args.master, 2)
@@ -227,7 +227,7 @@ def main() -> None:
         latency = latency_run(spark, root, 10_000, 6 if not args.quick else 3, 1_000)
         print(f"latency: median micro-batch {latency['batch_ms_median']:,.0f} ms for 1,000 events", flush=True)
         # state of one idle key, measured on the operator's own snapshot
-        op = ExternalWatermarkOperator.from_rule(RULES.rules[0])
+        op = PatternOperator.from_rule(RULES.rules[0])
         empty = len(op.snapshot())
         n, k = 200_000, 10_000
         rng = np.random.default_rng(1)

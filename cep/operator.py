@@ -21,10 +21,12 @@ from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.seen import SeenFilter, key_hashes
 from patterns.errors import CepError
 
-__all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError"]
+__all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
 
 STATE_VERSION = 1
 _MAX_TS = np.iinfo(np.int64).max
+NO_WATERMARK = np.iinfo(np.int64).min
+"""``late_before`` of an event with no watermark before it (see :meth:`PatternOperator.ingest`): never late."""
 
 
 class StateVersionError(CepError):
@@ -157,6 +159,98 @@ class PatternOperator:
         self._release(self.watermark, out)
         return out
 
+    # The external-clock calls: a host (Spark) that knows the watermark better than one operator,
+    # which may hold only some of the keys, says where it stands instead of the largest event time.
+    def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput:
+        """Buffer a batch judged against the caller's watermark, without releasing anything.
+
+        ``late_before`` is the watermark each event is judged against (a scalar for a whole
+        Spark micro-batch, one value per event for a backfill that replays arrival order): an
+        event with a valid time earlier than it is late. :data:`NO_WATERMARK` means never late.
+        Only accepted events move :attr:`max_ts`; the operator's own watermark is not used.
+
+        Example:
+            >>> from patterns.rules import parse_rule_text
+            >>> rule = parse_rule_text('''SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+            ...   MEASURES A.ts AS t0, B.ts AS t1 PATTERN (A B) WITHIN INTERVAL '10' SECOND
+            ...   DEFINE A AS v = 0, B AS v = 1)''')
+            >>> op = PatternOperator(rule.compiled, name="r")
+            >>> out = op.ingest([{"k": 1, "ts": 5, "v": 0}, {"k": 1, "ts": 9, "v": 1}], late_before=0)
+            >>> op.next_deadline()
+            5
+            >>> op.advance_to(9).matches
+            [{'k': 1, 't0': 5, 't1': 9, 'rule': 'r'}]
+            >>> op.ingest([{"k": 1, "ts": 3, "v": 0}], late_before=9).late[0]["reason"][:40]
+            'late: event time 1970-01-01T00:00:00.003'
+        """
+        from cep.events import to_batch
+
+        batch = to_batch(events)
+        out = OperatorOutput()
+        t0 = time.perf_counter()
+        self._ingest(batch, out, late_before)
+        self.stats.seconds_ingest += time.perf_counter() - t0
+        return out
+
+    def advance_to(self, watermark: int) -> OperatorOutput:
+        """Move event time to ``watermark``: release buffered events, end timed-out partial matches.
+
+        Then :meth:`compact` idle keys, since a host saves the state after every call.
+        """
+        out = OperatorOutput()
+        self._release(int(watermark), out)
+        self.compact()
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The smallest watermark at which :meth:`advance_to` would release or expire something.
+
+        A buffered event at time t is released once the watermark reaches t; a partial match
+        that started at s dies (and its best match so far is emitted) once it reaches
+        s + WITHIN. ``None`` when nothing waits on time (partial matches without ``WITHIN`` wait
+        for rows, not for time).
+        """
+        best: int | None = int(self.pending.ts.min()) if len(self.pending) else None
+        within = self.automaton.within
+        if within is not None and self.active:
+            for key in self.active:
+                for a in self.states[key].attempts:
+                    if a.threads:  # still alive (an empty thread list or DFA state 0 is dead)
+                        d = a.start_ts + within
+                        if best is None or d < best:
+                            best = d
+        return best
+
+    def reset(self) -> None:
+        """Forget every key: the state of a freshly built operator (settings are kept)."""
+        empty = getattr(self, "_empty_snapshot", None)
+        if empty is None:
+            a = self.automaton
+            fresh = type(self)(a.cp, name=self.name, lateness_ms=self.lateness,
+                               max_partial_matches=a.max_partial_matches, on_cap=a.on_cap)
+            empty = self._empty_snapshot = fresh.snapshot()
+        self.restore(empty)
+
+    def compact(self) -> None:
+        """Forget the rows an idle key no longer needs (all but the last PREV depth).
+
+        The automaton materialises rows in runs of up to 64 ahead and trims lazily, which is
+        cheap in memory but makes every idle key carry up to 64 rows in each saved snapshot.
+        """
+        keep = self.automaton.max_back
+        active = self.active
+        for key, st in self.states.items():
+            if len(st.rows) > keep and key not in active and not st.attempts and not st.deferred:
+                if keep:
+                    del st.rows[:-keep]
+                else:
+                    st.rows = []
+                st.base = st.nrows - len(st.rows)
+
+    def key_count(self) -> int:
+        """Keys with runtime state (idle keys included)."""
+        return len(self.states)
+
     def live_partial_matches(self) -> int:
         """Partial matches alive now, over every key."""
         total = 0
@@ -172,7 +266,8 @@ class PatternOperator:
         return out
 
     # ------------------------------------------------------------------ ingest
-    def _ingest(self, batch: EventBatch, out: OperatorOutput) -> None:
+    def _ingest(self, batch: EventBatch, out: OperatorOutput, late_before: int | np.ndarray | None = None) -> None:
+        """Validate and buffer; lateness against the running maximum, or the caller's ``late_before``."""
         n = batch.n
         self.counts.read += n
         if n == 0:
@@ -187,13 +282,16 @@ class PatternOperator:
         if len(idx) == 0:
             return
         ts = ms[idx]
-        # late: behind the watermark as it stood when the event arrived (running max before it)
-        prior = np.maximum.accumulate(np.concatenate(([self.max_ts if self.max_ts is not None else ts[0]], ts)))[:-1]
-        if self.max_ts is None:
-            prior[0] = ts[0]
-        wm_before = prior - self.lateness
-        if self.floor is not None:
-            wm_before = np.maximum(wm_before, self.floor)
+        if late_before is None:
+            # late: behind the watermark as it stood when the event arrived (running max before it)
+            prior = np.maximum.accumulate(np.concatenate(([self.max_ts if self.max_ts is not None else ts[0]], ts)))[:-1]
+            if self.max_ts is None:
+                prior[0] = ts[0]
+            wm_before = prior - self.lateness
+            if self.floor is not None:
+                wm_before = np.maximum(wm_before, self.floor)
+        else:
+            wm_before = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[idx]
         late = ts < wm_before
         for j in np.flatnonzero(late):
             i = int(idx[j])
@@ -210,9 +308,13 @@ class PatternOperator:
                 "event": batch.record(i),
             }
             out.late.append(rec)
-        new_max = int(ts.max())
-        self.max_ts = new_max if self.max_ts is None else max(self.max_ts, new_max)
         keep = ~late
+        # on the caller's clock only accepted events count (a late one may lie past this
+        # operator's keys' maximum when other keys moved the caller's watermark)
+        seen = ts if late_before is None else ts[keep]
+        if len(seen):
+            new_max = int(seen.max())
+            self.max_ts = new_max if self.max_ts is None else max(self.max_ts, new_max)
         idx = idx[keep]
         m = len(idx)
         if m == 0:

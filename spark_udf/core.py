@@ -12,7 +12,7 @@ Watermarks. Spark's query watermark is defined on the event time with no delay, 
 ``L`` runs at watermark ``W = M - L``: an event of this micro-batch earlier than ``W`` is late,
 events at or before ``W`` are matched, and partial matches that ``WITHIN`` rules out by ``W``
 end. A group whose next deadline is ``d`` (see
-:meth:`~spark_udf.operator.ExternalWatermarkOperator.next_deadline`) asks Spark for an
+:meth:`~cep.operator.PatternOperator.next_deadline`) asks Spark for an
 event-time timeout at ``d + L - 1``: Spark fires it once ``M > d + L - 1``, that is once
 ``W >= d``.
 """
@@ -31,9 +31,8 @@ import orjson
 import pandas as pd
 
 from cep.events import batch_from_pandas, parse_times
-from cep.operator import OperatorOutput, StateVersionError
+from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
 from spark_udf.kinds import KEYED_KINDS, KeyedOperator
-from spark_udf.operator import NO_WATERMARK
 from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, describe_value
 from spark_udf.state import (
     STATE_ENCODING_VERSION,

@@ -111,9 +111,9 @@ class PatternKind:
         return pattern_output_fields(rule.compiled.statement, input_types)
 
     def new_operator(self, rule: Any) -> KeyedOperator:
-        from spark_udf.operator import ExternalWatermarkOperator
+        from cep.operator import PatternOperator
 
-        op: Any = ExternalWatermarkOperator.from_rule(rule)
+        op: Any = PatternOperator.from_rule(rule)
         return op
 
     def fingerprint(self, operator: Any) -> str:

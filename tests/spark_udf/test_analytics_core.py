@@ -14,10 +14,10 @@ import pytest
 
 from cep.analytics import WindowOperator
 from cep.engine import Engine
+from cep.operator import NO_WATERMARK
 from patterns.rules import parse_rules
 from spark_udf.core import PRIOR_COL, SEQ_COL, GroupCore
 from spark_udf.kinds import KEYED_KINDS
-from spark_udf.operator import NO_WATERMARK
 from spark_udf.schema import analytics_output_fields
 from spark_udf.state import RuleChangedError, decode_state
 from tests.spark_udf.analytics_workload import ANALYTICS_YAML, COLUMNS, TYPES, analytics_stream

@@ -11,12 +11,11 @@ import pandas as pd
 import pytest
 
 import spark_udf.core
-import spark_udf.operator
 import spark_udf.schema
 import spark_udf.state
+from cep.operator import PatternOperator
 from patterns.rules import parse_rules
 from spark_udf.core import PRIOR_COL, SEQ_COL, GroupCore
-from spark_udf.operator import ExternalWatermarkOperator
 from spark_udf.schema import Envelope, expr_type, pattern_output_fields
 from spark_udf.state import RuleChangedError, StateEncodingError
 from tests.spark_udf import workload
@@ -88,7 +87,7 @@ def test_within_matches_are_emitted_by_the_timeout_when_no_row_follows() -> None
 
 
 def test_timeout_is_the_earliest_deadline_in_sparks_terms() -> None:
-    op = ExternalWatermarkOperator.from_rule(RULES[0])
+    op = PatternOperator.from_rule(RULES[0])
     op.ingest(pd.DataFrame({"k": ["a", "b"], "ts": [5000, 7000], "px": [1, 1], "tag": ["x", "x"]}), 0)
     assert op.next_deadline() == 5000  # buffered: released once the watermark reaches 5000
     op.advance_to(5000)
@@ -191,7 +190,7 @@ rules:
       SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS t0, C.ts AS t1
         PATTERN (A B C) DEFINE A AS price > 102.33, B AS price < 100, C AS price > 100)
 """))[0]
-    op = ExternalWatermarkOperator.from_rule(rule)
+    op = PatternOperator.from_rule(rule)
     empty = len(op.snapshot())
     rng = np.random.default_rng(0)
     n, keys = 100_000, 5_000
@@ -250,7 +249,7 @@ def test_a_value_that_does_not_fit_its_type_is_null_and_reported() -> None:
     assert "output column 't0': 'soon' is not a bigint; written as NULL" in frame["reason"].tolist()[1]
 
 
-@pytest.mark.parametrize("module", [spark_udf.core, spark_udf.operator, spark_udf.schema, spark_udf.state])
+@pytest.mark.parametrize("module", [spark_udf.core, spark_udf.schema, spark_udf.state])
 def test_doctests(module) -> None:
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0
