@@ -1,9 +1,19 @@
 """Percolator benchmark: headlines against 10k / 100k standing queries, next to every-query.
 
-Usage: ``python benchmarks/bench_percolator.py [--quick] [--queries 10000,100000]``.
+Usage: ``python benchmarks/bench_percolator.py [--quick] [--queries 10000,100000] [--no-peers]``.
 Writes ``benchmarks/results/percolator.json``. Times only the hot loops; CPU seconds
 (``time.process_time``) are the figures, wall seconds are reported beside them because the
-machine may be shared.
+machine may be shared. Each configuration runs in a forked process of its own, so its resident
+memory and garbage-collector state are its own.
+
+Measured in one run: for each query count and each scanner configuration, registration and
+build time, resident memory, documents/s one at a time and in batches of 1,000, candidates,
+verified queries and matches per document; the every-query baseline (``NoFiltering``) on a
+prefix of the documents, with its answers compared; the scanners alone (every Aho-Corasick
+library that installs, on the same keys and strings); and, if they install, two peers: tantivy
+(``pip install tantivy``; the usual workaround: index a micro-batch of documents in memory, run
+every query) and mokaccino (``pip install mokaccino``; a percolator of term, prefix and boolean
+queries, on a term-only query set).
 """
 
 from __future__ import annotations
@@ -11,7 +21,9 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import importlib
 import json
+import multiprocessing
 import os
 import pickle
 import platform
@@ -21,16 +33,23 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cep.percolator import NoFiltering, Percolator, PercolatorConfig  # noqa: E402
+from cep.percolator import (  # noqa: E402
+    NoFiltering,
+    Percolator,
+    PercolatorConfig,
+    available_automata,
+)
 from patterns.analysis import Analyzer  # noqa: E402
+from patterns.lucene import BoolNode, Node, PrefixNode, TermNode  # noqa: E402
 
-__all__ = ["generate_queries", "load_headlines", "main"]
+__all__ = ["generate_queries", "generate_term_queries", "load_headlines", "main"]
 
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "benchmarks" / "results" / "percolator.json"
@@ -132,6 +151,31 @@ def generate_queries(n: int, headlines: list[dict[str, Any]], seed: int = 1,
     return out
 
 
+def generate_term_queries(n: int, headlines: list[dict[str, Any]], seed: int = 2,
+                          data: Path = DATA) -> list[tuple[str, str, dict[str, Any]]]:
+    """``n`` queries of the workload made only of terms, prefixes and booleans (no phrases,
+    wildcards or ranges): the query language mokaccino shares with us."""
+    check = Percolator()
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    round_ = 0
+    while len(out) < n:
+        for _, q, meta in generate_queries(n, headlines, seed=seed + round_, data=data):
+            if _term_only(check.compile(q)):
+                out.append((f"t{len(out)}", q, meta))
+                if len(out) == n:
+                    break
+        round_ += 1
+    return out
+
+
+def _term_only(node: Node) -> bool:
+    if isinstance(node, (TermNode, PrefixNode)):
+        return node.field is None
+    if isinstance(node, BoolNode):
+        return all(map(_term_only, node.must + node.should + node.must_not))
+    return False
+
+
 def _rss_mb() -> float:
     try:
         with open("/proc/self/statm") as fh:
@@ -148,16 +192,62 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return time.process_time() - start[0], time.perf_counter() - start[1]
 
 
-def bench_size(n_queries: int, headlines: list[dict[str, Any]], args: argparse.Namespace,
-               scanner: str, tf: dict[str, float]) -> dict[str, Any]:
-    queries = generate_queries(n_queries, headlines, seed=args.seed)
+def _rate(docs: int, took: tuple[float, float]) -> dict[str, Any]:
+    return {"docs": docs, "cpu_s": round(took[0], 3), "wall_s": round(took[1], 3),
+            "docs_per_s": round(docs / took[0]) if took[0] else None}
+
+
+def _in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run ``fn(*args)`` in a forked process (its own heap, resident memory and GC state)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+
+    def run() -> None:
+        try:
+            queue.put(fn(*args))
+        except BaseException as exc:  # report, never hang the parent
+            queue.put({"error": f"{type(exc).__name__}: {exc}"})
+
+    proc = ctx.Process(target=run)
+    proc.start()
+    out = queue.get()
+    proc.join()
+    return out
+
+
+def percolate_single(p: Percolator, docs: list[dict[str, Any]]) -> tuple[float, float]:
+    """Each document on its own, reading its match ids as a consumer would."""
+    t = _clock()
+    for doc in docs:
+        len(p.percolate(doc).ids)
+    return _since(t)
+
+
+def percolate_batches(p: Percolator, docs: list[dict[str, Any]], size: int,
+                      ) -> tuple[tuple[float, float], Counter[str]]:
+    """Batches of ``size`` documents; returns the time and the summed batch stats."""
+    totals: Counter[str] = Counter()
+    t = _clock()
+    for i in range(0, len(docs), size):
+        out = p.percolate_batch(docs[i:i + size])
+        for r in out.results:
+            len(r.ids)
+        totals.update(candidates=out.stats.candidates, verified=out.stats.verified,
+                      matches=out.stats.matches)
+    return _since(t), totals
+
+
+def bench_config(n_queries: int, queries: list[tuple[str, str, dict[str, Any]]],
+                 headlines: list[dict[str, Any]], args: argparse.Namespace, scanner: str,
+                 automaton: str, tf: dict[str, float], first: bool) -> dict[str, Any]:
+    """One index configuration over the headlines (run in a process of its own)."""
     gc.collect()
     rss0 = _rss_mb()
-    config = PercolatorConfig(scanner=scanner, term_frequencies=tf)
+    config = PercolatorConfig(scanner=scanner, automaton=automaton,  # type: ignore[arg-type]
+                              term_frequencies=tf)
     p = Percolator(config)
     t = _clock()
-    for qid, q, meta in queries:
-        p.register(qid, q, meta)
+    p.register_many(queries)
     register = _since(t)
     t = _clock()
     p.snapshot()
@@ -167,79 +257,66 @@ def bench_size(n_queries: int, headlines: list[dict[str, Any]], args: argparse.N
     always = sum(len(s.always) for s in p.snapshot().segments)
 
     single_docs = headlines[: args.single_docs]
-    t = _clock()
-    for doc in single_docs:
-        p.percolate(doc)
-    single = _since(t)
-
+    single = percolate_single(p, single_docs)
     batch_docs = headlines[: args.batch_docs]
-    cand = ver = match = 0
-    t = _clock()
-    for i in range(0, len(batch_docs), 1000):
-        st = p.percolate_batch(batch_docs[i:i + 1000]).stats
-        cand += st.candidates
-        ver += st.verified
-        match += st.matches
-    batch = _since(t)
-
-    # The same loops with the index (and the loaded documents) frozen out of the cyclic
-    # garbage collector's full scans: gc.freeze() after building, as a long-running service
-    # would do. Reported beside the default figures, not instead of them.
-    gc.freeze()
-    t = _clock()
-    for doc in single_docs:
-        p.percolate(doc)
-    single_frozen = _since(t)
-    t = _clock()
-    for i in range(0, len(batch_docs), 1000):
-        p.percolate_batch(batch_docs[i:i + 1000])
-    batch_frozen = _since(t)
-    gc.unfreeze()
-
+    batch, totals = percolate_batches(p, batch_docs, 1000)
     out: dict[str, Any] = {
         "queries": n_queries,
-        "scanner": scanner,
+        "scanner": scanner if scanner == "dict" else f"{scanner}:{automaton}",
+        "automaton": p.snapshot().segments[0].automaton_name,
         "plans": dict(plans),
         "always_checked": always,
         "register_s": round(register[0], 3),
         "build_s": round(build[0], 3),
         "build_total_s": round(register[0] + build[0], 3),
         "rss_mb": round(rss1 - rss0, 1),
-        "single": {"docs": len(single_docs), "cpu_s": round(single[0], 3),
-                   "wall_s": round(single[1], 3),
-                   "docs_per_s": round(len(single_docs) / single[0])},
-        "batch_1000": {"docs": len(batch_docs), "cpu_s": round(batch[0], 3),
-                       "wall_s": round(batch[1], 3),
-                       "docs_per_s": round(len(batch_docs) / batch[0])},
-        "gc_frozen": {"single_docs_per_s": round(len(single_docs) / single_frozen[0]),
-                      "batch_docs_per_s": round(len(batch_docs) / batch_frozen[0])},
-        "per_doc": {"candidates": round(cand / len(batch_docs), 2),
-                    "verified": round(ver / len(batch_docs), 2),
-                    "matches": round(match / len(batch_docs), 2)},
+        "single": _rate(len(single_docs), single),
+        "batch_1000": _rate(len(batch_docs), batch),
+        "per_doc": {k: round(totals[k] / len(batch_docs), 2)
+                    for k in ("candidates", "verified", "matches")},
     }
-    if args.baseline_docs and scanner == args.scanners[0]:
-        base = NoFiltering(config)
-        for qid, q, meta in queries:
-            base.register(qid, q, meta)
-        sub = headlines[: args.baseline_docs]
-        t = _clock()
-        want = base.percolate_batch(sub)
-        baseline = _since(t)
-        got = p.percolate_batch(sub)
-        agree = [r.ids for r in got.results] == [r.ids for r in want.results]
-        base_rate = len(sub) / baseline[0]
-        out["baseline"] = {
-            "docs": len(sub), "cpu_s": round(baseline[0], 3), "docs_per_s": round(base_rate, 1),
-            "agree": agree,
-            "ratio_single": round(out["single"]["docs_per_s"] / base_rate, 1),
-            "ratio_batch": round(out["batch_1000"]["docs_per_s"] / base_rate, 1),
-        }
-        del base
-    if args.save and scanner == args.scanners[0]:
-        out["save_load"] = bench_save_load(p, queries, config)
-    del p
-    gc.collect()
+    if first:
+        big, _ = percolate_batches(p, batch_docs[: 5 * 10_000], 10_000)
+        out["batch_10000"] = _rate(min(len(batch_docs), 50_000), big)
+        out["single_cold_dictionary"] = bench_cold_dictionary(queries, config, single_docs)
+        out["baseline"] = bench_baseline(p, queries, config, headlines[: args.baseline_docs],
+                                         out)
+        if args.save:
+            out["save_load"] = bench_save_load(p, queries, config)
     return out
+
+
+def bench_cold_dictionary(queries: list[tuple[str, str, dict[str, Any]]],
+                          config: PercolatorConfig, docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One at a time with the term dictionary empty at the start (``prefill_terms=False``):
+    every term is resolved on its first sighting, as for terms unknown beforehand."""
+    cold = Percolator(PercolatorConfig(scanner=config.scanner, automaton=config.automaton,
+                                       term_frequencies=config.term_frequencies,
+                                       prefill_terms=False))
+    cold.register_many(queries)
+    cold.snapshot()
+    return _rate(len(docs), percolate_single(cold, docs))
+
+
+def bench_baseline(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]],
+                   config: PercolatorConfig, docs: list[dict[str, Any]],
+                   figures: dict[str, Any]) -> dict[str, Any]:
+    """Every query on every document (``NoFiltering``) on a prefix; answers compared."""
+    base = NoFiltering(config)
+    base.register_many(queries)
+    t = _clock()
+    want = base.percolate_batch(docs)
+    took = _since(t)
+    single = [p.percolate(d).ids for d in docs]
+    batched = [r.ids for r in p.percolate_batch(docs).results]
+    expect = [r.ids for r in want.results]
+    rate = len(docs) / took[0]
+    return {
+        "docs": len(docs), "cpu_s": round(took[0], 3), "docs_per_s": round(rate, 1),
+        "agree": single == expect and batched == expect,
+        "ratio_single": round(figures["single"]["docs_per_s"] / rate, 1),
+        "ratio_batch": round(figures["batch_1000"]["docs_per_s"] / rate, 1),
+    }
 
 
 def bench_save_load(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]],
@@ -262,9 +339,11 @@ def bench_save_load(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]
         psave = _since(t)
         t = _clock()
         again = Percolator(config)
+        gc.disable()  # as register_many and load do
         with open(ppath, "rb") as fh:
             for qid, text, meta, node, plan in pickle.load(fh):
                 again._add(qid, text, meta, node, plan)
+        gc.enable()
         again.snapshot()
         pload = _since(t)
         return {"json_mb": round(path.stat().st_size / 2**20, 1),
@@ -274,41 +353,228 @@ def bench_save_load(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]
                 "pickle_load_and_build_s": round(pload[0], 3)}
 
 
+def bench_scanners(queries: list[tuple[str, str, dict[str, Any]]],
+                   headlines: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The scanners alone, behind their common interface: every key of the query set but the
+    wildcards (what ``scanner="aho"`` puts in the automaton) over the headlines' token
+    strings, one string at a time and in batches of 1,000."""
+    from cep.percolator import _SCANNERS  # the benchmark looks inside
+
+    p = Percolator()
+    p.register_many(queries)
+    keys = sorted({k for q in p.queries() for k in q.plan.all_keys
+                   if k[0] is None and k[1] in "tp"})
+    words = [f" {text} " if kind == "t" else f" {text}" for _, kind, text in keys]
+    an = Analyzer()
+    texts = [f" {' '.join(an.terms(d['headline_text']))} "
+             for d in headlines[: args.batch_docs]]
+    out: dict[str, Any] = {"keys": len(words), "strings": len(texts)}
+    reference = None
+    for name in available_automata():
+        t = _clock()
+        sc = _SCANNERS[name](words, list(range(len(words))))
+        built = _since(t)
+        t = _clock()
+        found = [sorted(sc.find(s)) for s in texts[: args.single_docs]]
+        one = _since(t)
+        t = _clock()
+        hits = 0
+        for i in range(0, len(texts), 1000):
+            docs, _ = sc.find_batch(texts[i:i + 1000])
+            hits += len(docs)
+        many = _since(t)
+        reference = found if reference is None else reference
+        out[name] = {"build_s": round(built[0], 3),
+                     "single": _rate(len(found), one), "batch_1000": _rate(len(texts), many),
+                     "hits_per_string": round(hits / len(texts), 2),
+                     "agrees": found == reference}
+    return out
+
+
+def bench_tantivy(queries: list[tuple[str, str, dict[str, Any]]],
+                  headlines: list[dict[str, Any]], tf: dict[str, float],
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """The usual workaround: a micro-batch of documents in an in-memory tantivy index, every
+    query run against it. Prefix and wildcard queries are left out (tantivy's query parser
+    reads ``appl*`` and ``te?m`` differently); ours runs the same subset in the same run."""
+    import tantivy
+
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("headline_text", stored=False)
+    sb.add_integer_field("publish_date", fast=True, indexed=True)
+    schema = sb.build()
+    probe = tantivy.Index(schema)
+    subset = [(qid, q, m) for qid, q, m in queries if "*" not in q and "?" not in q]
+    t = _clock()
+    parsed = []
+    for qid, q, _ in subset:
+        try:
+            parsed.append((qid, probe.parse_query(q, ["headline_text"])))
+        except ValueError:
+            continue
+    parse = _since(t)
+    ours = Percolator(PercolatorConfig(term_frequencies=tf))
+    ours.register_many(subset)
+    ours.snapshot()
+    out: dict[str, Any] = {"queries": len(parsed), "left_out": len(queries) - len(parsed),
+                           "parse_s": round(parse[0], 3)}
+    for size, docs in ((1000, args.tantivy_docs), (10_000, max(args.tantivy_docs, 10_000))):
+        docs_ = headlines[:docs]
+        t = _clock()
+        matched: list[set[str]] = []
+        for i in range(0, len(docs_), size):
+            chunk = docs_[i:i + size]
+            index = tantivy.Index(schema)
+            writer = index.writer(50_000_000, 1)
+            for d in chunk:
+                writer.add_document(tantivy.Document(headline_text=d["headline_text"],
+                                                     publish_date=d["publish_date"]))
+            writer.commit()
+            index.reload()
+            searcher = index.searcher()
+            got: list[set[str]] = [set() for _ in chunk]
+            for qid, query in parsed:
+                for _, address in searcher.search(query, len(chunk)).hits:
+                    got[address.doc].add(qid)  # one segment: doc ids in insertion order
+            matched.extend(got)
+        took = _since(t)
+        t = _clock()
+        mine = [set(r.ids) for i in range(0, len(docs_), size)
+                for r in ours.percolate_batch(docs_[i:i + size]).results]
+        mine_took = _since(t)
+        same = sum(a == b for a, b in zip(matched, mine))
+        out[f"batch_{size}"] = {
+            "tantivy": _rate(len(docs_), took), "ours": _rate(len(docs_), mine_took),
+            "ratio": round(took[0] / mine_took[0], 1),
+            "same_matches_share": round(same / len(docs_), 3)}
+    return out
+
+
+def _to_mokaccino(node: Node, field: str) -> Any:
+    from mokaccino import Query
+
+    if isinstance(node, TermNode):
+        return Query.from_kv(field, node.term)
+    if isinstance(node, PrefixNode):
+        return Query.from_kprefix(field, node.prefix)
+    assert isinstance(node, BoolNode)
+    if node.must:
+        q = Query.from_and([_to_mokaccino(c, field) for c in node.must])
+    else:
+        q = Query.from_or([_to_mokaccino(c, field) for c in node.should])
+    if node.must_not:
+        q = q & ~Query.from_or([_to_mokaccino(c, field) for c in node.must_not])
+    return q
+
+
+def bench_mokaccino(n: int, headlines: list[dict[str, Any]], tf: dict[str, float],
+                    args: argparse.Namespace) -> dict[str, Any]:
+    """mokaccino (term, prefix and boolean queries) and ours on the same term-only queries,
+    one headline at a time; mokaccino's documents are the analysed terms of the headline."""
+    from mokaccino import Document
+    from mokaccino import Percolator as Mokaccino
+
+    queries = generate_term_queries(n, headlines)
+    ours = Percolator(PercolatorConfig(term_frequencies=tf))
+    t = _clock()
+    ours.register_many(queries)
+    ours.snapshot()
+    ours_build = _since(t)
+    t = _clock()
+    moka = Mokaccino()
+    qid_of: list[str] = []
+    for qid, q, _ in queries:
+        moka.add_query_id(_to_mokaccino(ours.compile(q), "text"), len(qid_of))
+        qid_of.append(qid)
+    moka_build = _since(t)
+    docs = headlines[: args.single_docs]
+    an = Analyzer()
+
+    def moka_one(d: dict[str, Any]) -> list[str]:
+        doc = Document()
+        for term in set(an.terms(d["headline_text"])):
+            doc.add_value("text", term)
+        return [qid_of[i] for i in sorted(moka.percolate_list(doc))]
+
+    t = _clock()
+    for d in docs:
+        moka_one(d)
+    moka_single = _since(t)
+    ours_single = percolate_single(ours, docs)
+    sample = docs[:2000]
+    same = sum(moka_one(d) == ours.percolate(d).ids for d in sample)
+    return {"queries": n, "mokaccino": {"build_s": round(moka_build[0], 3),
+                                        "single": _rate(len(docs), moka_single)},
+            "ours": {"build_s": round(ours_build[0], 3), "single": _rate(len(docs), ours_single)},
+            "ratio_single": round(moka_single[0] / ours_single[0], 2),
+            "same_matches_share": round(same / len(sample), 3)}
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write the JSON results."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10k queries, fewer documents")
     ap.add_argument("--queries", default="10000,100000", help="comma-separated query counts")
-    ap.add_argument("--scanners", default="dict,aho", help="scanners to compare")
     ap.add_argument("--single-docs", type=int, default=10_000)
     ap.add_argument("--batch-docs", type=int, default=49_999)
     ap.add_argument("--baseline-docs", type=int, default=0,
                     help="documents for the every-query baseline (default: 300 at 10k, 40 more)")
+    ap.add_argument("--tantivy-docs", type=int, default=3_000,
+                    help="documents for tantivy's batches of 1,000 (10,000 for its big batch)")
+    ap.add_argument("--no-peers", dest="peers", action="store_false",
+                    help="skip tantivy and mokaccino")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-save", dest="save", action="store_false")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    args.scanners = args.scanners.split(",")
     sizes = [int(x) for x in args.queries.split(",")]
     if args.quick:
         sizes = [min(sizes)]
         args.single_docs = min(args.single_docs, 2000)
         args.batch_docs = min(args.batch_docs, 10_000)
+        args.tantivy_docs = min(args.tantivy_docs, 1000)
     headlines = load_headlines()
     an = Analyzer()
     df: Counter[str] = Counter()
     for d in headlines:
         df.update(set(an.terms(d["headline_text"])))
     tf = {w: c / len(headlines) for w, c in df.items()}  # the presearcher's frequency table
-    results = []
+    automata = available_automata()
+    configs = [("dict", "auto")] + [("aho", name) for name in automata]
+    results: list[dict[str, Any]] = []
+    scanners: dict[str, Any] = {}
     for n in sizes:
-        base_docs = args.baseline_docs
-        for scanner in args.scanners:
-            args.baseline_docs = base_docs or (300 if n <= 10_000 else 40)
-            r = bench_size(n, headlines, args, scanner, tf)
-            args.baseline_docs = base_docs
+        queries = generate_queries(n, headlines, seed=args.seed)
+        base_docs = args.baseline_docs or (300 if n <= 10_000 else 40)
+        for i, (scanner, automaton) in enumerate(configs):
+            run_args = argparse.Namespace(**{**vars(args), "baseline_docs": base_docs})
+            r = _in_child(bench_config, n, queries, headlines, run_args, scanner, automaton, tf,
+                          i == 0)
             results.append(r)
             print(json.dumps(r), flush=True)
+        scanners[str(n)] = _in_child(bench_scanners, queries, headlines, args)
+        print(json.dumps({"scanners": scanners[str(n)]}), flush=True)
+    peers: dict[str, Any] = {}
+    if args.peers:
+        n = max(sizes)
+        queries = generate_queries(n, headlines, seed=args.seed)
+        for name, fn, fn_args in (
+            ("tantivy", bench_tantivy, (queries, headlines, tf, args)),
+            ("mokaccino", bench_mokaccino, (n, headlines, tf, args)),
+        ):
+            if not _installed(name):
+                peers[name] = {"skipped": f"{name} is not installed (pip install {name})"}
+            else:
+                peers[name] = _in_child(fn, *fn_args)
+            print(json.dumps({name: peers[name]}), flush=True)
     report = {
         "benchmark": "percolator",
         "python": platform.python_version(),
@@ -316,9 +582,12 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "documents": "abcnews_headlines_2003.csv (49,999 headlines)",
+        "automata": automata,
         "targets_100k": {"single_docs_per_s": 10_000, "batch_docs_per_s": 30_000,
                          "build_s": 20},
         "results": results,
+        "scanners": scanners,
+        "peers": peers,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")

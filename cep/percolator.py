@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import bisect
+import gc
+import importlib
 import math
 import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain, compress, count, islice
+from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Union
@@ -61,8 +65,10 @@ field is written ``name[i]``."""
 
 Key = tuple[Union[str, None], str, str]
 """A presearcher term: ``(field or None for the default fields, kind, text)``; kind ``t`` is a
-whole token, ``p`` a token prefix, ``i`` a fragment inside a token."""
+whole token (or an exact phrase: its tokens joined by spaces), ``p`` a token prefix, ``w`` a
+token matching a wildcard pattern."""
 
+_SCANNER_NAMES = ("pyahocorasick", "ahocorasick_rs", "hyperscan")
 _FORMAT = "cep-percolator-queries"
 _VERSION = 1
 
@@ -86,19 +92,60 @@ class PercolatorConfig:
     """Relative document frequency (0..1) per term, to pick a conjunction's rarest term; None
     estimates selectivity from term length."""
     scanner: Literal["dict", "aho"] = "dict"
-    """``dict``: whole-token terms by dict lookup, prefixes and fragments by Aho-Corasick;
-    ``aho``: every term by one Aho-Corasick pass over ``" tok1 tok2 ... "``."""
+    """``dict``: whole-token, prefix and wildcard keys through the term dictionary (one dict
+    lookup per document term), exact phrases by Aho-Corasick; ``aho``: every key but wildcards
+    by one Aho-Corasick pass over ``" tok1 tok2 ... "``."""
+    automaton: Literal["auto", "pyahocorasick", "ahocorasick_rs", "hyperscan"] = "auto"
+    """The library behind the Aho-Corasick passes; ``auto`` takes the fastest installed
+    (measured: ahocorasick_rs, else pyahocorasick, which is always installed)."""
+    term_cache_size: int = 250_000
+    """Distinct document terms whose keys each segment remembers per field (about 100 bytes
+    each); past it, a new term is resolved again wherever it occurs (see :class:`_TermKeys`)."""
+    prefill_terms: bool = True
+    """Resolve the terms of ``term_frequencies`` (a vocabulary known beforehand) when the
+    index is fully built, rather than on their first sighting in a document (delta segments
+    always resolve on first sight)."""
     delta_limit: int = 2_000
     """Queries registered since the last full build go to a small delta segment until there are
     more than this many (or more than 1/8 of the base), then everything is rebuilt."""
 
     vector_threshold: int = 64
     """Batches of at least this many documents take the vectorised (numpy) path."""
+    pause_gc: bool = True
+    """Suspend Python's cyclic garbage collector while a vectorised batch runs, an index is
+    built, or queries are registered by ``register_many`` / ``load`` (it is turned back on
+    before the call returns, if it was on). These allocate many objects that no collection
+    could free; collections in the middle only traverse them: measured at 100k queries, about
+    30% of the batch time and of the build."""
 
     def __post_init__(self) -> None:
         if self.scanner not in ("dict", "aho"):
             raise ValueError(f"scanner must be 'dict' or 'aho', got {self.scanner!r}")
+        if self.automaton != "auto" and self.automaton not in _SCANNER_NAMES:
+            raise ValueError(f"automaton must be 'auto' or one of {', '.join(_SCANNER_NAMES)}, "
+                             f"got {self.automaton!r}")
         object.__setattr__(self, "exclude_fields", tuple(self.exclude_fields))
+
+
+@contextmanager
+def _gc_paused(pause: bool = True) -> Iterator[None]:
+    """Suspend the cyclic garbage collector (when ``pause`` and it runs), then turn it back on.
+
+    Example:
+        >>> with _gc_paused():
+        ...     gc.isenabled()
+        False
+        >>> gc.isenabled()
+        True
+    """
+    if not (pause and gc.isenabled()):
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _config_to_json(config: PercolatorConfig) -> dict[str, Any]:
@@ -117,8 +164,12 @@ def _config_to_json(config: PercolatorConfig) -> dict[str, Any]:
         "term_frequencies": (dict(config.term_frequencies)
                              if config.term_frequencies is not None else None),
         "scanner": config.scanner,
+        "automaton": config.automaton,
+        "term_cache_size": config.term_cache_size,
+        "prefill_terms": config.prefill_terms,
         "delta_limit": config.delta_limit,
         "vector_threshold": config.vector_threshold,
+        "pause_gc": config.pause_gc,
     }
 
 
@@ -167,12 +218,15 @@ class QueryPlan:
 
 
 def _key_of(node: Node) -> Key | None:
-    """The one key whose presence decides ``node``: a term, a prefix, or an exact phrase of
-    adjacent terms (its terms joined by spaces, found by Aho-Corasick in ``" t1 t2 ... "``)."""
+    """The one key whose presence decides ``node``: a term, a prefix, a wildcard, or an exact
+    phrase of adjacent terms (its terms joined by spaces, found by Aho-Corasick in
+    ``" t1 t2 ... "``)."""
     if isinstance(node, TermNode):
         return (node.field, "t", node.term)
     if isinstance(node, PrefixNode):
         return (node.field, "p", node.prefix)
+    if isinstance(node, WildcardNode):
+        return (node.field, "w", node.pattern)
     if (
         isinstance(node, PhraseNode)
         and node.slop == 0
@@ -198,23 +252,22 @@ def _key_disjunction(node: Node) -> frozenset[Key] | None:
     return None
 
 
-def _wildcard_keys(node: WildcardNode) -> list[Key]:
-    """Keys every token matching the wildcard contains: its literal prefix (``p``) and each
-    later literal run of three or more characters (``i``)."""
-    parts = re.split(r"[*?]", node.pattern)
-    out: list[Key] = []
-    if parts[0]:
-        out.append((node.field, "p", parts[0]))
-    out.extend((node.field, "i", frag) for frag in parts[1:] if len(frag) >= 3)
-    return out
+def _literal_prefix(pattern: str) -> str:
+    """The characters of a wildcard pattern before its first ``*`` or ``?``."""
+    return re.split(r"[*?]", pattern, maxsplit=1)[0]
+
+
+def _literal_count(pattern: str) -> int:
+    return len(pattern) - pattern.count("*") - pattern.count("?")
 
 
 class Presearcher:
     """Extract from each query the terms a matching document must contain.
 
     A conjunction is indexed by its most selective child, a disjunction by the union of its
-    children, prohibited clauses add nothing, wildcards by their literal prefix (or longest
-    literal fragment); a query with nothing to extract is checked against every document.
+    children, prohibited clauses add nothing, a term, prefix, wildcard or exact phrase by
+    itself (the index resolves prefixes and wildcards per distinct document term); a query
+    with nothing to extract is checked against every document.
 
     Example:
         >>> p = Presearcher()
@@ -224,19 +277,23 @@ class Presearcher:
         'proven'
         >>> p.plan(compile_query("price:[1 TO 5]")).keys is None
         True
+        >>> wild = p.plan(compile_query("te?m*"))
+        >>> wild.kind, sorted(wild.keys)
+        ('proven', [(None, 'w', 'te?m*')])
     """
 
     def __init__(self, term_frequencies: Mapping[str, float] | None = None) -> None:
         self.term_frequencies = term_frequencies
         self._vocab: list[str] | None = None
         self._cumulative: list[float] = []
+        self._wildcard_cost: dict[str, float] = {}
 
     def cost(self, key: Key) -> float:
         """Estimated fraction of documents that contain ``key`` (lower is more selective).
 
         Without a term-frequency table a term of n letters costs 2**-n, a prefix 2**-(n-1) and a
-        fragment inside a token 2**-(n-2); with a table a term costs its frequency and a prefix
-        the summed frequency of the table's terms that start with it.
+        wildcard with n literal characters 2**-(n-1); with a table a term costs its frequency,
+        a prefix or a wildcard the summed frequency of the table's terms it matches.
         """
         _, kind, text = key
         n = len(text)
@@ -251,9 +308,13 @@ class Presearcher:
             if tf is not None:
                 return min(1.0, self._prefix_frequency(text)) + 1e-9 * 2.0 ** -(n - 1)
             return min(1.0, 2.0 ** -(n - 1))
-        return min(1.0, 2.0 ** -(n - 2))
+        n = _literal_count(text)
+        if tf is not None:
+            return min(1.0, self._wildcard_frequency(text)) + 1e-9 * 2.0 ** -(n - 1)
+        return min(1.0, 2.0 ** -(n - 1))
 
-    def _prefix_frequency(self, prefix: str) -> float:
+    def _prefix_range(self, prefix: str) -> tuple[int, int]:
+        """Positions ``lo:hi`` of the table's terms that start with ``prefix``."""
         if self._vocab is None:
             tf = self.term_frequencies or {}
             self._vocab = sorted(tf)
@@ -262,8 +323,26 @@ class Presearcher:
                 acc.append(acc[-1] + tf[t])
             self._cumulative = acc
         lo = bisect.bisect_left(self._vocab, prefix)
-        hi = bisect.bisect_left(self._vocab, prefix + "\U0010ffff")
+        return lo, bisect.bisect_left(self._vocab, prefix + "\U0010ffff", lo)
+
+    def _prefix_frequency(self, prefix: str) -> float:
+        lo, hi = self._prefix_range(prefix)
         return self._cumulative[hi] - self._cumulative[lo]
+
+    def _wildcard_frequency(self, pattern: str) -> float:
+        got = self._wildcard_cost.get(pattern)
+        if got is None:
+            lo, hi = self._prefix_range(_literal_prefix(pattern))
+            full = WildcardNode(None, pattern).regex.fullmatch
+            tf = self.term_frequencies or {}
+            vocab = self._vocab or []
+            got = 0.0
+            for t in vocab[lo:hi]:
+                if full(t):
+                    got += tf[t]
+            if len(self._wildcard_cost) < 1_000_000:
+                self._wildcard_cost[pattern] = got
+        return got
 
     def set_cost(self, keys: frozenset[Key]) -> float:
         """Cost of a key set: the sum of its keys' costs."""
@@ -274,9 +353,6 @@ class Presearcher:
         key = _key_of(node)
         if key is not None:
             return frozenset((key,))
-        if isinstance(node, WildcardNode):
-            options = [frozenset((k,)) for k in _wildcard_keys(node)]
-            return min(options, key=self.set_cost) if options else None
         if isinstance(node, PhraseNode):
             return frozenset((min(((node.field, "t", t) for t in node.terms), key=self.cost),))
         if isinstance(node, MatchNoneNode):
@@ -303,8 +379,6 @@ class Presearcher:
             return frozenset((key,))
         if isinstance(node, PhraseNode):
             return frozenset((node.field, "t", t) for t in node.terms)
-        if isinstance(node, WildcardNode):
-            return frozenset(_wildcard_keys(node))
         if isinstance(node, BoolNode) and node.must:
             out: set[Key] = set()
             for child in node.must:
@@ -502,20 +576,23 @@ class _DocView:
                 terms = ctx.analyzer.terms
                 fast: list[str] | None = None
                 cache = self._c
+                n = 0
                 for k, v in self.doc.items():
                     if type(v) is str:
                         if k not in skip:
                             # cached per field too: a field both default and named is
-                            # analysed once
+                            # analysed once (and then the same list: see _Segment.scan)
                             mine = cache.get(("t", k))
                             if mine is None:
                                 mine = cache[("t", k)] = terms(v)
                             fast = mine if fast is None else fast + mine
+                            n += 1
                     elif isinstance(v, (str, list)):
                         fast = None
                         break
                 else:
-                    got = self._c[("t", fld)] = fast if fast is not None else []
+                    cache[("n", fld)] = n
+                    got = cache[("t", fld)] = fast if fast is not None else []
                     return got
             vals = self.values(fld)
             an = self.ctx.analyzer
@@ -527,6 +604,17 @@ class _DocView:
                     got.extend(an.terms(text))
             self._c[("t", fld)] = got
         return got
+
+    def single_terms(self, fld: str | None) -> list[str] | None:
+        """The terms of ``fld`` when it holds exactly one text value and analysis is plain
+        (a term's position is then its index in this list), else None."""
+        if not self.ctx.plain:
+            return None
+        terms = self.terms(fld)
+        n = self._c.get(("n", fld))
+        if n is None:
+            n = self._c[("n", fld)] = len(self.values(fld))
+        return terms if n == 1 else None
 
     def termset(self, fld: str | None) -> set[str]:
         got = self._c.get(("s", fld))
@@ -724,6 +812,20 @@ def _evaluate(node: Node, view: _DocView) -> bool:
         return any(_evaluate(c, view) for c in b.should)
     if t is PhraseNode:
         ph: PhraseNode = node  # type: ignore[assignment]
+        one = view.single_terms(ph.field)
+        if one is not None:
+            # one value under plain analysis: positions of the phrase's terms are their
+            # indexes in the term list (no positions table for the whole field)
+            want = frozenset(ph.terms)
+            pos: dict[str, list[int]] = {}
+            for i, x in enumerate(one):
+                if x in want:
+                    got = pos.get(x)
+                    if got is None:
+                        pos[x] = [i]
+                    else:
+                        got.append(i)
+            return len(pos) == len(want) and bool(_phrase_windows(pos, ph, True))
         ts = view.termset(ph.field)
         if not all(x in ts for x in ph.terms):
             return False
@@ -858,7 +960,7 @@ class DocumentMatches:
     def __init__(
         self,
         ids: list[QueryId],
-        slots: list[int],
+        slots: list[int] | np.ndarray,
         by_slot: Mapping[int, RegisteredQuery],
         spans: dict[QueryId, tuple[Span, ...]] | None = None,
         errors: dict[QueryId, str] | None = None,
@@ -876,7 +978,8 @@ class DocumentMatches:
     @property
     def queries(self) -> list[RegisteredQuery]:
         """The matching queries themselves (text, metadata, plan)."""
-        return [self._by_slot[s] for s in self._slots]
+        slots = self._slots
+        return [self._by_slot[s] for s in (slots if isinstance(slots, list) else slots.tolist())]
 
     @property
     def metadata(self) -> dict[QueryId, Mapping[str, Any]]:
@@ -991,9 +1094,10 @@ class _QuerySet:
     ) -> int:
         """Register several queries; returns how many. The first invalid one raises."""
         n = 0
-        for item in queries:
-            self.register(*item)  # type: ignore[arg-type]
-            n += 1
+        with _gc_paused(self.config.pause_gc):
+            for item in queries:
+                self.register(*item)  # type: ignore[arg-type]
+                n += 1
         return n
 
     def delete(self, query_id: QueryId) -> bool:
@@ -1087,9 +1191,10 @@ class _QuerySet:
                     f"supported (this build reads version {_VERSION}); re-register the queries"
                 )
             out = cls(_config_from_json(header["config"]))
-            for line in fh:
-                row = orjson.loads(line)
-                out.register(row["id"], row["query"], row["metadata"])
+            with _gc_paused(out.config.pause_gc):
+                for line in fh:
+                    row = orjson.loads(line)
+                    out.register(row["id"], row["query"], row["metadata"])
         return out
 
     # percolation (shared driver)
@@ -1122,6 +1227,293 @@ class _QuerySet:
 
 
 # ---------------------------------------------------------------------------------------------
+# Scanners: one multi-string pass over a field's token string ``" t1 t2 ... "``
+
+
+class _Scanner:
+    """Every occurrence (overlaps included) of a fixed set of words, each with an int value.
+
+    One subclass per library, all behind this interface: ``find`` scans one text, ``find_batch``
+    many at once (one pass over the texts joined by ``\\x02``, which no word contains).
+    """
+
+    name = ""
+
+    def __init__(self, words: list[str], values: list[int]) -> None:
+        raise NotImplementedError
+
+    def find(self, text: str) -> list[int]:
+        """Values of the words found in ``text``, once per occurrence."""
+        raise NotImplementedError
+
+    def find_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(text index, value)`` arrays, one entry per occurrence."""
+        raise NotImplementedError
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _starts(lengths: Iterable[int], n: int) -> np.ndarray:
+    """Offsets of each text in the texts joined by one separator character."""
+    starts = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        np.cumsum(np.fromiter(lengths, dtype=np.int64, count=n)[:-1] + 1, out=starts[1:])
+    return starts
+
+
+class _PyAhoCorasick(_Scanner):
+    """pyahocorasick (C): the default, always installed."""
+
+    name = "pyahocorasick"
+
+    def __init__(self, words: list[str], values: list[int]) -> None:
+        auto = ahocorasick.Automaton()
+        for word, value in zip(words, values):
+            auto.add_word(word, value)
+        auto.make_automaton()
+        self._iter = auto.iter
+
+    def find(self, text: str) -> list[int]:
+        return [v for _, v in self._iter(text)]
+
+    def find_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        found = list(self._iter("\x02".join(texts)))
+        if not found:
+            return _NONE, _NONE
+        arr = np.fromiter(chain.from_iterable(found), dtype=np.int64,
+                          count=2 * len(found)).reshape(-1, 2)
+        starts = _starts(map(len, texts), len(texts))
+        return np.searchsorted(starts, arr[:, 0], side="right") - 1, arr[:, 1]
+
+
+class _AhoCorasickRs(_Scanner):
+    """ahocorasick_rs (Rust, optional): matches come back as one list, no per-match callback."""
+
+    name = "ahocorasick_rs"
+
+    def __init__(self, words: list[str], values: list[int]) -> None:
+        import ahocorasick_rs
+
+        self._find = ahocorasick_rs.AhoCorasick(words).find_matches_as_indexes
+        self._values = values
+        self._value_arr = np.array(values, dtype=np.int64)
+
+    def find(self, text: str) -> list[int]:
+        values = self._values
+        return [values[i] for i, _, _ in self._find(text, overlapping=True)]
+
+    def find_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        found = self._find("\x02".join(texts), overlapping=True)
+        if not found:
+            return _NONE, _NONE
+        arr = np.array(found, dtype=np.int64)
+        starts = _starts(map(len, texts), len(texts))
+        return (np.searchsorted(starts, arr[:, 1], side="right") - 1,
+                self._value_arr[arr[:, 0]])
+
+
+def _hs_collect(value: int, start: int, end: int, flags: int, out: Any) -> None:
+    out.append(value)
+
+
+def _hs_collect_end(value: int, start: int, end: int, flags: int, out: Any) -> None:
+    out.append(value)
+    out.append(end)
+
+
+class _Hyperscan(_Scanner):
+    """Intel Hyperscan (optional): literal mode over UTF-8 bytes; one callback per match."""
+
+    name = "hyperscan"
+
+    def __init__(self, words: list[str], values: list[int]) -> None:
+        import hyperscan
+
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=[w.encode("utf-8") for w in words], ids=list(values),
+                   elements=len(words), flags=0, literal=True)
+        self._db = db
+        self._new_scratch = hyperscan.Scratch
+        self._local = threading.local()  # a scratch space per thread: scans may run in parallel
+
+    def _scratch(self) -> Any:
+        got = getattr(self._local, "scratch", None)
+        if got is None:
+            got = self._local.scratch = self._new_scratch(self._db)
+        return got
+
+    def find(self, text: str) -> list[int]:
+        out: list[int] = []
+        self._db.scan(text.encode("utf-8"), match_event_handler=_hs_collect, context=out,
+                      scratch=self._scratch())
+        return out
+
+    def find_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        data = [t.encode("utf-8") for t in texts]
+        out: list[int] = []
+        self._db.scan(b"\x02".join(data), match_event_handler=_hs_collect_end, context=out,
+                      scratch=self._scratch())
+        if not out:
+            return _NONE, _NONE
+        arr = np.array(out, dtype=np.int64).reshape(-1, 2)
+        starts = _starts(map(len, data), len(data))
+        return np.searchsorted(starts, arr[:, 1] - 1, side="right") - 1, arr[:, 0]
+
+
+_SCANNERS: dict[str, type[_Scanner]] = {
+    c.name: c for c in (_PyAhoCorasick, _AhoCorasickRs, _Hyperscan)
+}
+# Fastest first, as measured by benchmarks/bench_percolator.py (see docs/search.md).
+_AUTO_ORDER = ("ahocorasick_rs", "pyahocorasick")
+
+
+def available_automata() -> list[str]:
+    """The Aho-Corasick libraries that import here (``PercolatorConfig.automaton`` values).
+
+    Example:
+        >>> "pyahocorasick" in available_automata()
+        True
+    """
+    out = []
+    for name in _SCANNERS:
+        if name != "pyahocorasick":
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                continue
+        out.append(name)
+    return out
+
+
+def _scanner_class(name: str) -> type[_Scanner]:
+    """The scanner for ``PercolatorConfig.automaton`` (``auto``: the fastest installed)."""
+    if name == "auto":
+        have = available_automata()
+        return _SCANNERS[next(n for n in _AUTO_ORDER if n in have)]
+    if name not in available_automata():
+        raise CepError(f"automaton {name!r} is not installed: pip install {name}, or use "
+                       "automaton='auto' (the fastest installed one)")
+    return _SCANNERS[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# The term dictionary: which keys does one document term hold?
+
+
+class _TermKeys:
+    """One field's term dictionary: a document term -> ids of the keys it holds.
+
+    A term holds its own key (``t``), the keys of the prefixes it starts with (``p``) and of the
+    wildcards it matches (``w``). Each distinct term is resolved once, when first seen (one
+    Aho-Corasick pass over the term finds the prefixes and the wildcards' literal prefixes it
+    starts with; only those wildcards are tried), and remembered, so a wildcard costs a dict
+    lookup per document term, like a plain term. Terms first seen long after registration
+    resolve the same way. At most ``limit`` terms are remembered; past that, new terms are
+    resolved at every occurrence.
+
+    Exact phrases are indexed by their first two terms: where the field holds one value,
+    :meth:`phrase_keys` looks up each pair of adjacent terms (and compares the rest of longer
+    phrases).
+    """
+
+    __slots__ = ("cache", "phrases", "_terms", "_leads", "_free", "_starts", "_limit")
+
+    def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
+                 wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
+                 limit: int) -> None:
+        self._terms = terms
+        leads: dict[str, tuple[list[int], list[tuple[Callable[[str], Any], int]]]] = {}
+        for text, ks in prefixes.items():
+            leads.setdefault(text, ([], []))[0].extend(ks)
+        free: list[tuple[str, Callable[[str], Any], int]] = []
+        for pattern, k in wildcards:
+            full = WildcardNode(None, pattern).regex.fullmatch
+            lead = _literal_prefix(pattern)
+            if lead:
+                leads.setdefault(lead, ([], []))[1].append((full, k))
+            else:  # a leading wildcard: filter on its longest literal run instead
+                free.append((max(re.split(r"[*?]", pattern), key=len), full, k))
+        self._leads: Callable[[str], Iterable[tuple[int, Any]]] | None = None
+        if leads:
+            auto = ahocorasick.Automaton()
+            for lead, value in leads.items():
+                auto.add_word("\x01" + lead, value)  # \x01 starts the term: prefixes only
+            auto.make_automaton()
+            self._leads = auto.iter
+        self._free = free
+        starts: dict[tuple[str, str], list[tuple[list[str], int]]] = defaultdict(list)
+        for text, k in phrases:
+            first, second, *rest = text.split(" ")
+            starts[(first, second)].append((rest, k))
+        self._starts = {t: tuple(v) for t, v in starts.items()}
+        self.phrases = bool(phrases)
+        self._limit = limit
+        self.cache: dict[str, tuple[int, ...]] = {}
+
+    def resolve(self, term: str) -> tuple[int, ...]:
+        """The key ids ``term`` holds (remembered).
+
+        Example:
+            >>> tk = _TermKeys({"police": [0]}, {"pol": [1]}, [("pol?ce*", 2), ("*ice", 3)],
+            ...                [], 10)
+            >>> tk.resolve("police"), tk.resolve("polka"), tk.resolve("ice"), tk.cache["polka"]
+            ((0, 1, 2, 3), (1,), (3,), (1,))
+        """
+        got = self.cache.get(term)
+        if got is not None:
+            return got
+        out = list(self._terms.get(term, ()))
+        if self._leads is not None:
+            for _, (ks, wild) in self._leads("\x01" + term):
+                out.extend(ks)
+                for full, k in wild:
+                    if full(term) is not None:
+                        out.append(k)
+        for frag, full, k in self._free:
+            if frag in term and full(term) is not None:
+                out.append(k)
+        got = tuple(out)
+        if len(self.cache) < self._limit:
+            self.cache[term] = got
+        return got
+
+    def keys_of(self, terms: list[str]) -> list[tuple[int, ...]]:
+        """Per term, the key ids it holds."""
+        got = list(map(self.cache.get, terms))
+        if None in got:
+            resolve = self.resolve
+            got = [resolve(t) if g is None else g for t, g in zip(terms, got)]
+        return got  # type: ignore[return-value]
+
+    def phrase_keys(self, terms: list[str]) -> list[int]:
+        """Ids of the exact phrases in ``terms``, the terms of one value (adjacent positions).
+
+        Example:
+            >>> tk = _TermKeys({}, {}, [], [("new york", 5), ("york today", 6),
+            ...                             ("new york city", 7)], 9)
+            >>> tk.phrase_keys(["in", "new", "york", "today"])
+            [5, 6]
+        """
+        return self.phrase_hits(terms)[1]
+
+    def phrase_hits(self, terms: list[str]) -> tuple[list[int], list[int], list[int]]:
+        """Every exact phrase in ``terms``: (index of its first term, key id, length)."""
+        at: list[int] = []
+        kids: list[int] = []
+        sizes: list[int] = []
+        starts = self._starts
+        # positions of the adjacent pairs that start a phrase, found in C (compress)
+        for i in compress(count(), map(starts.__contains__, zip(terms, islice(terms, 1, None)))):
+            for rest, k in starts[(terms[i], terms[i + 1])]:
+                if not rest or terms[i + 2:i + 2 + len(rest)] == rest:
+                    at.append(i)
+                    kids.append(k)
+                    sizes.append(2 + len(rest))
+        return at, kids, sizes
+
+
+# ---------------------------------------------------------------------------------------------
 # The index: segments of queries keyed by presearcher terms
 
 
@@ -1133,7 +1525,9 @@ class _Segment:
     ``slot_of`` maps them to global slots.
     """
 
-    def __init__(self, entries: list[RegisteredQuery], scanner: str) -> None:
+    def __init__(
+        self, entries: list[RegisteredQuery], config: PercolatorConfig, prefill: bool = True,
+    ) -> None:
         self.entries = entries
         self.slots = frozenset(e.slot for e in entries)
         key_ids: dict[Key, int] = {}
@@ -1146,7 +1540,8 @@ class _Segment:
 
         proven: dict[int, list[int]] = defaultdict(list)
         cands: dict[int, list[int]] = defaultdict(list)
-        pairs: dict[int, dict[int, tuple[list[int], list[int]]]] = defaultdict(dict)
+        pairs: dict[int, dict[int, tuple[list[Any], list[Any], list[Any]]]] = defaultdict(dict)
+        ranged: dict[int, list[Any]] = defaultdict(list)
         always: list[int] = []
         verify: dict[int, tuple[Any, ...]] = {}
         # Per local number, for the vectorised batch check: its kind (_V_*), its clauses (each
@@ -1156,21 +1551,26 @@ class _Segment:
         forbid_lists: list[list[int]] = []
         range_rows: list[list[tuple[int, float, float, bool, bool]]] = []
         columns: dict[tuple[str | None, str], int] = {}
-        self.v_extra: list[Any] = []
+        sloppy: dict[int, tuple[int, int, int, int, int]] = {}  # local -> a, b, delta, slop, field
+        pair_fields: dict[str | None, int] = {}
+        # Slots as int objects made here, side by side in memory: a document touches dozens of
+        # them, and scattered ones cost a cache miss each.
+        lowest = min((e.slot for e in entries), default=0)
+        canon = list(range(lowest, max((e.slot for e in entries), default=0) + 1))
         for e in entries:
             plan = e.plan
             kind = plan.kind
             slot = e.slot
             for key in plan.all_keys:
                 kid(key)
-            for leaf, _ in iter_nodes(e.node):
-                if isinstance(leaf, WildcardNode):
-                    _token_search(leaf.pattern)  # compile now, not on the first document
+            if kind == "general":
+                for leaf, _ in iter_nodes(e.node):
+                    if isinstance(leaf, WildcardNode):
+                        _token_search(leaf.pattern)  # compile now, not on the first document
             req = [kid(k) for k in plan.required]
             forbid_lists.append([kid(k) for k in plan.forbidden])
             cl = [[k] for k in req]
             rows: list[tuple[int, float, float, bool, bool]] = []
-            extra: Any = None
             if kind == "flat":
                 cl += [[kid(k) for k in g] for g in plan.groups]
                 bounds = [_range_row(r) for r in plan.ranges]
@@ -1182,16 +1582,22 @@ class _Segment:
                             for r, b in zip(plan.ranges, bounds) if b is not None]
                 else:
                     vk = _V_PYTHON
-            elif isinstance(e.node, WildcardNode):
-                vk, extra = _V_WILDCARD, (e.node.field, _token_search(e.node.pattern).search)
             elif kind == "general":
-                vk, extra = _V_PYTHON, None
+                vk = _V_PYTHON
+                node = e.node
+                if (config.scanner == "dict" and isinstance(node, PhraseNode) and node.slop
+                        and len(node.terms) == 2 and node.terms[0] != node.terms[1]):
+                    # a sloppy pair of terms: checked from term positions, all at once
+                    vk = _V_PAIR
+                    sloppy[len(vkind)] = (
+                        kid((node.field, "t", node.terms[0])), kid((node.field, "t", node.terms[1])),
+                        node.positions[1] - node.positions[0], node.slop,
+                        pair_fields.setdefault(node.field, len(pair_fields)))
             else:
                 vk = _V_KEYS  # proven: never a candidate
             vkind.append(vk)
             clauses.append(cl)
             range_rows.append(rows)
-            self.v_extra.append(extra)
             if kind != "proven":
                 verify[slot] = (
                     _key_check(frozenset(req), [frozenset(map(kid, g)) for g in plan.groups],
@@ -1201,36 +1607,50 @@ class _Segment:
             if plan.keys is None:
                 always.append(slot)
                 continue
+            slot = canon[slot - lowest]
             if kind == "proven":
                 for key in plan.keys:
                     proven[kid(key)].append(slot)
                 continue
-            if len(plan.keys) == 1:
-                (first,) = plan.keys
-                second = next((k for k in plan.required if k != first), None)
-                if second is not None:
-                    # A candidate only when both of its two most selective keys are present.
-                    decided = (kind == "flat" and not plan.groups and not plan.forbidden
-                               and not plan.ranges and set(plan.required) <= {first, second})
-                    post = pairs[kid(first)].setdefault(kid(second), ([], []))
-                    post[0 if decided else 1].append(slot)
-                    continue
+            second = _second_keys(plan)
+            # Decided by the keys found (a key of ``plan.keys``, one of ``second``), or by
+            # those and the document's numbers for flat plans with ranges (checked inline),
+            # or else a candidate to verify.
+            decided = _keys_decide(plan, second)
+            if decided and plan.ranges:
+                target: Any = (slot, _range_checks(plan.ranges))
+                which = 2
+            else:
+                target, which = slot, 0 if decided else 1
+            if second is not None:
+                for k1 in map(kid, plan.keys):
+                    d = pairs[k1]
+                    for k2 in map(kid, second):
+                        post = d.get(k2)
+                        if post is None:
+                            post = d[k2] = ([], [], [])
+                        post[which].append(target)
+                continue
             for key in plan.keys:
-                cands[kid(key)].append(slot)
+                (proven, cands, ranged)[which][kid(key)].append(target)
         n = len(key_ids)
         self.nkeys = n
         self.key_ids = key_ids
         self.verify = verify
         self.always = tuple(always)
-        # key -> (proven slots, candidate slots, {second key: (proven, candidates)} or None);
-        # None for keys only used to check candidates
-        self.post: list[tuple[tuple[int, ...], tuple[int, ...], dict[int, Any] | None] | None]
+        # key -> (proven slots, candidate slots, {second key: (proven, candidates, ranged)}
+        # or None, ranged), where ranged holds (slot, range checks) decided by the document's
+        # numbers; None for keys only used to check candidates
+        self.post: list[tuple[tuple[int, ...], tuple[int, ...], dict[int, Any] | None,
+                              tuple[Any, ...]] | None]
         self.post = [None] * n
-        for k in set(proven) | set(cands) | set(pairs):
-            d = pairs.get(k)
+        for k in set(proven) | set(cands) | set(pairs) | set(ranged):
+            by_second = pairs.get(k)
             self.post[k] = (
                 tuple(proven.get(k, ())), tuple(cands.get(k, ())),
-                {k2: (tuple(a), tuple(b)) for k2, (a, b) in d.items()} if d else None,
+                ({k2: (tuple(a), tuple(b), tuple(c)) for k2, (a, b, c) in by_second.items()}
+                 if by_second else None),
+                tuple(ranged.get(k, ())),
             )
 
         # The same postings as arrays, over local numbers.
@@ -1238,18 +1658,30 @@ class _Segment:
         self.slot_of = np.array([e.slot for e in entries], dtype=np.int64)
         self.nlocal = len(entries)
         self.a_proven = _csr(n, ((k, [local_of[s] for s in v]) for k, v in proven.items()))
+        # (the batch path checks ranges for all candidates at once: ranged ones are candidates)
+        for k, v in ranged.items():
+            cands[k].extend(s for s, _ in v)
         self.a_cands = _csr(n, ((k, [local_of[s] for s in v]) for k, v in cands.items()))
         pk: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
         for k1, d in pairs.items():
-            for k2, (sure, maybe) in d.items():
+            for k2, (sure, maybe, rng) in d.items():
                 pk[k1].extend((k2, local_of[s], True) for s in sure)
                 pk[k1].extend((k2, local_of[s], False) for s in maybe)
+                pk[k1].extend((k2, local_of[s], False) for s, _ in rng)
         self.a_pair_ptr, rows = _csr_rows(n, pk)
         self.a_pair_k2 = np.array([r[0] for r in rows], dtype=np.int64)
         self.a_pair_local = np.array([r[1] for r in rows], dtype=np.int64)
         self.a_pair_sure = np.array([r[2] for r in rows], dtype=bool)
         self.a_always = np.array([local_of[s] for s in always], dtype=np.int64)
         self.a_kind = np.array(vkind, dtype=np.int8)
+        self.pair_fields = sorted(pair_fields, key=pair_fields.__getitem__)
+        self.a_pair_terms = np.zeros((len(entries), 5), dtype=np.int64)
+        for i, row in sloppy.items():
+            self.a_pair_terms[i] = row
+        # key ids whose term positions the batch path keeps (those of sloppy pairs)
+        self.a_positional = np.zeros(max(len(key_ids), 1), dtype=bool)
+        self.a_positional[self.a_pair_terms[list(sloppy), :2].ravel()] = True
+        self.has_pairs = bool(sloppy)
         self.a_forbid = _csr(len(entries), enumerate(forbid_lists))
         counts = np.zeros(len(entries) + 1, dtype=np.int64)
         counts[1:] = [len(c) for c in clauses]
@@ -1267,68 +1699,121 @@ class _Segment:
         self.a_range_incl_hi = np.array([r[4] for r in allrows], dtype=bool)
         self.range_columns = sorted(columns, key=columns.__getitem__)
 
-        # Scanner tables per field (None: the default fields).
-        self.term_maps: dict[str | None, dict[str, int]] = {}
-        self.automata: dict[str | None, Any] = {}
+        # Per field (None: the default fields): a term dictionary for whole-token, prefix,
+        # wildcard and exact-phrase keys, with an automaton for the phrases of multi-valued
+        # fields (scanner="dict"); or an automaton for every key but wildcards ("aho").
+        self.lexicons: list[tuple[str | None, _TermKeys]] = []
+        self.fallback: dict[str | None, _Scanner] = {}
+        self.scanners: list[tuple[str | None, _Scanner]] = []
         by_field: dict[str | None, list[tuple[str, str, int]]] = defaultdict(list)
         for (fld, key_kind, text), k in key_ids.items():
             by_field[fld].append((key_kind, text, k))
+        make_scanner = _scanner_class(config.automaton)
+        self.automaton_name = make_scanner.name
+        limit = config.term_cache_size
+        every: tuple[dict[str, list[int]], dict[str, list[int]], list[tuple[str, int]],
+                     list[tuple[str, int]]] = (defaultdict(list), defaultdict(list), [], [])
         for fld, items in by_field.items():
-            auto = None
+            terms: dict[str, list[int]] = {}
+            prefixes: dict[str, list[int]] = {}
+            wildcards: list[tuple[str, int]] = []
+            phrases: list[tuple[str, int]] = []
+            words: list[str] = []
+            values: list[int] = []
             for key_kind, text, k in items:
-                if key_kind == "t" and scanner == "dict" and " " not in text:
-                    self.term_maps.setdefault(fld, {})[text] = k
+                if key_kind == "w":
+                    wildcards.append((text, k))
                     continue
-                if auto is None:
-                    auto = ahocorasick.Automaton()
-                word = {"t": f" {text} ", "p": f" {text}"}.get(key_kind, text)
-                auto.add_word(word, k)
-            if auto is not None:
-                auto.make_automaton()
-                self.automata[fld] = auto
+                if config.scanner == "dict":
+                    if " " in text:
+                        phrases.append((text, k))
+                    else:
+                        (terms if key_kind == "t" else prefixes)[text] = [k]
+                        continue
+                words.append(f" {text} " if key_kind == "t" else f" {text}")
+                values.append(k)
+            if terms or prefixes or wildcards or phrases:
+                lex = _TermKeys(terms, prefixes, wildcards, phrases, limit)
+                self.lexicons.append((fld, lex))
+                for mine, union in zip((terms, prefixes), every[:2]):
+                    for text, ks in mine.items():
+                        union[text].extend(ks)
+                every[2].extend(wildcards)
+                every[3].extend(phrases)
+            if words:
+                scanner = make_scanner(words, values)
+                if config.scanner == "dict":
+                    self.fallback[fld] = scanner
+                else:
+                    self.scanners.append((fld, scanner))
+        # One dictionary for all those fields, for documents where they hold the same terms
+        # (one text field, searched both by default and by name): one lookup per term.
+        self.merged = _TermKeys(*every, limit) if len(self.lexicons) > 1 else None
+        if prefill and config.prefill_terms and config.term_frequencies:
+            # the vocabulary known beforehand: its terms' keys (wildcards expanded) now
+            vocab = list(config.term_frequencies)
+            for lex in [self.merged] if self.merged is not None else [x for _, x in self.lexicons]:
+                lex.keys_of(vocab)
+
+    def _lexicons(self, views: list[_DocView]) -> list[tuple[str | None, _TermKeys]]:
+        """The per-field dictionaries, or the merged one when every view's fields hold the
+        very same term list (then they also hold one value each: see ``_DocView.terms``)."""
+        lexicons = self.lexicons
+        if self.merged is not None:
+            fields = [fld for fld, _ in lexicons]
+            for v in views:
+                first = v.terms(fields[0])
+                for f in fields[1:]:
+                    if v.terms(f) is not first:
+                        return lexicons
+            return [(fields[0], self.merged)]
+        return lexicons
 
     # -- one document ---------------------------------------------------------------------
     def scan(self, view: _DocView) -> set[int]:
         """Ids of the keys the document contains."""
-        found: set[int | None] = set()
-        for fld, tmap in self.term_maps.items():
-            found.update(map(tmap.get, view.terms(fld)))
-        found.discard(None)
-        hits: set[int] = found  # type: ignore[assignment]
-        for fld, auto in self.automata.items():
-            hits.update([k for _, k in auto.iter(view.joined(fld))])
+        hits: set[int] = set()
+        lexicons = self._lexicons([view]) if self.merged is not None else self.lexicons
+        for fld, lex in lexicons:
+            terms = view.terms(fld)
+            hits.update(chain.from_iterable(lex.keys_of(terms)))
+            if lex.phrases:
+                one = view.single_terms(fld)
+                if one is not None:
+                    hits.update(lex.phrase_keys(one))
+                else:
+                    for f, sc in self.fallback.items():
+                        if lex is self.merged or f == fld:
+                            hits.update(sc.find(view.joined(f)))
+        for fld, sc in self.scanners:
+            hits.update(sc.find(view.joined(fld)))
         return hits
 
-    def candidates(self, hits: set[int], matched: set[int]) -> set[int]:
-        """Add presearcher-proven matches to ``matched``; return the queries to check."""
-        post = self.post
+    def candidates(
+        self, hits: set[int], matched: set[int], ranged: dict[int, Any],
+    ) -> set[int]:
+        """Add presearcher-proven matches to ``matched`` and the queries decided by range
+        checks to ``ranged``; return the queries to check."""
         cands: set[int] = set()
-        nhits = len(hits)
-        for k in hits:
-            entry = post[k]
+        for entry in _pick(self.post, hits):  # type: ignore[arg-type]
             if entry is None:
                 continue
-            p, c, d = entry
+            p, c, d, r = entry
             if p:
                 matched.update(p)
             if c:
                 cands.update(c)
+            if r:
+                ranged.update(r)
             if d is not None:
-                if len(d) <= nhits:
-                    for k2, (sure, maybe) in d.items():
-                        if k2 in hits:
-                            if sure:
-                                matched.update(sure)
-                            if maybe:
-                                cands.update(maybe)
-                else:
-                    for k2 in hits:
-                        e = d.get(k2)
-                        if e is not None:
-                            if e[0]:
-                                matched.update(e[0])
-                            if e[1]:
-                                cands.update(e[1])
+                for k2 in d.keys() & hits:  # C loops over the smaller of the two
+                    sure, maybe, r = d[k2]
+                    if sure:
+                        matched.update(sure)
+                    if maybe:
+                        cands.update(maybe)
+                    if r:
+                        ranged.update(r)
         if self.always:
             cands.update(self.always)
         return cands
@@ -1349,40 +1834,66 @@ class _Segment:
             return False, True
 
     # -- a batch of documents ---------------------------------------------------------------
-    def scan_batch(self, views: list[_DocView]) -> np.ndarray:
-        """Sorted unique codes ``doc * nkeys + key`` of every key each document contains.
+    def scan_batch(self, views: list[_DocView]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sorted unique codes ``doc * nkeys + key`` of every key each document contains, and
+        for the keys of sloppy pairs (``a_positional``) every occurrence: its code and the
+        term's index in the document's term list (sorted by code).
 
-        Documents' token strings are joined by ``\x02`` so one Aho-Corasick pass scans the
-        whole batch; a match's end offset tells its document.
+        Every document's terms go through the term dictionary in one ``map``; the scanners
+        take the documents' token strings in one pass (see :meth:`_Scanner.find_batch`).
         """
         n = len(views)
         k = self.nkeys
         parts = []
-        for fld, tmap in self.term_maps.items():
-            terms: list[str] = []
-            lens = []
-            for v in views:
-                t = v.terms(fld)
-                terms.extend(t)
-                lens.append(len(t))
-            kids = np.fromiter(map(tmap.get, terms, repeat(-1)), dtype=np.int64, count=len(terms))
-            docs = np.repeat(np.arange(n, dtype=np.int64), lens)
-            keep = kids >= 0
-            parts.append(docs[keep] * k + kids[keep])
-        for fld, auto in self.automata.items():
-            strings = [v.joined(fld) for v in views]
-            starts = np.zeros(n, dtype=np.int64)
-            if n > 1:
-                np.cumsum([len(s) + 1 for s in strings[:-1]], out=starts[1:])
-            found = list(auto.iter("\x02".join(strings)))
-            if found:
-                arr = np.fromiter(chain.from_iterable(found), dtype=np.int64,
-                                  count=2 * len(found)).reshape(-1, 2)
-                docs = np.searchsorted(starts, arr[:, 0], side="right") - 1
-                parts.append(docs * k + arr[:, 1])
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return _unique(np.concatenate(parts))
+        occ_codes: list[np.ndarray] = []
+        occ_pos: list[np.ndarray] = []
+        for fld, lex in self._lexicons(views):
+            per_doc = [v.terms(fld) for v in views]
+            flat = list(chain.from_iterable(per_doc))
+            got = lex.keys_of(flat)
+            counts = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
+            total = int(counts.sum())
+            lens = np.fromiter(map(len, per_doc), dtype=np.int64, count=n)
+            term_doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+            if total:
+                kids = np.fromiter(chain.from_iterable(got), dtype=np.int64, count=total)
+                code = np.repeat(term_doc, counts) * k + kids
+                parts.append(code)
+                if self.has_pairs:
+                    keep = self.a_positional[kids]
+                    if keep.any():
+                        position = np.arange(len(got), dtype=np.int64) - (
+                            np.cumsum(lens) - lens)[term_doc]
+                        occ_codes.append(code[keep])
+                        occ_pos.append(np.repeat(position, counts)[keep])
+            if lex.phrases:
+                # phrases over all the documents' terms at once; a hit counts where it lies
+                # inside one document holding one value (else that document is scanned)
+                single = np.fromiter((v.single_terms(fld) is not None for v in views),
+                                     dtype=bool, count=n)
+                at, pkids, sizes = lex.phrase_hits(flat)
+                if at:
+                    first = np.array(at, dtype=np.int64)
+                    doc = term_doc[first]
+                    inside = (term_doc[first + np.array(sizes, dtype=np.int64) - 1] == doc)
+                    inside &= single[doc]
+                    parts.append(doc[inside] * k + np.array(pkids, dtype=np.int64)[inside])
+                rest = np.flatnonzero(~single).tolist()
+                if rest:
+                    which = np.array(rest, dtype=np.int64)
+                    for f, sc in self.fallback.items():
+                        if lex is self.merged or f == fld:
+                            docs, kids = sc.find_batch([views[i].joined(f) for i in rest])
+                            parts.append(which[docs] * k + kids)
+        for fld, sc in self.scanners:
+            docs, kids = sc.find_batch([v.joined(fld) for v in views])
+            parts.append(docs * k + kids)
+        codes = _unique(np.concatenate(parts), n * k) if parts else _NONE
+        if not occ_codes:
+            return codes, _NONE, _NONE
+        oc, op = np.concatenate(occ_codes), np.concatenate(occ_pos)
+        order = np.argsort(oc, kind="stable")
+        return codes, oc[order], op[order]
 
     def match_batch(
         self, views: list[_DocView], allowed: np.ndarray | None, errors: list[dict[int, str]],
@@ -1392,7 +1903,7 @@ class _Segment:
         n = len(views)
         k = self.nkeys
         nl = max(self.nlocal, 1)
-        codes = self.scan_batch(views)
+        codes, occ_code, occ_pos = self.scan_batch(views)
         hit_doc = codes // k if k else codes
         hit_kid = codes - hit_doc * k
         # proven postings
@@ -1412,7 +1923,7 @@ class _Segment:
         if len(self.a_always):
             c_parts.append(np.repeat(np.arange(n, dtype=np.int64), len(self.a_always)) * nl
                            + np.tile(self.a_always, n))
-        cand = _unique(np.concatenate(c_parts))
+        cand = _unique(np.concatenate(c_parts), n * nl)
         c_doc = cand // nl
         c_loc = cand - c_doc * nl
         cand_count = np.bincount(c_doc, minlength=n)
@@ -1433,20 +1944,14 @@ class _Segment:
             m_parts.append(r_doc[in_range] * nl + r_loc[in_range])
             kinds = kinds.copy()
             kinds[np.flatnonzero(sel)[unsure]] = _V_PYTHON  # multi-valued: checked one by one
-        sel = kinds == _V_WILDCARD
+        sel = kinds == _V_PAIR
         if sel.any():
-            w_doc, w_loc = c_doc[sel], c_loc[sel]
-            verified += np.bincount(w_doc, minlength=n)
-            extra = self.v_extra
-            joined: dict[str | None, list[str]] = {}
-            good_l = []
-            for d, (fld, search) in zip(w_doc.tolist(), [extra[x] for x in w_loc.tolist()]):
-                strings = joined.get(fld)
-                if strings is None:
-                    strings = joined[fld] = [v.joined(fld) for v in views]
-                good_l.append(search(strings[d]) is not None)
-            g = np.array(good_l, dtype=bool)
-            m_parts.append(w_doc[g] * nl + w_loc[g])
+            s_doc, s_loc = c_doc[sel], c_loc[sel]
+            holds, unsure = self._pairs_hold(s_doc, s_loc, views, occ_code, occ_pos)
+            verified += np.bincount(s_doc[~unsure], minlength=n)
+            m_parts.append(s_doc[holds] * nl + s_loc[holds])
+            kinds = kinds.copy()
+            kinds[np.flatnonzero(sel)[unsure]] = _V_PYTHON  # several values: checked one by one
         sel = kinds == _V_PYTHON
         if sel.any():
             p_doc, p_loc = c_doc[sel], c_loc[sel]
@@ -1492,6 +1997,33 @@ class _Segment:
             ok &= np.bincount(which[hit], minlength=m) == 0
         return ok
 
+    def _pairs_hold(
+        self, s_doc: np.ndarray, s_loc: np.ndarray, views: list[_DocView],
+        occ_code: np.ndarray, occ_pos: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(holds, undecided here) per sloppy-pair candidate: some positions ``i`` of its
+        first term and ``j`` of its second with ``|j - i - delta| <= slop``, where the field
+        holds one value under plain analysis (term index = position)."""
+        m = len(s_loc)
+        a, b, delta, slop, fld = self.a_pair_terms[s_loc].T
+        fields = self.pair_fields
+        unsure = np.fromiter(
+            (views[d].single_terms(fields[f]) is None
+             for d, f in zip(s_doc.tolist(), fld.tolist())), dtype=bool, count=m)
+        k = self.nkeys
+        lo_a = np.searchsorted(occ_code, s_doc * k + a, side="left")
+        n_a = np.searchsorted(occ_code, s_doc * k + a, side="right") - lo_a
+        lo_b = np.searchsorted(occ_code, s_doc * k + b, side="left")
+        n_b = np.searchsorted(occ_code, s_doc * k + b, side="right") - lo_b
+        n_a[unsure] = 0
+        pairs = n_a * n_b  # every (first, second) occurrence pair of each candidate
+        row = np.repeat(np.arange(m, dtype=np.int64), pairs)
+        t = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
+        i = occ_pos[lo_a[row] + t // n_b[row]]
+        j = occ_pos[lo_b[row] + t % n_b[row]]
+        close = np.abs(j - i - delta[row]) <= slop[row]
+        return np.bincount(row[close], minlength=m) > 0, unsure
+
     def _ranges_hold(
         self, r_doc: np.ndarray, r_loc: np.ndarray, views: list[_DocView]
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -1501,10 +2033,16 @@ class _Segment:
         multi = np.zeros((max(len(self.range_columns), 1), n), dtype=bool)
         needed = sorted(set(r_doc.tolist()))
         for c, (fld, kind) in enumerate(self.range_columns):
+            column = cols[c]
             for d in needed:
+                # a plain int or float field: what numbers() would give, without the detour
+                x = views[d].doc.get(fld) if fld is not None else None  # type: ignore[arg-type]
+                if (type(x) is int or type(x) is float) and abs(x) < _EXACT:  # NaN fails too
+                    column[d] = x
+                    continue
                 vals = views[d].numbers(fld, kind)
                 if len(vals) == 1 and abs(vals[0]) < _EXACT:
-                    cols[c, d] = vals[0]
+                    column[d] = vals[0]
                 elif vals:
                     multi[c, d] = True
         idx, which = _expand_index(self.a_range_ptr, np.arange(len(r_loc)), r_loc)
@@ -1519,6 +2057,54 @@ class _Segment:
         unsure = np.bincount(which[unsure_row], minlength=m) > 0
         good = (np.bincount(which[~row_ok], minlength=m) == 0) & ~unsure
         return good, unsure
+
+
+def _second_keys(plan: QueryPlan) -> frozenset[Key] | None:
+    """Keys one of which a candidate must also hold, besides one of ``plan.keys``: the most
+    selective required key not among them, else the smallest group they do not satisfy."""
+    first = plan.keys or frozenset()
+    for k in plan.required:
+        if k not in first:
+            return frozenset((k,))
+    groups = [g for g in plan.groups if not first <= g]
+    return min(groups, key=len) if groups else None
+
+
+def _keys_decide(plan: QueryPlan, second: frozenset[Key] | None) -> bool:
+    """Whether a key of ``plan.keys`` (and one of ``second``, if any) together satisfy every
+    key condition of a flat plan, so that at most its ranges are left to check."""
+    if plan.kind != "flat" or plan.forbidden:
+        return False
+    first = plan.keys or frozenset()
+    one = first if len(first) == 1 else None
+    for k in plan.required:
+        if frozenset((k,)) not in (one, second):
+            return False
+    return all(first <= g or (second is not None and second <= g) for g in plan.groups)
+
+
+_RangeCheck = tuple[Union[str, None], str, Any, bool, Any, bool]
+
+
+def _range_checks(ranges: tuple[RangeNode, ...]) -> tuple[_RangeCheck, ...]:
+    """Numeric / date ranges as ``(field, kind, lower, inclusive, upper, inclusive)``."""
+    return tuple(
+        (r.field, r.kind,
+         -math.inf if r.lower is None else r.lower, r.include_lower or r.lower is None,
+         math.inf if r.upper is None else r.upper, r.include_upper or r.upper is None)
+        for r in ranges
+    )
+
+
+def _ranges_hold(checks: tuple[_RangeCheck, ...], view: _DocView) -> bool:
+    """Every range holds some value of its field (what ``RangeNode.contains`` decides)."""
+    for fld, kind, lo, lo_in, hi, hi_in in checks:
+        for x in view.numbers(fld, kind):
+            if (x > lo or (lo_in and x == lo)) and (x < hi or (hi_in and x == hi)):
+                break
+        else:
+            return False
+    return True
 
 
 def _key_check(
@@ -1544,14 +2130,12 @@ def _doc_check(node: Node, plan: QueryPlan) -> Callable[[_DocView], bool] | None
             return lambda view: any(map(contains, view.numbers(fld, kind)))
         ranges = plan.ranges
         return lambda view: all(_in_range(r, view) for r in ranges)
-    if isinstance(node, WildcardNode):
-        search, fld = _token_search(node.pattern).search, node.field
-        return lambda view: search(view.joined(fld)) is not None
     return lambda view: _evaluate(node, view)  # looked up per call: tests may patch it
 
 
 _EXACT = 2.0**53  # floats hold every integer below this exactly
-_V_KEYS, _V_RANGES, _V_WILDCARD, _V_PYTHON = 0, 1, 2, 3
+_V_KEYS, _V_RANGES, _V_PYTHON, _V_PAIR = 0, 1, 2, 3
+_SETTLE_AT = 20_000  # queries in a freshly built segment worth one full collection
 
 
 def _range_row(node: RangeNode) -> tuple[float, float, bool, bool] | None:
@@ -1611,11 +2195,31 @@ def _expand(
     return rep, csr[1][idx]
 
 
-def _unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (``np.unique`` without its overhead; several times faster)."""
+def _pick(items: Any, at: Any) -> list[Any]:
+    """``[items[i] for i in at]`` in one C loop (``itemgetter``): the items' memory is fetched
+    with overlapping cache misses, measured 1.6x faster on 66 scattered ids.
+
+    Example:
+        >>> _pick(["a", "b", "c"], [2, 0]), _pick(["a"], [0]), _pick(["a"], [])
+        (['c', 'a'], ['a'], [])
+    """
+    if len(at) > 1:
+        return list(itemgetter(*at)(items))
+    return [items[i] for i in at]
+
+
+def _unique(values: np.ndarray, bound: int | None = None) -> np.ndarray:
+    """Sorted distinct values (``np.unique`` without its overhead; several times faster).
+
+    ``bound``: every value is below it; under 2**31 they are sorted as int32 (about twice as
+    fast), and come back as int64.
+    """
     if len(values) < 2:
         return values
-    values = np.sort(values)
+    if bound is not None and bound < 2**31:
+        values = np.sort(values.astype(np.int32)).astype(np.int64)
+    else:
+        values = np.sort(values)
     keep = np.empty(len(values), dtype=bool)
     keep[0] = True
     np.not_equal(values[1:], values[:-1], out=keep[1:])
@@ -1645,8 +2249,10 @@ class _Snapshot:
         self.by_slot = by_slot
         size = max(max(by_slot, default=-1), max(dead, default=-1)) + 1
         ids: list[QueryId] = [None] * size
-        for slot, q in by_slot.items():
-            ids[slot] = q.id
+        for slot in sorted(by_slot):
+            qid = by_slot[slot].id
+            # string ids copied side by side in slot order: results touch dozens per document
+            ids[slot] = (qid + "\0")[:-1] if type(qid) is str else qid
         self.ids = ids
         self.ids_arr = np.empty(size, dtype=object)
         self.ids_arr[:] = ids
@@ -1679,21 +2285,33 @@ class Percolator(_QuerySet):
         if self._dirty:
             with self._lock:
                 if self._dirty:
-                    self._snapshot = self._rebuild(self._snapshot)
-                    self._dirty = False
+                    with _gc_paused(self.config.pause_gc):
+                        self._snapshot = self._rebuild(self._snapshot)
+                        self._dirty = False
+                    self._settle(self._snapshot)
         return self._snapshot
 
     def rebuild(self) -> None:
         """Rebuild the whole index now (one segment)."""
         with self._lock:
-            live = sorted(self._queries.values(), key=lambda q: q.slot)
-            self._snapshot = _Snapshot((_Segment(live, self.config.scanner),), frozenset(),
-                                       {q.slot: q for q in live})
-            self._dirty = False
+            with _gc_paused(self.config.pause_gc):
+                live = sorted(self._queries.values(), key=lambda q: q.slot)
+                self._snapshot = _Snapshot((_Segment(live, self.config),), frozenset(),
+                                           {q.slot: q for q in live})
+                self._dirty = False
+            self._settle(self._snapshot)
+
+    def _settle(self, snap: _Snapshot) -> None:
+        # A large index built with the collector paused is a million young objects: the
+        # collections they are due would land on the first documents (twice, as they age).
+        # One full collection now makes them old, in the build's time instead.
+        if self.config.pause_gc and gc.isenabled() and len(snap.segments) == 1 \
+                and snap.segments[0].nlocal >= _SETTLE_AT:
+            gc.collect()
 
     def _rebuild(self, old: _Snapshot) -> _Snapshot:
         live = {q.slot: q for q in self._queries.values()}
-        scanner = self.config.scanner
+        config = self.config
         base = old.segments[0] if old.segments else None
         if base is not None:
             indexed = set(base.slots)
@@ -1702,10 +2320,11 @@ class Percolator(_QuerySet):
             limit = max(self.config.delta_limit, len(base.slots) // 8)
             if len(delta_entries) <= limit and len(dead) <= limit:
                 delta_entries.sort(key=lambda q: q.slot)
-                segs = (base, _Segment(delta_entries, scanner)) if delta_entries else (base,)
+                segs = ((base, _Segment(delta_entries, config, prefill=False))
+                        if delta_entries else (base,))
                 return _Snapshot(segs, dead, live)
         entries = sorted(live.values(), key=lambda q: q.slot)
-        return _Snapshot((_Segment(entries, scanner),), frozenset(), live)
+        return _Snapshot((_Segment(entries, config),), frozenset(), live)
 
     def percolate_batch(
         self, docs: Iterable[Mapping[str, Any]], *, highlight: bool = False,
@@ -1714,7 +2333,65 @@ class Percolator(_QuerySet):
         docs = docs if isinstance(docs, list) else list(docs)
         if len(docs) < self.config.vector_threshold:
             return self._percolate_each(docs, highlight, metadata_filter)
-        return self._percolate_vectorised(docs, highlight, metadata_filter)
+        with _gc_paused(self.config.pause_gc):
+            return self._percolate_vectorised(docs, highlight, metadata_filter)
+
+    def percolate(
+        self, doc: Mapping[str, Any], *, highlight: bool = False,
+        metadata_filter: MetadataFilter = None,
+    ) -> DocumentMatches:
+        # One document, without the batch's bookkeeping (same answers; see _QuerySet).
+        snap = self.snapshot()
+        allowed = (None if metadata_filter is None
+                   else self._allowed(snap.by_slot.values(), metadata_filter))
+        view = _DocView(doc, self._ctx)
+        slots, errors, cand_count, verified = self._match_one(snap, view, allowed)
+        return self._result(snap, view, slots, _pick(snap.ids, slots), errors,
+                            highlight, cand_count, verified)
+
+    percolate.__doc__ = _QuerySet.percolate.__doc__
+
+    @staticmethod
+    def _match_one(
+        snap: _Snapshot, view: _DocView, allowed: set[int] | None,
+    ) -> tuple[list[int], dict[int, str], int, int]:
+        """(matching slots in order, errors by slot, candidates, verified) for one document."""
+        matched: set[int] = set()
+        errors: dict[int, str] = {}
+        cand_count = verified = 0
+        for seg in snap.segments:
+            hits = seg.scan(view)
+            ranged: dict[int, Any] = {}
+            cands = seg.candidates(hits, matched, ranged)
+            if ranged:
+                cand_count += len(ranged)
+                for slot, checks in ranged.items():
+                    if allowed is None or slot in allowed:
+                        verified += 1
+                        if _ranges_hold(checks, view):
+                            matched.add(slot)
+            if not cands:
+                continue
+            cand_count += len(cands)
+            if allowed is not None:
+                cands &= allowed
+            for slot, (keys_ok, doc_ok) in zip(cands, _pick(seg.verify, cands)):
+                if keys_ok is not None and not keys_ok(hits):
+                    continue
+                if doc_ok is None:
+                    matched.add(slot)
+                    continue
+                verified += 1
+                try:
+                    if doc_ok(view):
+                        matched.add(slot)
+                except Exception as exc:  # one bad query never fails the batch
+                    errors[slot] = f"{type(exc).__name__}: {exc}"
+        if allowed is not None:
+            matched &= allowed
+        if snap.dead:
+            matched -= snap.dead
+        return sorted(matched), errors, cand_count, verified
 
     def _percolate_each(
         self, docs: list[Mapping[str, Any]], highlight: bool, metadata_filter: MetadataFilter,
@@ -1723,43 +2400,13 @@ class Percolator(_QuerySet):
         snap = self.snapshot()
         allowed = self._allowed(snap.by_slot.values(), metadata_filter)
         ctx = self._ctx
-        dead = snap.dead
-        ids_of = snap.ids.__getitem__
+        match_one = self._match_one
         results = []
         n_cand = n_ver = n_match = n_err = 0
         for doc in docs:
             view = _DocView(doc, ctx)
-            matched: set[int] = set()
-            errors: dict[int, str] = {}
-            cand_count = verified = 0
-            for seg in snap.segments:
-                hits = seg.scan(view)
-                cands = seg.candidates(hits, matched)
-                if not cands:
-                    continue
-                cand_count += len(cands)
-                if allowed is not None:
-                    cands &= allowed
-                verify = seg.verify
-                for slot in cands:
-                    keys_ok, doc_ok = verify[slot]
-                    if keys_ok is not None and not keys_ok(hits):
-                        continue
-                    if doc_ok is None:
-                        matched.add(slot)
-                        continue
-                    verified += 1
-                    try:
-                        if doc_ok(view):
-                            matched.add(slot)
-                    except Exception as exc:  # one bad query never fails the batch
-                        errors[slot] = f"{type(exc).__name__}: {exc}"
-            if allowed is not None:
-                matched &= allowed
-            if dead:
-                matched -= dead
-            slots = sorted(matched)
-            res = self._result(snap, view, slots, list(map(ids_of, slots)), errors, highlight,
+            slots, errors, cand_count, verified = match_one(snap, view, allowed)
+            res = self._result(snap, view, slots, _pick(snap.ids, slots), errors, highlight,
                                cand_count, verified)
             results.append(res)
             n_cand += cand_count
@@ -1771,15 +2418,16 @@ class Percolator(_QuerySet):
 
     @staticmethod
     def _result(
-        snap: _Snapshot, view: _DocView, slots: list[int], ids: list[QueryId],
+        snap: _Snapshot, view: _DocView, slots: list[int] | np.ndarray, ids: list[QueryId],
         slot_errors: dict[int, str], highlight: bool, candidates: int, verified: int,
     ) -> DocumentMatches:
         by_slot = snap.by_slot
-        errors = {by_slot[s].id: msg for s, msg in slot_errors.items() if s not in snap.dead}
+        errors = ({by_slot[s].id: msg for s, msg in slot_errors.items() if s not in snap.dead}
+                  if slot_errors else {})
         spans = None
         if highlight:
             spans = {}
-            for slot in slots:
+            for slot in (slots if isinstance(slots, list) else slots.tolist()):
                 q = by_slot[slot]
                 try:
                     spans[q.id] = _highlight(q.node, view)
@@ -1816,11 +2464,10 @@ class Percolator(_QuerySet):
         keep = ~snap.dead_mask[m_slot] if snap.dead else np.ones(len(m_slot), dtype=bool)
         if allowed is not None:
             keep &= allowed[m_slot]
-        codes = _unique(m_doc[keep] * max(size, 1) + m_slot[keep])
+        codes = _unique(m_doc[keep] * max(size, 1) + m_slot[keep], n * max(size, 1))
         m_doc = codes // max(size, 1)
         m_slot = codes - m_doc * max(size, 1)
         bounds = np.searchsorted(m_doc, np.arange(n + 1)).tolist()
-        all_slots = m_slot.tolist()
         all_ids = snap.ids_arr[m_slot].tolist()
         cands = cand_count.tolist()
         vers = verified.tolist()
@@ -1829,11 +2476,12 @@ class Percolator(_QuerySet):
         result = self._result
         for i in range(n):
             a, b = bounds[i], bounds[i + 1]
-            res = result(snap, views[i], all_slots[a:b], all_ids[a:b], errors[i], highlight,
+            # slots stay a numpy slice (not traversed by the garbage collector)
+            res = result(snap, views[i], m_slot[a:b], all_ids[a:b], errors[i], highlight,
                          cands[i], vers[i])
             n_err += len(res.errors)
             results.append(res)
-        stats = BatchStats(n, int(cand_count.sum()), int(verified.sum()), len(all_slots), n_err,
+        stats = BatchStats(n, int(cand_count.sum()), int(verified.sum()), len(m_slot), n_err,
                            time.perf_counter() - t0)
         return BatchResult(results, stats)
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cep.percolator import NoFiltering, Percolator, PercolatorConfig
+from cep.percolator import NoFiltering, Percolator, PercolatorConfig, available_automata
 from patterns.analysis import AnalysisConfig
 from patterns.errors import CepSyntaxError
 from patterns.lucene import QueryConfig
@@ -95,14 +95,19 @@ def _register(queries: list[str], *sets: Any) -> list[str]:
     docs=st.lists(document, min_size=1, max_size=8),
     config=st.sampled_from(CONFIGS),
     scanner=st.sampled_from(["dict", "aho"]),
+    automaton=st.sampled_from(available_automata()),  # the optional ones where installed
     tf=st.booleans(),
 )
 def test_index_equals_every_query(
-    queries: list[str], docs: list[dict[str, Any]], config: QueryConfig, scanner: str, tf: bool
+    queries: list[str], docs: list[dict[str, Any]], config: QueryConfig, scanner: str,
+    automaton: str, tf: bool,
 ) -> None:
-    freq = {"a": 0.5, "ab": 0.001, "c": 0.2} if tf else None
-    each = Percolator(PercolatorConfig(query=config, scanner=scanner, term_frequencies=freq))
+    # with a table, its terms are resolved when the index is built (prefill_terms)
+    freq = {"a": 0.5, "ab": 0.001, "c": 0.2, "cab": 0.01} if tf else None
+    each = Percolator(PercolatorConfig(query=config, scanner=scanner, term_frequencies=freq,
+                                       automaton=automaton))  # type: ignore[arg-type]
     vector = Percolator(PercolatorConfig(query=config, scanner=scanner, term_frequencies=freq,
+                                         automaton=automaton,  # type: ignore[arg-type]
                                          vector_threshold=1))
     base = NoFiltering(PercolatorConfig(query=config))
     _register(queries, each, vector, base)

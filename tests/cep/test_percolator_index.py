@@ -1,0 +1,383 @@
+"""Tests for the percolator's index paths: the term dictionary (wildcards, prefixes, phrases),
+range and sloppy-pair checks, the scanners behind one interface, and the garbage-collector
+pause. Each against an independent reference: brute force or the every-query baseline."""
+
+from __future__ import annotations
+
+import gc
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import cep.percolator as perc_mod
+from cep.percolator import (
+    _SCANNERS,
+    NoFiltering,
+    Percolator,
+    PercolatorConfig,
+    _TermKeys,
+    available_automata,
+)
+from patterns.analysis import AnalysisConfig
+from patterns.errors import CepError
+from patterns.lucene import PhraseNode, QueryConfig
+
+
+def same_as_baseline(queries: list[str], docs: list[dict[str, Any]], **options: Any) -> Any:
+    """Register ``queries`` on the index (one document at a time and vectorised) and on the
+    baseline; assert the same ids, spans and per-document stats; return the index."""
+    qc = options.pop("query", QueryConfig())
+    each = Percolator(PercolatorConfig(query=qc, **options))
+    vector = Percolator(PercolatorConfig(query=qc, vector_threshold=1, **options))
+    base = NoFiltering(PercolatorConfig(query=qc))
+    for i, q in enumerate(queries):
+        for s in (each, vector, base):
+            s.register(i, q)
+    want = base.percolate_batch(docs, highlight=True).results
+    one = [each.percolate(d, highlight=True) for d in docs]
+    batch = each.percolate_batch(docs, highlight=True).results
+    vec = vector.percolate_batch(docs, highlight=True).results
+    for got in (one, batch, vec):
+        assert [r.ids for r in got] == [r.ids for r in want]
+        assert [r.spans for r in got] == [r.spans for r in want]
+        assert [r.errors for r in got] == [{}] * len(docs)
+    # the per-document path and the vectorised path count candidates the same way
+    assert [(r.candidates, r.verified) for r in one] == [
+        (r.candidates, r.verified) for r in vec]
+    return each
+
+
+# --- the term dictionary --------------------------------------------------------------------
+
+
+def _brute_keys(term: str, terms: dict[str, list[int]], prefixes: dict[str, list[int]],
+                wildcards: list[tuple[str, int]]) -> set[int]:
+    out = set(terms.get(term, ()))
+    for p, ks in prefixes.items():
+        if term.startswith(p):
+            out.update(ks)
+    for pattern, k in wildcards:
+        body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+        if re.fullmatch(body, term, re.DOTALL):
+            out.add(k)
+    return out
+
+
+def test_term_dictionary_equals_brute_force() -> None:
+    rng = random.Random(7)
+    alphabet = "abcé1"
+    word = lambda lo, hi: "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi)))  # noqa: E731
+    for _ in range(40):
+        terms = {word(1, 4): [i] for i in range(6)}
+        prefixes = {word(1, 3): [10 + i] for i in range(5)}
+        wildcards = []
+        for i in range(8):
+            w = list(word(1, 5))
+            for _ in range(rng.randint(1, 2)):
+                w.insert(rng.randint(0, len(w)), rng.choice("*?"))
+            wildcards.append(("".join(w), 100 + i))
+        tk = _TermKeys(terms, prefixes, wildcards, [], limit=1000)
+        for _ in range(60):
+            t = word(1, 6)
+            want = _brute_keys(t, terms, prefixes, wildcards)
+            assert set(tk.resolve(t)) == want, (t, terms, prefixes, wildcards)
+            assert set(tk.keys_of([t])[0]) == want  # remembered the same
+
+
+def test_term_dictionary_limit_keeps_answers() -> None:
+    tk = _TermKeys({}, {"ab": [1]}, [("a?c*", 2)], [], limit=2)
+    got = [set(tk.resolve(t)) for t in ["abc", "abd", "axcd", "abc", "b"]]
+    assert got == [{1, 2}, {1}, {2}, {1, 2}, set()]
+    assert len(tk.cache) == 2  # the rest resolved again at each sighting
+
+
+def test_phrase_keys_equal_brute_force() -> None:
+    rng = random.Random(3)
+    vocab = ["a", "b", "c", "d"]
+    for _ in range(200):
+        phrases = {" ".join(rng.choice(vocab) for _ in range(rng.randint(2, 4)))
+                   for _ in range(5)}
+        table = [(p, i) for i, p in enumerate(sorted(phrases))]
+        terms = [rng.choice(vocab) for _ in range(rng.randint(0, 9))]
+        joined = f" {' '.join(terms)} "
+        want = sorted(k for p, k in table if f" {p} " in joined)
+        assert sorted(set(_TermKeys({}, {}, [], table, 10).phrase_keys(terms))) == want
+
+
+# --- wildcards and prefixes: no verification, same answers ----------------------------------
+
+WILDCARDS = ["poli?e*", "te?m", "t:ca?s", "ca*s", "u:?at*", "d?g", "b*d*y"]
+WILD_DOCS = [
+    {"t": "Police teams", "u": "cats"},
+    {"t": "politeness", "u": "bat man"},
+    {"t": "term cars", "tags": ["dig", "dog"]},
+    {"t": "nothing here", "u": ["rat", "hat"]},
+    {"t": "bad day body", "u": "bodily"},
+]
+
+
+@pytest.mark.parametrize("scanner", ["dict", "aho"])
+def test_wildcards_are_proven_and_match_like_the_baseline(scanner: str) -> None:
+    p = same_as_baseline(WILDCARDS, WILD_DOCS, scanner=scanner,
+                         query=QueryConfig(allow_leading_wildcard=True))
+    assert {q.plan.kind for q in p.queries()} == {"proven"}
+    out = p.percolate_batch(WILD_DOCS)
+    assert out.stats.candidates == 0 and out.stats.verified == 0
+
+
+def test_terms_first_seen_after_registration() -> None:
+    """Wildcards and prefixes resolve terms the frequency table never had, terms seen by one
+    segment and then by a delta segment registered later, and a rebuilt index."""
+    tf = {"police": 0.1, "teams": 0.01}  # the vocabulary known at build time
+    p = Percolator(PercolatorConfig(term_frequencies=tf, delta_limit=10))
+    base = NoFiltering()
+    for s in (p, base):
+        s.register("w", "poli?e*")
+        s.register("p", "polic*")
+    early = [{"t": "police"}, {"t": "policeman policewoman"}]
+    assert [r.ids for r in p.percolate_batch(early).results] == [["w", "p"], ["w", "p"]]
+    seg = p.snapshot().segments[0]
+    lexicon = seg.merged or seg.lexicons[0][1]
+    assert "police" in lexicon.cache and "policeman" in lexicon.cache
+    for s in (p, base):  # a delta segment: its own dictionary
+        s.register("w2", "police?an")
+    later = [{"t": "policeman"}, {"t": "policewoman"}, {"t": "politeman"}, {"t": "polite"}]
+    assert len(p.snapshot().segments) == 2
+    for docs in (later, later * 40):  # one at a time, then vectorised
+        got = [r.ids for r in p.percolate_batch(docs).results]
+        assert got == [r.ids for r in base.percolate_batch(docs).results]
+    assert got[:4] == [["w", "p", "w2"], ["w", "p"], ["w"], ["w"]]
+    p.rebuild()
+    assert [r.ids for r in p.percolate_batch(later).results] == got[:4]
+
+
+def test_prefill_resolves_the_vocabulary_at_build() -> None:
+    tf = {"police": 0.1, "pole": 0.01, "cat": 0.2}
+    for prefill in (True, False):
+        p = Percolator(PercolatorConfig(term_frequencies=tf, prefill_terms=prefill))
+        p.register("w", "po?e")
+        seg = p.snapshot().segments[0]
+        cache = seg.lexicons[0][1].cache
+        assert (set(cache) == set(tf)) if prefill else not cache
+        assert p.percolate({"t": "polite pole"}).ids == ["w"]
+
+
+# --- phrases: the term dictionary where a field holds one value, else the automaton ---------
+
+PHRASES = ['"new york"', '"new york city"', 't:"big apple"', '"york new"', 'tags:"a b"',
+           '"state of art"']
+PHRASE_DOCS = [
+    {"t": "New York City now", "u": "big apple"},
+    {"t": "the big apple", "tags": ["new", "york", "a b"]},
+    {"t": ["new", "york"], "u": "york new"},
+    {"t": "new, york! city", "tags": "a b"},
+    {"t": "state of the art"}, {"t": "state of art"},
+]
+
+
+@pytest.mark.parametrize("analysis", [AnalysisConfig(), AnalysisConfig.english()],
+                         ids=["plain", "english"])
+def test_phrases_single_and_multi_valued(analysis: AnalysisConfig) -> None:
+    qc = QueryConfig(analysis=analysis)
+    same_as_baseline(PHRASES, PHRASE_DOCS, query=qc)
+    same_as_baseline(PHRASES, PHRASE_DOCS, query=qc, scanner="aho")
+
+
+def test_one_field_searched_by_default_and_by_name() -> None:
+    """The merged dictionary serves documents whose only text field is also named by queries;
+    documents with two text fields or lists take the per-field dictionaries."""
+    queries = ["apple", "t:apple", "t:pie*", "appl?", '"apple pie"', 't:"apple pie"',
+               "u:apple"]
+    docs = [{"t": "apple pie", "n": 3}, {"t": "apple", "u": "pie"}, {"u": "apple pie"},
+            {"t": ["apple pie"], "u": "x"}, {"id": "apple", "t": "pies"}]
+    p = same_as_baseline(queries, docs)
+    assert p.snapshot().segments[0].merged is not None
+
+
+# --- decided by keys and numbers, sloppy pairs ----------------------------------------------
+
+RANGE_QUERIES = ["apple AND n:[1 TO 5]", "apple AND n:{1 TO 5}", "apple AND n:[3 TO *]",
+                 "apple AND n:{* TO 3}", "+apple +(pie OR tart) +n:[2 TO 4]",
+                 "apple AND d:[2003-01-02 TO 2003-01-03]", "pie AND n:[1 TO 2] AND d:[* TO *]"]
+RANGE_DOCS = [
+    {"t": "apple pie", "n": 1}, {"t": "apple", "n": 5}, {"t": "apple tart", "n": 3},
+    {"t": "apple", "n": "4.5"}, {"t": "apple", "n": True}, {"t": "apple", "n": float("nan")},
+    {"t": "apple pie", "n": [0, 2]}, {"t": "apple", "d": "2003-01-03T23:00:00Z"},
+    {"t": "apple", "d": 1_041_465_600_000}, {"t": "apple"}, {"t": "pie", "n": 2, "d": "x"},
+    {"t": "apple", "n": 2**60},
+]
+
+
+def test_ranges_decided_with_the_keys() -> None:
+    p = same_as_baseline(RANGE_QUERIES, RANGE_DOCS)
+    # all flat but the last (``d:[* TO *]`` is "has a value": a general plan)
+    assert [q.plan.kind for q in p.queries()] == ["flat"] * 6 + ["general"]
+
+
+SLOPPY = ['"apple pie"~1', '"pie apple"~2', '"apple pie"~3', 'u:"a b"~1', '"apple apple"~2',
+          '"apple pie tart"~2', '"a b"~1 AND c']
+SLOPPY_DOCS = [
+    {"t": "apple x pie"}, {"t": "pie apple"}, {"t": "apple x y pie apple"},
+    {"t": "pie x x x apple"}, {"u": ["a x", "b"], "t": "c"}, {"u": "b x a", "t": "c"},
+    {"t": "apple apple"}, {"t": "apple x apple pie tart"}, {"t": ["apple", "pie"]},
+    {"t": "a b c"},
+]
+
+
+def test_sloppy_pairs_vectorised_like_the_baseline() -> None:
+    same_as_baseline(SLOPPY, SLOPPY_DOCS)
+    same_as_baseline(SLOPPY, SLOPPY_DOCS, query=QueryConfig(analysis=AnalysisConfig.english()))
+    same_as_baseline(SLOPPY, SLOPPY_DOCS * 3, scanner="aho")
+
+
+def test_phrase_evaluation_from_the_term_list_equals_positions() -> None:
+    """The reference evaluator reads a single plain value's positions from its term list;
+    the positions table (built per value) must say the same."""
+    rng = random.Random(11)
+    ctx = Percolator()._ctx
+    vocab = ["a", "b", "c"]
+    for _ in range(300):
+        terms = tuple(rng.choice(vocab) for _ in range(rng.randint(2, 3)))
+        slop = rng.choice([0, 1, 2, 3])
+        node = PhraseNode(None, terms, tuple(range(len(terms))), slop)
+        view = perc_mod._DocView({"t": " ".join(rng.choice(vocab) for _ in range(6))}, ctx)
+        assert view.single_terms(None) is not None
+        want = all(x in view.termset(None) for x in terms) and any(
+            perc_mod._phrase_windows(p, node, True) for p in view.positions(None))
+        assert perc_mod._evaluate(node, view) == want, (node, view.doc)
+
+
+GROUPED = ["+a +(b OR c)", "+a +(b OR c) -d", "(a OR b) AND c", "+(a OR b) +(c OR d)",
+           "a AND (b OR c) AND d", "+a +(a OR b)"]
+GROUPED_DOCS = [{"t": t} for t in ["a b", "a c d", "b c", "a", "a d", "b d", "c", "a b c d"]]
+
+
+def test_groups_pair_with_the_first_key() -> None:
+    p = same_as_baseline(GROUPED, GROUPED_DOCS)
+    # "+a +(b OR c)" and "+a +(a OR b)" are decided by the keys found; "+a +(b OR c) -d" is a
+    # candidate (its forbidden key is checked), the others need keys "a b" lacks
+    first = p.percolate_batch(GROUPED_DOCS[:1])
+    assert first.results[0].ids == [0, 1, 5] and first.stats.candidates == 1
+
+
+# --- scanners -------------------------------------------------------------------------------
+
+AUTOMATA = [pytest.param(name, marks=() if name in available_automata() else
+                         pytest.mark.skip(reason=f"optional {name} is not installed"))
+            for name in _SCANNERS]
+
+
+@pytest.mark.parametrize("name", AUTOMATA)
+def test_scanner_finds_every_occurrence(name: str) -> None:
+    words = [" new york ", " york ", " café ", " new", " ü "]
+    sc = _SCANNERS[name](words, [10, 11, 12, 13, 14])
+    texts = [" new york york ", " café ü new ", "", " newyork ", " ü café new york "]
+
+    def brute(text: str) -> list[int]:
+        return sorted(v for w, v in zip(words, [10, 11, 12, 13, 14])
+                      for i in range(len(text)) if text.startswith(w, i))
+
+    assert [sorted(sc.find(t)) for t in texts] == [brute(t) for t in texts]
+    docs, values = sc.find_batch(texts)
+    got: list[list[int]] = [[] for _ in texts]
+    for d, v in zip(docs.tolist(), values.tolist()):
+        got[d].append(v)
+    assert [sorted(g) for g in got] == [brute(t) for t in texts]
+
+
+@pytest.mark.parametrize("name", AUTOMATA)
+def test_every_automaton_gives_the_same_matches(name: str) -> None:
+    queries = ["apple", '"big apple"', "app*", "t:pie", '"new york" AND café', "ca?é",
+               "apple -pie", '"apple pie"~2']
+    docs = [{"t": "Big Apple pie"}, {"t": "New York café"}, {"t": ["big", "apple"]},
+            {"t": "applesauce", "u": "café new york"}]
+    for scanner in ("dict", "aho"):
+        same_as_baseline(queries, docs, scanner=scanner, automaton=name)
+
+
+def test_automaton_config_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="automaton must be 'auto' or one of pyahocorasick, "
+                                         "ahocorasick_rs, hyperscan, got 'fast'"):
+        PercolatorConfig(automaton="fast")  # type: ignore[arg-type]
+    monkeypatch.setattr(perc_mod, "available_automata", lambda: ["pyahocorasick"])
+    p = Percolator(PercolatorConfig(automaton="hyperscan"))
+    p.register("q", '"a b"')
+    with pytest.raises(CepError, match="automaton 'hyperscan' is not installed: pip install "
+                                       "hyperscan, or use automaton='auto'"):
+        p.percolate({"t": "a b"})
+    auto = Percolator()
+    auto.register("q", '"a b"')
+    assert auto.percolate({"t": "a b"}).ids == ["q"]
+    assert auto.snapshot().segments[0].automaton_name == "pyahocorasick"
+
+
+# --- garbage collector, configuration files -------------------------------------------------
+
+
+def test_gc_is_paused_only_during_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    real = perc_mod._Segment.match_batch
+
+    def spy(self: Any, *args: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(self, *args)
+
+    monkeypatch.setattr(perc_mod._Segment, "match_batch", spy)
+    docs = [{"t": "apple"}] * 2
+    p = Percolator(PercolatorConfig(vector_threshold=1))
+    p.register("q", "apple")
+    assert gc.isenabled()
+    assert p.percolate_batch(docs).results[0].ids == ["q"]
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:  # a caller's choice is left alone
+        p.percolate_batch(docs)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    off = Percolator(PercolatorConfig(vector_threshold=1, pause_gc=False))
+    off.register("q", "apple")
+    off.percolate_batch(docs)
+    assert seen == [False, False, True]
+
+    def boom(self: Any, *args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(perc_mod._Segment, "match_batch", boom)
+    with pytest.raises(RuntimeError):
+        p.percolate_batch(docs)
+    assert gc.isenabled()
+
+
+def test_config_round_trip_and_older_files(tmp_path: Path) -> None:
+    config = PercolatorConfig(automaton="pyahocorasick", term_cache_size=5, prefill_terms=False,
+                              pause_gc=False, scanner="aho")
+    p = Percolator(config)
+    p.register("q", "te?m*")
+    path = tmp_path / "q.jsonl"
+    p.save(path)
+    again = Percolator.load(path)
+    assert again.config == config
+    # a file written before these settings existed loads with their defaults
+    header = orjson.loads(path.read_bytes().splitlines()[0])
+    for name in ("automaton", "term_cache_size", "prefill_terms", "pause_gc"):
+        del header["config"][name]
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(orjson.dumps(header) + b"\n" + path.read_bytes().splitlines()[1] + b"\n")
+    loaded = Percolator.load(old)
+    assert loaded.config.automaton == "auto" and loaded.config.prefill_terms
+    assert loaded.percolate({"t": "teams"}).ids == ["q"]
+
+
+def test_batch_results_hold_slots_as_arrays() -> None:
+    p = Percolator(PercolatorConfig(vector_threshold=1))
+    p.register("a", "apple", {"owner": "ann"})
+    p.register("b", "pie")
+    r = p.percolate_batch([{"t": "apple pie"}]).results[0]
+    assert isinstance(r._slots, np.ndarray)
+    assert [q.id for q in r.queries] == ["a", "b"] and r.metadata["a"]["owner"] == "ann"
