@@ -269,6 +269,19 @@ def baselines(
     rates["set_lookup_ints"] = len(absent) / best_seconds(
         lambda: [v in probe for v in absent], lambda: None, repeats
     )
+    try:
+        import rbloom  # a Rust Bloom filter: bulk update from a Python iterable, lookups one by one
+    except ImportError:
+        extra["rbloom"] = "not installed"
+    else:
+        rates["rbloom_insert_ints"] = len(big) / best_seconds(
+            lambda: rbloom.Bloom(len(big), 0.01).update(big), lambda: None, repeats
+        )
+        rb = rbloom.Bloom(len(big), 0.01)
+        rb.update(big)
+        rates["rbloom_lookup_ints"] = len(absent) / best_seconds(
+            lambda: [v in rb for v in absent], lambda: None, repeats
+        )
     zipf = w["zipf"].tolist()
     rates["counter_update_ints"] = len(zipf) / best_seconds(
         lambda: Counter(zipf), lambda: None, repeats
@@ -463,6 +476,9 @@ def main() -> None:
         "countmin_vs_counter": largest["countmin_update_ints"] / base["counter_update_ints"],
         "topk_vs_counter": largest["topk_update_ints"] / base["counter_update_ints"],
     }
+    if "rbloom_insert_ints" in base:
+        ratios["bloom_insert_vs_rbloom"] = largest["bloom_insert_ints"] / base["rbloom_insert_ints"]
+        ratios["bloom_lookup_vs_rbloom"] = largest["bloom_lookup_ints"] / base["rbloom_lookup_ints"]
     if "apache_datasketches_hll_ints" in base:
         ratios["hll_ints_vs_apache_datasketches"] = (
             largest["hll_update_ints"] / base["apache_datasketches_hll_ints"]
