@@ -108,12 +108,35 @@ class SearchOperator:
         self._process(batch, out)
         return out
 
+    def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput:
+        """Take a batch judged against the caller's watermark (a scalar, or one value per event).
+
+        As :meth:`process`, but a document with a valid time before its ``late_before`` is late,
+        instead of one behind the largest time seen before it; the smallest int64 means "no
+        watermark yet" (never late). For hosts that know the watermark better than one operator
+        (a Spark backfill replaying arrival order).
+
+        Example:
+            >>> from patterns.rules import parse_rules
+            >>> op = SearchOperator.from_rule(parse_rules('''
+            ... rules:
+            ...   - {name: r, kind: search, from: news, time_field: ts, query: apple}
+            ... ''').rules[0])
+            >>> out = op.ingest([{"id": 1, "ts": 5, "t": "apple"}, {"id": 2, "ts": 3, "t": "apple"}], [0, 4])
+            >>> [m["id"] for m in out.matches], out.late[0]["reason"][:40]
+            ([1], 'late: event time 1970-01-01T00:00:00.003')
+        """
+        batch = to_batch(events)
+        out = OperatorOutput()
+        self._process(batch, out, late_before)
+        return out
+
     def finish(self) -> OperatorOutput:
         """End of input: nothing is buffered, so nothing more comes out."""
         return OperatorOutput()
 
     # ------------------------------------------------------------------ ingest
-    def _process(self, batch: EventBatch, out: OperatorOutput) -> None:
+    def _process(self, batch: EventBatch, out: OperatorOutput, late_before: Any = None) -> None:
         n = batch.n
         first_seq = self.seq
         self.seq += n
@@ -122,7 +145,7 @@ class SearchOperator:
             return
         take = np.ones(n, dtype=bool)
         if self.time_col is not None:
-            take = self._judge_times(batch, self.time_col, out)
+            take = self._judge_times(batch, self.time_col, out, late_before)
         rows = np.flatnonzero(take).tolist()
         if not rows:
             return
@@ -167,7 +190,7 @@ class SearchOperator:
                 emit(row)
             st.matches += len(res.ids)
 
-    def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput) -> np.ndarray:
+    def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput, late_before: Any = None) -> np.ndarray:
         """Which events to percolate; the others go to the errors or the late output."""
         ms, ok, reasons = parse_times(batch.column(time_col))
         take = ok.copy()
@@ -184,8 +207,11 @@ class SearchOperator:
         ts = ms[good].astype(np.int64)
         start = self.max_ts if self.max_ts is not None else _NEG
         run = np.maximum.accumulate(np.concatenate(([start], ts)))
-        prior = run[:-1]
-        wm_before = np.where(prior == _NEG, _NEG, prior - self.lateness)
+        if late_before is None:
+            prior = run[:-1]
+            wm_before = np.where(prior == _NEG, _NEG, prior - self.lateness)
+        else:
+            wm_before = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (batch.n,))[good]
         late = ts < wm_before
         for j in np.flatnonzero(late).tolist():
             i = int(good[j])

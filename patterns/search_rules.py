@@ -46,6 +46,7 @@ __all__ = [
     "SearchSpec",
     "parse",
     "load_queries_file",
+    "reload_queries",
 ]
 
 KEYS = {
@@ -93,6 +94,8 @@ class SearchQuery:
     query: str
     metadata: dict[str, Any] = field(default_factory=dict)
     node: Node | None = field(default=None, compare=False, repr=False)
+    from_file: bool = field(default=False, compare=False, repr=False)
+    """Read from the rule's ``queries_file`` (what :func:`reload_queries` replaces)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class SearchSpec:
     fields: tuple[str, ...] = ("id",)
     all_fields: bool = False
     highlight: bool = False
+    queries_file: str | None = field(default=None, compare=False)
+    """The ``queries_file`` as read at load, an absolute path (None without one)."""
 
     @property
     def time_column(self) -> str | None:
@@ -234,11 +239,13 @@ class _Checker:
 class _Queries:
     """Collects a rule's queries from its three sources; ids are unique across them."""
 
-    def __init__(self, chk: _Checker, config: QueryConfig):
+    def __init__(self, chk: Any, config: QueryConfig):
         self.chk = chk
         self.config = config
         self.out: list[SearchQuery] = []
         self.where: dict[Any, str] = {}  # query id -> where it was first defined
+        self.path: str | None = None  # the queries file, once read
+        self.reading_file = False
 
     def add(self, qid: Any, text: str, metadata: dict[str, Any], where: str,
             dup_error: Any, syntax_errors: Any) -> None:
@@ -254,7 +261,7 @@ class _Queries:
         except CepSyntaxError as e:
             syntax_errors(e)
             return
-        self.out.append(SearchQuery(qid, text, metadata, node))
+        self.out.append(SearchQuery(qid, text, metadata, node, from_file=self.reading_file))
 
     def inline(self) -> None:
         src = self.chk.src
@@ -336,7 +343,9 @@ class _Queries:
             return
         before = len(self.out)
         n_errors = len(chk.errors)
+        self.path, self.reading_file = str(path.resolve()), True
         load_queries_file(text, str(path), self)
+        self.reading_file = False
         if len(self.out) == before and len(chk.errors) == n_errors:
             chk.err(f"queries file {path} holds no queries", "queries_file")
 
@@ -502,5 +511,44 @@ def parse(src: Any) -> tuple[tuple[None, SearchSpec, dict] | None, list[SourceEr
         fields=fields,
         all_fields=all_fields,
         highlight=highlight,
+        queries_file=queries.path,
     )
     return (None, spec, {}), []
+
+
+class _FileChecker:
+    """Where :func:`reload_queries` collects a queries file's errors (no rule file around it)."""
+
+    def __init__(self) -> None:
+        self.errors: list[SourceError] = []
+
+
+def reload_queries(spec: SearchSpec, text: str) -> tuple[SearchSpec, list[SourceError]]:
+    """``spec`` with the queries of its ``queries_file`` replaced by those of ``text`` (the file's new content).
+
+    The queries written in the rule file itself stay. A query of ``text`` that does not load is
+    left out and reported: returns the new spec and the problems (placed in the file, with a
+    caret), so the result depends on the content alone and one bad line never stops the others.
+
+    Example:
+        >>> from dataclasses import replace
+        >>> spec = replace(SearchSpec("news", (SearchQuery("a", "apple"),)), queries_file="q.jsonl")
+        >>> new, problems = reload_queries(spec, '{"id": "p", "query": "pear"}\\n{"id": "a", "query": "x"}')
+        >>> [(q.id, q.from_file) for q in new.queries]
+        [('a', False), ('p', True)]
+        >>> print(problems[0].format())
+        q.jsonl:2:1: duplicate query id 'a' (first defined at the rule file)
+        {"id": "a", "query": "x"}
+        ^
+    """
+    from dataclasses import replace
+
+    if spec.queries_file is None:
+        raise ValueError("this search rule has no queries_file to reload")
+    into = _Queries(_FileChecker(), spec.query_config)
+    kept = [q for q in spec.queries if not q.from_file]
+    for q in kept:
+        into.where[(type(q.id) is int, q.id)] = "the rule file"
+    into.reading_file = True
+    load_queries_file(text, spec.queries_file, into)
+    return replace(spec, queries=tuple(kept + into.out)), list(into.chk.errors)

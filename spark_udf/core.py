@@ -33,7 +33,7 @@ import pandas as pd
 from cep.events import batch_from_pandas, parse_times
 from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
 from spark_udf.kinds import KEYED_KINDS, KeyedOperator
-from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, describe_value
+from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, SPANS_TYPE, describe_value
 from spark_udf.state import (
     STATE_ENCODING_VERSION,
     BucketHeader,
@@ -434,6 +434,8 @@ def _converter(typ: str) -> Callable[[Any], Any]:
         return _to_string
     if typ in ("timestamp", "timestamp_ntz", "date"):
         return _to_ms
+    if typ == SPANS_TYPE:
+        return _spans
     if typ.startswith(_TOP_K[0]) and typ.endswith(_TOP_K[1]):
         return _top_k(_converter(typ[len(_TOP_K[0]) : -len(_TOP_K[1])]))
     return lambda v: v
@@ -451,6 +453,13 @@ def _top_k(value: Callable[[Any], Any]) -> Callable[[Any], list[dict]]:
         return [{"value": None if v is None else value(v), "count": _to_long(c)} for v, c in pairs]
 
     return conv
+
+
+def _spans(spans: Any) -> list[dict]:
+    """A search row's [[field, start, end], ...] as the structs of :data:`~spark_udf.schema.SPANS_TYPE`."""
+    if not isinstance(spans, (list, tuple)):
+        raise TypeError(type(spans).__name__)
+    return [{"field": None if f is None else str(f), "start": _to_long(a), "end": _to_long(b)} for f, a, b in spans]
 
 
 def _to_time(s: pd.Series, typ: str) -> pd.Series:

@@ -29,6 +29,7 @@ __all__ = [
     "StatelessKind",
     "PatternKind",
     "AnalyticsKind",
+    "SearchKind",
     "KEYED_KINDS",
     "STATELESS_KINDS",
     "register_kind",
@@ -162,8 +163,56 @@ class AnalyticsKind:
         return operator.layout_fingerprint()
 
 
+class SearchKind:
+    """Search rules: the percolator over the input's Arrow batches, stateless (see :mod:`spark_udf.search`).
+
+    Every search rule of the rule set shares one ``mapInArrow``; the query sets reach the
+    executors once, as a broadcast, and each Python worker builds the index on first use.
+    """
+
+    name = "search"
+
+    def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]:
+        from spark_udf.schema import search_output_fields
+
+        return search_output_fields(rule.spec, input_types)
+
+    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any) -> Any:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from spark_udf.api import _arrival_watermarks, _envelope_schema, _types_by_name
+        from spark_udf.core import PRIOR_COL, SEQ_COL
+        from spark_udf.schema import RESERVED_PREFIX
+        from spark_udf.search import SearchCore, pack_query_sets
+
+        x = frame
+        prior_columns: dict[str, str | None] = {r.name: None for r in rules}
+        if not frame.isStreaming and config.arrival_order:
+            # a backfill judges lateness in arrival order, as the embedded operator reading the
+            # input does: each row carries the largest valid event time of every earlier row
+            times = sorted({r.spec.time_field for r in rules if r.spec.time_field is not None})
+            for i, tf in enumerate(times):
+                if tf not in frame.columns:
+                    continue  # every row is an error row of that rule (no event time)
+                x, _ = _arrival_watermarks(x, tf, [()], tuple(config.arrival_columns))
+                x = x.drop(SEQ_COL).withColumnRenamed(f"{PRIOR_COL}_0", f"{PRIOR_COL}_search_{i}")
+                for r in rules:
+                    if r.spec.time_field == tf:
+                        prior_columns[r.name] = f"{PRIOR_COL}_search_{i}"
+        schema = _envelope_schema(envelope, _types_by_name(frame.schema))
+        session = frame.sparkSession
+        blob, digest = pack_query_sets(rules)
+        shipped = session.sparkContext.broadcast(blob)
+        tz = session.conf.get("spark.sql.session.timeZone")
+        input_types = {f.name: f.dataType.simpleString() for f in frame.schema.fields
+                       if not f.name.startswith(RESERVED_PREFIX)}
+        core = SearchCore.build(rules, envelope, input_types, shipped, digest,
+                                to_arrow_schema(schema, timezone=tz), prior_columns)
+        return x.mapInArrow(core, schema)
+
+
 KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind(), "analytics": AnalyticsKind()}
-STATELESS_KINDS: dict[str, StatelessKind] = {}
+STATELESS_KINDS: dict[str, StatelessKind] = {"search": SearchKind()}
 
 
 def register_kind(kind: Any, keyed: bool | None = None) -> None:

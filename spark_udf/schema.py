@@ -37,6 +37,8 @@ __all__ = [
     "expr_type",
     "pattern_output_fields",
     "analytics_output_fields",
+    "search_output_fields",
+    "SPANS_TYPE",
     "top_k_type",
     "Envelope",
     "PROBLEM_FIELDS",
@@ -247,6 +249,42 @@ def analytics_output_fields(spec: Any, input_fields: Mapping[str, str]) -> list[
         typ = expr_type(rebuild_expr(oc.expr, slot_column), types)
         out[oc.name] = "string" if typ == "void" else typ
     out.update(rule="string", correction="boolean", retract="boolean")
+    return list(out.items())
+
+
+SPANS_TYPE = "array<struct<field:string,start:bigint,end:bigint>>"
+"""A search row's matched spans: ``[[field, start, end], ...]`` in the engine, structs on Spark."""
+
+
+def search_output_fields(spec: Any, input_fields: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Columns of one search rule's rows, in the engine's order, with their types.
+
+    The copied ``fields`` (every input column for ``fields: '*'``) with their input types, then
+    ``query_id`` (``string``, also for integer ids), ``metadata`` (the query's metadata as a
+    JSON object in a ``string``), ``spans`` with ``highlight`` (:data:`SPANS_TYPE`), ``rule``.
+
+    Example:
+        >>> from patterns.rules import parse_rules
+        >>> spec = parse_rules('''
+        ... rules:
+        ...   - {name: r, kind: search, from: news, highlight: true, fields: [id, at], query: apple}
+        ... ''').rules[0].spec
+        >>> search_output_fields(spec, {"id": "bigint", "at": "timestamp", "title": "string"})
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [('id', 'bigint'), ('at', 'timestamp'), ('query_id', 'string'), ('metadata', 'string'),
+         ('spans', 'array<struct<field:string,start:bigint,end:bigint>>'), ('rule', 'string')]
+    """
+    from patterns.search_rules import ROW_FIELDS
+
+    if spec.all_fields:
+        copied = [(c, t) for c, t in input_fields.items() if c not in ROW_FIELDS and not c.startswith(RESERVED_PREFIX)]
+    else:
+        copied = [(f, input_fields.get(f, "string")) for f in spec.fields]
+    out = dict(copied)
+    out.update(query_id="string", metadata="string")
+    if spec.highlight:
+        out["spans"] = SPANS_TYPE
+    out["rule"] = "string"
     return list(out.items())
 
 

@@ -1,0 +1,224 @@
+"""Search rules on Spark: the percolator over Arrow batches (``mapInArrow``), one query index per Python worker.
+
+Search rules are stateless: a document's rows depend on the document and the query set only.
+So they run in a plain ``mapInArrow`` over the input, beside the keyed stage, and their rows
+join the same envelope (one query, one checkpoint, one sink).
+
+The query sets travel once: the driver pickles every search rule's
+:class:`~patterns.search_rules.SearchSpec` (queries already parsed and analysed) into one
+broadcast; each Python worker builds the :class:`~cep.search_rules.SearchOperator` (its
+percolator index) the first time a task needs it and keeps it, keyed by the broadcast's
+content hash, for every later task and micro-batch it runs.
+
+A rule with a ``queries_file`` watches it: before each task (one Spark partition of one
+micro-batch) the worker compares the file's modification time, size and inode with what it
+last saw; when they changed and the content hash differs, it reloads the file's queries
+(:func:`~patterns.search_rules.reload_queries`: the rule file's own queries stay). What runs
+depends on the file's content alone, so every worker runs the same queries: a query of the
+file that does not load is left out, and one error row (per worker and content) says why; a
+file that cannot be read leaves the rule file's own queries.
+
+Lateness: a backfill gives each row the largest valid event time of every earlier row of the
+input (as the keyed rules' backfill does), which is the watermark the embedded operator had
+when the row came, and :meth:`~cep.search_rules.SearchOperator.ingest` judges by it. A stream
+percolates every document with a valid time: ``mapInArrow`` cannot see the query's watermark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import numpy as np
+
+from cep.operator import NO_WATERMARK, OperatorOutput
+from spark_udf.core import GroupCore, RuleSpec
+
+__all__ = ["SearchCore", "FileStamp", "file_stamp", "pack_query_sets"]
+
+_WORKER_CACHE: dict[str, dict[str, _Live]] = {}
+"""Per Python worker: content hash of the shipped query sets -> rule name -> its live operator."""
+_CACHE_SIZE = 4  # query-set versions a worker keeps (one per running query, usually)
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a worker compares to notice a changed queries file: cheap to read, then the content hash."""
+
+    mtime_ns: int
+    size: int
+    inode: int
+    sha: str
+
+
+def file_stamp(path: str) -> FileStamp | None:
+    """The file's stamp (None when it cannot be read).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+        ...     _ = f.write('{"id": 1, "query": "x"}'); f.flush()
+        ...     file_stamp(f.name).size
+        23
+    """
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+    return FileStamp(st.st_mtime_ns, st.st_size, st.st_ino, sha)
+
+
+def pack_query_sets(rules: list[Any]) -> tuple[bytes, str]:
+    """Every search rule's spec and lateness as one pickled blob, and its content hash."""
+    blob = pickle.dumps({r.name: (r.spec, int(r.lateness_ms)) for r in rules}, protocol=5)
+    return blob, hashlib.sha256(blob).hexdigest()[:32]
+
+
+class _Live:
+    """One search rule's operator in a worker, and the queries file it was built from."""
+
+    def __init__(self, name: str, spec: Any, lateness_ms: int, stamp: FileStamp | None):
+        from cep.search_rules import SearchOperator
+
+        self.name, self.spec, self.lateness = name, spec, lateness_ms
+        self.op = SearchOperator(spec, name=name, lateness_ms=lateness_ms)
+        self.stamp = stamp
+        self.seen = None if stamp is None else (stamp.mtime_ns, stamp.size, stamp.inode)
+        self.reported: set[str] = set()
+
+    def refresh(self, out: OperatorOutput) -> None:
+        """Rebuild from the queries file if its content changed since it was last read.
+
+        What runs then depends on the file's content alone, the same in every worker: the
+        rule file's own queries and every query of the file that loads. Queries that do not
+        load, or a file that cannot be read, are reported once per worker and content.
+        """
+        path = self.spec.queries_file
+        if path is None:
+            return
+        try:
+            st = os.stat(path)
+            quick: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            quick = None
+        if quick == self.seen:
+            return
+        self.seen = quick
+        stamp = file_stamp(path) if quick is not None else None
+        old, self.stamp = self.stamp, stamp
+        if stamp is not None and old is not None and stamp.sha == old.sha:
+            return  # touched, not changed
+        from cep.search_rules import SearchOperator
+        from patterns.errors import RuleErrors
+        from patterns.search_rules import reload_queries
+
+        text, problem = "", None
+        try:
+            if stamp is None:
+                raise FileNotFoundError(path)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            problem = f"cannot be read ({type(e).__name__})"
+        spec, errors = reload_queries(self.spec, text)
+        self.op = SearchOperator(spec, name=self.name, lateness_ms=self.lateness)
+        n_file = sum(1 for q in spec.queries if q.from_file)
+        if problem is None and not n_file and not errors:
+            problem = "holds no queries"
+        if problem is not None:
+            self._report(out, f"{problem} {stamp.sha if stamp else ''}",
+                         f"queries file {path} {problem}; running the rule file's {len(spec.queries)} queries only")
+        elif errors:
+            assert stamp is not None
+            self._report(out, stamp.sha, (
+                f"queries file {path} changed; {len(errors)} problem{'' if len(errors) == 1 else 's'}: "
+                "what does not load is left out, "
+                f"running {len(spec.queries)} queries: {RuleErrors(errors)}"
+            ))
+
+    def _report(self, out: OperatorOutput, what: str, reason: str) -> None:
+        if what in self.reported:
+            return
+        self.reported.add(what)
+        out.errors.append({"rule": self.name, "source": self.spec.queries_file, "line": None,
+                           "reason": reason, "event": None})
+
+
+@dataclass
+class SearchCore:
+    """The ``mapInArrow`` function of a rule set's search rules; picklable and Spark-free.
+
+    ``query_sets`` is a Spark broadcast (or, in tests, anything with ``.value``) of
+    :func:`pack_query_sets`' blob; ``prior_columns`` names, per rule, the input column holding
+    each row's largest earlier event time (a backfill), or None (a stream: nothing is late).
+    """
+
+    names: list[str]
+    query_sets: Any
+    content_hash: str
+    frames: GroupCore
+    arrow_schema: Any
+    prior_columns: dict[str, str | None] = field(default_factory=dict)
+    stamps: dict[str, FileStamp | None] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, rules: list[Any], envelope: Any, input_types: dict[str, str], query_sets: Any,
+              content_hash: str, arrow_schema: Any, prior_columns: dict[str, str | None]) -> SearchCore:
+        """The core for these search rules, whose rows ``envelope`` lays out."""
+        specs = {
+            r.name: RuleSpec(SimpleNamespace(name=r.name), "search", int(r.lateness_ms), envelope.columns_of(r.name))
+            for r in rules
+        }
+        frames = GroupCore(specs, list(envelope.columns), dict(input_types), 1)
+        stamps = {r.name: file_stamp(r.spec.queries_file) if r.spec.queries_file else None for r in rules}
+        return cls([r.name for r in rules], query_sets, content_hash, frames, arrow_schema, prior_columns, stamps)
+
+    def operators(self) -> dict[str, _Live]:
+        """This worker's operators for the shipped query sets, built on first use."""
+        lives = _WORKER_CACHE.get(self.content_hash)
+        if lives is None:
+            sets = pickle.loads(self.query_sets.value)
+            lives = {n: _Live(n, spec, lateness, self.stamps.get(n)) for n, (spec, lateness) in sets.items()}
+            while len(_WORKER_CACHE) >= _CACHE_SIZE:
+                _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
+            _WORKER_CACHE[self.content_hash] = lives
+        return lives
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """Rows of every search rule for each Arrow batch of one partition (the ``mapInArrow`` function)."""
+        import pyarrow as pa
+
+        lives = self.operators()
+        notes = OperatorOutput()
+        for name in self.names:
+            lives[name].refresh(notes)
+        if notes.errors:
+            for name in self.names:
+                mine = OperatorOutput(errors=[e for e in notes.errors if e["rule"] == name])
+                frame = self.frames._frame(self.frames.specs[name], mine)
+                if frame is not None:
+                    yield pa.RecordBatch.from_pandas(frame, schema=self.arrow_schema, preserve_index=False)
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            pdf = rb.to_pandas()
+            batch, src = self.frames._batch(pdf)
+            for name in self.names:
+                spec = self.frames.specs[name]
+                late_before: Any = NO_WATERMARK
+                prior = self.prior_columns.get(name)
+                if prior is not None:
+                    p = pdf[prior].to_numpy(dtype="float64", na_value=np.nan)
+                    late_before = np.where(np.isnan(p), NO_WATERMARK, np.nan_to_num(p) - spec.lateness_ms)
+                    late_before = late_before.astype(np.int64)
+                res = lives[name].op.ingest(batch, late_before)
+                self.frames._attach_sources(res, src)
+                frame = self.frames._frame(spec, res)
+                if frame is not None:
+                    yield pa.RecordBatch.from_pandas(frame, schema=self.arrow_schema, preserve_index=False)

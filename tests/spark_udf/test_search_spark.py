@@ -1,0 +1,250 @@
+"""Search rules on Spark (mapInArrow, the query set shipped once) against the embedded engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cep.engine import Engine
+from cep.operator import OperatorOutput
+from patterns.rules import load_rules
+from spark_udf.search import _Live, file_stamp
+from tests.spark_udf.conftest import write_events
+
+REPO = Path(__file__).resolve().parents[2]
+MEDIA = REPO / "rules" / "media.yaml"
+HEADLINES = REPO / "rules" / "data" / "headlines_sample.jsonl"
+SCHEMA = "id string, date string, title string"
+
+def headlines() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in HEADLINES.read_text().splitlines() if line.strip()]
+
+
+def search_rules(path: Path = MEDIA) -> list[Any]:
+    return [r for r in load_rules(path) if r.kind == "search"]
+
+
+def spark_search_rows(rows: list[dict[str, Any]]) -> Counter:
+    return Counter((r["rule"], r["id"], r["query_id"]) for r in rows if r["output"] == "match" and r["kind"] == "search")
+
+
+def embedded_search_rows(rules: list[Any], events: list[dict[str, Any]]) -> Counter:
+    eng = Engine(rules)
+    out = eng.process(events)
+    out.extend(eng.finish())
+    return Counter((m["rule"], m["id"], str(m["query_id"])) for m in out.matches if "query_id" in m)
+
+
+# ------------------------------------------------------------------ Spark
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_search_backfill_gives_the_embedded_engines_rows(spark: Any) -> None:
+    from spark_udf.api import apply_rules
+
+    rules = search_rules()
+    result = apply_rules(spark.read.schema(SCHEMA).json(str(HEADLINES)), rules)
+    rows = [r.asDict(recursive=True) for r in result.envelope.collect()]
+    exp = embedded_search_rows(rules, headlines())
+    assert spark_search_rows(rows) == exp and sum(exp.values()) > 150
+    assert {r["output"] for r in rows} == {"match"}  # the sample is in time order: nothing late
+    qantas = next(r for r in rows if r["query_id"] == "qantas")
+    assert json.loads(qantas["metadata"]) == {"ticker": "QAN"}
+    assert [(s["field"], s["start"] < s["end"]) for s in qantas["spans"]] == [("title", True)]
+    assert qantas["date"] and qantas["title"] and qantas["kind"] == "search"
+    assert result.counts()["matches"] == sum(exp.values())
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_search_backfill_reports_late_and_bad_times_as_the_embedded_engine_does(spark: Any, tmp_path: Path) -> None:
+    from spark_udf.api import apply_rules
+
+    events = headlines()[:300]
+    events[50] = {**events[50], "date": "2003-02-01"}  # behind the watermark: late
+    events[60] = {**events[60], "date": "not a date"}  # an error
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    rules = search_rules()
+    rows = [r.asDict(recursive=True) for r in apply_rules(spark.read.schema(SCHEMA).json(str(path)), rules)
+            .envelope.collect()]
+    eng = Engine(rules)
+    out = eng.process(events)
+    assert spark_search_rows(rows) == embedded_search_rows(rules, events)
+    for what, exp in (("late", out.late), ("error", out.errors)):
+        got = Counter((r["rule"], json.loads(r["event"])["id"], r["reason"]) for r in rows if r["output"] == what)
+        assert got == Counter((e["rule"], e["event"]["id"], e["reason"]) for e in exp) and len(exp) == 2
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_search_stream_gives_the_embedded_engines_rows(spark: Any, tmp_path: Path) -> None:
+    from spark_udf.api import apply_rules
+
+    events = headlines()
+    for i in range(3):
+        write_events(tmp_path / "in", i, events[i * 700:(i + 1) * 700])
+    rules = search_rules()
+    frame = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    query = apply_rules(frame, rules).write_stream(str(tmp_path / "out"), str(tmp_path / "ck"))
+    query.awaitTermination()
+    rows = [r.asDict(recursive=True) for r in spark.read.json(str(tmp_path / "out")).collect()]
+    assert spark_search_rows(rows) == embedded_search_rows(rules, events)
+
+
+MIXED_PATTERN = """
+  - name: qantas_streak
+    sql: |
+      SELECT * FROM news MATCH_RECOGNIZE (ORDER BY date
+        MEASURES FIRST(A.id) AS first_id, LAST(A.id) AS last_id, COUNT(A.*) AS n
+        AFTER MATCH SKIP PAST LAST ROW PATTERN (A{2}) DEFINE A AS title LIKE '%qantas%')
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_a_rule_file_of_patterns_analytics_and_search_runs_in_one_call(spark: Any, tmp_path: Path) -> None:
+    from spark_udf.api import apply_rules
+
+    text = MEDIA.read_text().replace("data/news_queries.jsonl", str(MEDIA.parent / "data" / "news_queries.jsonl"))
+    (tmp_path / "mixed.yaml").write_text(text + MIXED_PATTERN)
+    rules = list(load_rules(tmp_path / "mixed.yaml"))
+    assert sorted({r.kind for r in rules}) == ["analytics", "pattern", "search"]
+    result = apply_rules(spark.read.schema(SCHEMA).json(str(HEADLINES)), rules)
+    rows = [r.asDict(recursive=True) for r in result.envelope.collect()]
+    eng = Engine(rules)
+    out = eng.process(headlines())
+    out.extend(eng.finish())
+
+    def keyed(r: dict[str, Any]) -> tuple:
+        if r["rule"] == "busy_news_days":
+            return (r["rule"], r["headlines"], r["day"])
+        return (r["rule"], r["first_id"], r["last_id"], r["n"])
+
+    assert spark_search_rows(rows) == embedded_search_rows([r for r in rules if r.kind == "search"], headlines())
+    got = Counter(keyed(r) for r in rows if r["output"] == "match" and r["kind"] != "search")
+    exp = Counter(keyed(m) for m in out.matches if "query_id" not in m)
+    assert got == exp
+    assert {k[0] for k in exp} == {"busy_news_days", "qantas_streak"}
+    assert result.kind("search").count() == sum(spark_search_rows(rows).values())
+
+
+QUERIES_V1 = [{"id": "fire", "query": "fire*"}, {"id": "war", "query": "war"}]
+QUERIES_V2 = [{"id": "iraq", "query": "iraq", "metadata": {"desk": "world"}}, {"id": "war", "query": "war OR wars"}]
+
+
+def _write_queries(path: Path, queries: list[Any] | str, stamp: int) -> None:
+    path.write_text(queries if isinstance(queries, str) else "".join(json.dumps(q) + "\n" for q in queries))
+    os.utime(path, (stamp, stamp))
+
+
+def _watching_rule(folder: Path) -> Path:
+    rules = folder / "watch.yaml"
+    rules.write_text("""rules:
+  - name: desk
+    kind: search
+    from: news
+    default_fields: [title]
+    queries:
+      - {id: qantas, query: qantas}
+    queries_file: queries.jsonl
+""")
+    return rules
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_a_running_stream_picks_up_a_changed_queries_file_between_micro_batches(spark: Any, tmp_path: Path) -> None:
+    from spark_udf.api import apply_rules
+
+    queries = tmp_path / "queries.jsonl"
+    _write_queries(queries, QUERIES_V1, 1_600_000_000)
+    path = _watching_rule(tmp_path)
+    events = headlines()
+    parts = [events[:600], events[600:1200], events[1200:1800]]
+    write_events(tmp_path / "in", 0, parts[0])
+    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    query = apply_rules(frame, load_rules(path)).write_stream(
+        str(tmp_path / "out"), str(tmp_path / "ck"), trigger="processing-time=0 seconds")
+    try:
+        query.processAllAvailable()
+        version1 = load_rules(path)
+        _write_queries(queries, QUERIES_V2, 1_600_000_100)
+        version2 = load_rules(path)
+        write_events(tmp_path / "in", 1, parts[1])
+        query.processAllAvailable()
+        _write_queries(queries, '{"id": "broken", "query": "(unclosed"}\n{"id": "iraq", "query": "iraq"}\n',
+                       1_600_000_200)  # a query that does not load is left out, the others run
+        version3 = [replace(r, spec=replace(r.spec, queries=tuple(q for q in r.spec.queries if q.id != "war")))
+                    for r in version2]
+        write_events(tmp_path / "in", 2, parts[2])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = [r.asDict(recursive=True) for r in spark.read.json(str(tmp_path / "out")).collect()]
+    exp = (embedded_search_rows(list(version1), parts[0]) + embedded_search_rows(list(version2), parts[1])
+           + embedded_search_rows(list(version3), parts[2]))
+    assert spark_search_rows(rows) == exp
+    assert {q for _, _, q in exp} == {"qantas", "fire", "war", "iraq"}
+    errors = [r for r in rows if r["output"] == "error"]
+    assert errors and all(r["rule"] == "desk" and "changed; 1 problem: what does not load is left out, running 2 "
+                          "queries" in r["reason"] for r in errors)
+    assert all(r["source"] == str(queries.resolve()) for r in errors)
+
+
+# ------------------------------------------------------------------ the worker side, without Spark
+
+
+def test_a_worker_reloads_a_changed_queries_file_only_when_its_content_changed(tmp_path: Path) -> None:
+    queries = tmp_path / "queries.jsonl"
+    _write_queries(queries, QUERIES_V1, 1_600_000_000)
+    (rule,) = load_rules(_watching_rule(tmp_path))
+    live = _Live(rule.name, rule.spec, 0, file_stamp(str(queries)))
+    first = live.op
+    doc = [{"id": 1, "title": "qantas fire war iraq"}]
+    out = OperatorOutput()
+    live.refresh(out)
+    assert live.op is first and not out.errors
+    os.utime(queries, (1_600_000_050, 1_600_000_050))  # touched, same content: nothing rebuilt
+    live.refresh(out)
+    assert live.op is first
+    _write_queries(queries, QUERIES_V2, 1_600_000_100)
+    live.refresh(out)
+    assert sorted(m["query_id"] for m in live.op.process(doc).matches) == ["iraq", "qantas", "war"]
+    _write_queries(queries, '{"id": "qantas", "query": "x"}\n{"id": "fire", "query": "fire*"}\n', 1_600_000_200)
+    live.refresh(out)
+    live.refresh(out)
+    (err,) = out.errors  # reported once per content
+    assert err["reason"].startswith(f"queries file {queries.resolve()} changed; 1 problem: what does not load is "
+                                    "left out, running 2 queries: ")
+    assert "duplicate query id 'qantas' (first defined at the rule file)" in err["reason"]
+    assert sorted(m["query_id"] for m in live.op.process(doc).matches) == ["fire", "qantas"]
+    queries.unlink()
+    live.refresh(out)
+    live.refresh(out)
+    assert [e["reason"] for e in out.errors[1:]] == [
+        f"queries file {queries.resolve()} cannot be read (FileNotFoundError); running the rule file's 1 queries only"]
+    assert [m["query_id"] for m in live.op.process(doc).matches] == ["qantas"]
+
+
+def test_the_shipped_query_sets_rebuild_the_same_index() -> None:
+    from spark_udf.search import pack_query_sets
+
+    rules = search_rules()
+    blob, digest = pack_query_sets(rules)
+    assert pack_query_sets(search_rules())[1] == digest  # the same rules: the same cache entry
+    sets = pickle.loads(blob)
+    events = headlines()[:400]
+    for r in rules:
+        spec, lateness = sets[r.name]
+        live = _Live(r.name, spec, lateness, None)
+        got = Counter((m["rule"], m["id"], str(m["query_id"])) for m in live.op.process(events).matches)
+        assert got == embedded_search_rows([r], events)
