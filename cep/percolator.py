@@ -1642,15 +1642,15 @@ class _Segment:
         # or None, ranged), where ranged holds (slot, range checks) decided by the document's
         # numbers; None for keys only used to check candidates
         self.post: list[tuple[tuple[int, ...], tuple[int, ...], dict[int, Any] | None,
-                              tuple[Any, ...]] | None]
+                              dict[int, Any]] | None]
         self.post = [None] * n
         for k in set(proven) | set(cands) | set(pairs) | set(ranged):
             by_second = pairs.get(k)
             self.post[k] = (
                 tuple(proven.get(k, ())), tuple(cands.get(k, ())),
-                ({k2: (tuple(a), tuple(b), tuple(c)) for k2, (a, b, c) in by_second.items()}
+                ({k2: (tuple(a), tuple(b), dict(c)) for k2, (a, b, c) in by_second.items()}
                  if by_second else None),
-                tuple(ranged.get(k, ())),
+                dict(ranged.get(k, ())),
             )
 
         # The same postings as arrays, over local numbers.
@@ -1869,8 +1869,11 @@ class _Segment:
             if lex.phrases:
                 # phrases over all the documents' terms at once; a hit counts where it lies
                 # inside one document holding one value (else that document is scanned)
-                single = np.fromiter((v.single_terms(fld) is not None for v in views),
-                                     dtype=bool, count=n)
+                if lex is self.merged:  # identical lists: one plain value each
+                    single = np.ones(n, dtype=bool)
+                else:
+                    single = np.fromiter((v.single_terms(fld) is not None for v in views),
+                                         dtype=bool, count=n)
                 at, pkids, sizes = lex.phrase_hits(flat)
                 if at:
                     first = np.array(at, dtype=np.int64)
@@ -2474,12 +2477,17 @@ class Percolator(_QuerySet):
         results = []
         n_err = 0
         result = self._result
+        by_slot = snap.by_slot
         for i in range(n):
             a, b = bounds[i], bounds[i + 1]
             # slots stay a numpy slice (not traversed by the garbage collector)
-            res = result(snap, views[i], m_slot[a:b], all_ids[a:b], errors[i], highlight,
-                         cands[i], vers[i])
-            n_err += len(res.errors)
+            if highlight or errors[i]:
+                res = result(snap, views[i], m_slot[a:b], all_ids[a:b], errors[i], highlight,
+                             cands[i], vers[i])
+                n_err += len(res.errors)
+            else:
+                res = DocumentMatches(all_ids[a:b], m_slot[a:b], by_slot, None, None, cands[i],
+                                      vers[i])
             results.append(res)
         stats = BatchStats(n, int(cand_count.sum()), int(verified.sum()), len(m_slot), n_err,
                            time.perf_counter() - t0)

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cep.percolator as perc_mod
 from cep.percolator import (
@@ -23,7 +25,7 @@ from cep.percolator import (
     _TermKeys,
     available_automata,
 )
-from patterns.analysis import AnalysisConfig
+from patterns.analysis import AnalysisConfig, Analyzer
 from patterns.errors import CepError
 from patterns.lucene import PhraseNode, QueryConfig
 
@@ -50,6 +52,16 @@ def same_as_baseline(queries: list[str], docs: list[dict[str, Any]], **options: 
     assert [(r.candidates, r.verified) for r in one] == [
         (r.candidates, r.verified) for r in vec]
     return each
+
+
+# --- analysis -------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_ascii_terms_equal_the_token_regex(text: str) -> None:
+    """Plain analysis splits ASCII text by byte translation; the regex is the reference."""
+    assert Analyzer().terms(text) == [t.lower() for t in re.findall(r"[^\W_]+", text)]
 
 
 # --- the term dictionary --------------------------------------------------------------------
