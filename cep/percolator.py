@@ -96,8 +96,9 @@ class PercolatorConfig:
     lookup per document term), exact phrases by Aho-Corasick; ``aho``: every key but wildcards
     by one Aho-Corasick pass over ``" tok1 tok2 ... "``."""
     automaton: Literal["auto", "pyahocorasick", "ahocorasick_rs", "hyperscan"] = "auto"
-    """The library behind the Aho-Corasick passes; ``auto`` takes the fastest installed
-    (measured: ahocorasick_rs, else pyahocorasick, which is always installed)."""
+    """The library behind the Aho-Corasick passes; ``auto`` takes the fastest installed for the
+    scanner's workload (measured: pyahocorasick for ``aho``'s dense hits, ahocorasick_rs, else
+    pyahocorasick, for ``dict``'s phrases); pyahocorasick is always installed."""
     term_cache_size: int = 250_000
     """Distinct document terms whose keys each segment remembers per field (about 100 bytes
     each); past it, a new term is resolved again wherever it occurs (see :class:`_TermKeys`)."""
@@ -1365,7 +1366,12 @@ _SCANNERS: dict[str, type[_Scanner]] = {
     c.name: c for c in (_PyAhoCorasick, _AhoCorasickRs, _Hyperscan)
 }
 # Fastest first, as measured by benchmarks/bench_percolator.py (see docs/search.md).
-_AUTO_ORDER = ("ahocorasick_rs", "pyahocorasick")
+_AUTO_ORDER = {
+    # every key of every token (7 hits per headline): pyahocorasick was fastest, one string at
+    # a time and in batches; exact phrases only (sparse): ahocorasick_rs, one at a time
+    "dense": ("pyahocorasick",),
+    "sparse": ("ahocorasick_rs", "pyahocorasick"),
+}
 
 
 def available_automata() -> list[str]:
@@ -1386,11 +1392,12 @@ def available_automata() -> list[str]:
     return out
 
 
-def _scanner_class(name: str) -> type[_Scanner]:
-    """The scanner for ``PercolatorConfig.automaton`` (``auto``: the fastest installed)."""
+def _scanner_class(name: str, workload: str = "dense") -> type[_Scanner]:
+    """The scanner for ``PercolatorConfig.automaton`` (``auto``: the fastest installed for a
+    ``dense`` or ``sparse`` workload, as measured by benchmarks/bench_percolator.py)."""
     if name == "auto":
         have = available_automata()
-        return _SCANNERS[next(n for n in _AUTO_ORDER if n in have)]
+        return _SCANNERS[next(n for n in _AUTO_ORDER[workload] if n in have)]
     if name not in available_automata():
         raise CepError(f"automaton {name!r} is not installed: pip install {name}, or use "
                        "automaton='auto' (the fastest installed one)")
@@ -1708,7 +1715,9 @@ class _Segment:
         by_field: dict[str | None, list[tuple[str, str, int]]] = defaultdict(list)
         for (fld, key_kind, text), k in key_ids.items():
             by_field[fld].append((key_kind, text, k))
-        make_scanner = _scanner_class(config.automaton)
+        # scanner="dict" scans phrases only (sparse hits), "aho" every key (dense)
+        make_scanner = _scanner_class(config.automaton,
+                                      "sparse" if config.scanner == "dict" else "dense")
         self.automaton_name = make_scanner.name
         limit = config.term_cache_size
         every: tuple[dict[str, list[int]], dict[str, list[int]], list[tuple[str, int]],

@@ -312,6 +312,14 @@ def test_every_automaton_gives_the_same_matches(name: str) -> None:
         same_as_baseline(queries, docs, scanner=scanner, automaton=name)
 
 
+def test_auto_takes_the_measured_fastest_installed() -> None:
+    sparse = "ahocorasick_rs" if "ahocorasick_rs" in available_automata() else "pyahocorasick"
+    for scanner, want in (("dict", sparse), ("aho", "pyahocorasick")):
+        p = Percolator(PercolatorConfig(scanner=scanner))  # type: ignore[arg-type]
+        p.register("q", '"a b"')
+        assert p.snapshot().segments[0].automaton_name == want
+
+
 def test_automaton_config_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="automaton must be 'auto' or one of pyahocorasick, "
                                          "ahocorasick_rs, hyperscan, got 'fast'"):
