@@ -64,6 +64,7 @@ def register_stemmer(name: str, stem: Callable[[str], str]) -> None:
         >>> register_stemmer("chop", lambda t: t[:4])
         >>> Analyzer(AnalysisConfig(stemmer="chop")).terms("Elephants")
         ['elep']
+        >>> del STEMMERS["chop"]  # (the example leaves the registry as it found it)
     """
     STEMMERS[name] = stem
 
