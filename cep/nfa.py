@@ -178,6 +178,7 @@ class PatternAutomaton:
         self.time_index = layout.col_index[mr.order_by]
         self._init_dfa()
         self.fast_plan = self._fast_plan()
+        self._fast_cache: dict[tuple[int, ...], list[int]] = {}
 
     # ------------------------------------------------------------------ compile helpers
     def _closure(self, pc: int) -> tuple[int, ...]:
@@ -598,7 +599,10 @@ class PatternAutomaton:
                             ]
                             break
             if attempts:
-                self._resolve(st, emit, stats, past_last)
+                head = attempts[0]
+                # (what _resolve would do: nothing while the head lives and cannot skip others)
+                if not head.threads or (past_last and head.best is not None and len(attempts) > 1):
+                    self._resolve(st, emit, stats, past_last)
                 if len(attempts) > stats.partial_matches_peak:
                     stats.partial_matches_peak = len(attempts)
             j += 1
@@ -677,19 +681,18 @@ class PatternAutomaton:
             plan.append((m.name, kind, self.layout.var_set(col.var), self.layout.col_index[col.name]))
         return plan
 
-    def _fast_row(self, st: KeyState, fm: FastMatch, number: int) -> dict[str, Any]:
-        rows, base = st.rows, st.base
-        start = fm.rno - fm.n + 1
-        first_row = rows[start - base]
-        out = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
-        vids = fm.vids
+    def _fast_rows_of(self, vids: list[int]) -> list[int]:
+        """Per fast-plan measure, the row (index into the match) it reads; -1 for NULL, -2 for the
+        match number, -3 for the classifier. The same variable sequence always maps the same way."""
+        key = tuple(vids)
+        got = self._fast_cache.get(key)
+        if got is not None:
+            return got
         assert self.fast_plan is not None
-        for name, kind, vs, ci in self.fast_plan:
-            if kind == "MN":
-                out[name] = number
-                continue
-            if kind == "CLS":
-                out[name] = self.var_names[vids[-1]]
+        out = []
+        for _, kind, vs, _ci in self.fast_plan:
+            if kind in ("MN", "CLS"):
+                out.append(-2 if kind == "MN" else -3)
                 continue
             idx = -1
             if vs is None:
@@ -704,7 +707,27 @@ class PatternAutomaton:
                     if v in vs:
                         idx = i
                         break
-            out[name] = rows[start + idx - base][ci] if idx >= 0 else None
+            out.append(idx)
+        if len(self._fast_cache) < 4096:
+            self._fast_cache[key] = out
+        return out
+
+    def _fast_row(self, st: KeyState, fm: FastMatch, number: int) -> dict[str, Any]:
+        rows, base = st.rows, st.base
+        start = fm.rno - fm.n + 1
+        at = start - base
+        first_row = rows[at]
+        out = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
+        assert self.fast_plan is not None
+        for (name, _, _, ci), idx in zip(self.fast_plan, self._fast_rows_of(fm.vids)):
+            if idx >= 0:
+                out[name] = rows[at + idx][ci]
+            elif idx == -1:
+                out[name] = None
+            elif idx == -2:
+                out[name] = number
+            else:
+                out[name] = self.var_names[fm.vids[-1]]
         return out
 
     # ------------------------------------------------------------------ output
