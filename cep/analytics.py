@@ -37,7 +37,7 @@ import pandas as pd
 
 from cep.events import EventBatch, format_time, parse_times, to_batch
 from cep.expressions import ColumnarUnsupported, _compile_common, compile_columnar, truthy
-from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, _typed
+from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, _typed, load_state
 from patterns import ast as A
 from patterns.analytics import AggRef, Aggregate, AnalyticsSpec, PrevRef, rebuild_expr
 from sketches import (
@@ -2313,13 +2313,7 @@ class WindowOperator:
 
     def restore(self, data: bytes) -> None:
         """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
-        if not data or data[0] != STATE_VERSION:
-            got = data[0] if data else None
-            raise StateVersionError(
-                f"rule {self.name!r}: snapshot has state version {got}, this engine reads version "
-                f"{STATE_VERSION}; replay the input from the start or use the engine that wrote it"
-            )
-        state = pickle.loads(data[1:])
+        state = load_state(data, STATE_VERSION, self.name)
         if state["fingerprint"] != self._fingerprint():
             raise StateVersionError(
                 f"rule {self.name!r}: the snapshot was taken for a different analytics rule (its SQL, sketch "

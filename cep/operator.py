@@ -33,6 +33,17 @@ class StateVersionError(CepError):
     """A snapshot written by another state encoding or for another rule."""
 
 
+def load_state(data: bytes, version: int, rule: str) -> dict:
+    """A snapshot's state dict, after checking its version byte (operators' snapshot format)."""
+    if not data or data[0] != version:
+        got = data[0] if data else None
+        raise StateVersionError(
+            f"rule {rule!r}: snapshot has state version {got}, this engine reads version "
+            f"{version}; replay the input from the start or use the engine that wrote it"
+        )
+    return pickle.loads(data[1:])
+
+
 @dataclass
 class OperatorCounts:
     """What an operator has seen: every event read is processed, late, or an error."""
@@ -805,13 +816,7 @@ class PatternOperator:
 
     def restore(self, data: bytes) -> None:
         """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
-        if not data or data[0] != STATE_VERSION:
-            got = data[0] if data else None
-            raise StateVersionError(
-                f"rule {self.name!r}: snapshot has state version {got}, this engine reads version "
-                f"{STATE_VERSION}; replay the input from the start or use the engine that wrote it"
-            )
-        state = pickle.loads(data[1:])
+        state = load_state(data, STATE_VERSION, self.name)
         if state["program"] != self.automaton.ins:
             raise StateVersionError(
                 f"rule {self.name!r}: the snapshot was taken for a different pattern; "
