@@ -172,15 +172,26 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
     )
 
 
+def _kind_figures(f: RuleFigures) -> str:
+    """What matters for a rule of this kind beyond the shared columns (search, analytics)."""
+    x = f.extra
+    if f.kind == "search" and x.get("documents"):
+        return (f"{x.get('candidates', 0) / x['documents']:.1f} candidates/doc, "
+                f"{f.matches / x['documents']:.2f} matches/doc")
+    if f.kind == "analytics" and "windows" in x:
+        return f"{x['windows']:,} windows, {x.get('corrections', 0):,} corrections"
+    return ""
+
+
 def _table(res: BenchResult) -> str:
     head = ["rule", "kind", "events/s alone", "matches", "late", "errors", "peak partial", "end partial",
-            "ingest", "predicates", "automaton"]
+            "ingest", "predicates", "automaton", "kind figures"]
     rows = []
     for f in res.rules:
-        t = f.seconds_ingest + f.seconds_predicates + f.seconds_automaton or 1.0
+        t = f.seconds_ingest + f.seconds_predicates + f.seconds_automaton
+        split = [f"{x / t:.0%}" for x in (f.seconds_ingest, f.seconds_predicates, f.seconds_automaton)] if t else ["-"] * 3
         rows.append([f.rule, f.kind, f"{f.events_per_s_alone:,.0f}", f"{f.matches:,}", f"{f.late:,}", f"{f.errors:,}",
-                     f"{f.partial_matches_peak:,}", f"{f.partial_matches_end:,}",
-                     f"{f.seconds_ingest / t:.0%}", f"{f.seconds_predicates / t:.0%}", f"{f.seconds_automaton / t:.0%}"])
+                     f"{f.partial_matches_peak:,}", f"{f.partial_matches_end:,}", *split, _kind_figures(f)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
     for r in rows:

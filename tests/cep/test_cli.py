@@ -196,3 +196,27 @@ def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
     assert len(res["timeline"]) == 5 and res["timeline"][-1]["events"] == 1255
     assert out_png.stat().st_size > 1000
     assert main(["bench", str(REPO / "rules/trading.yaml"), "--input", "nope.jsonl"]) == 2
+
+
+def test_bench_reports_search_and_analytics_figures(tmp_path, capsys):
+    out_json = tmp_path / "b.json"
+    assert main(["bench", str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
+                 "--repeat", "1", "--json", str(out_json)]) == 0
+    table = capsys.readouterr().out
+    res = json.loads(out_json.read_text())
+    by_rule = {r["rule"]: r for r in res["rules"]}
+    search = by_rule["desk_alerts"]
+    assert search["extra"]["documents"] == 2000
+    per_doc = f"{search['extra']['candidates'] / 2000:.1f} candidates/doc, {search['matches'] / 2000:.2f} matches/doc"
+    assert per_doc in table
+    # the same matches as a plain run of the rule file
+    eng_rows = [json.loads(x) for x in _run_rows(tmp_path, "rules/media.yaml", "rules/data/headlines_sample.jsonl")]
+    assert search["matches"] == sum(1 for r in eng_rows if r["rule"] == "desk_alerts")
+    windows = by_rule["busy_news_days"]["extra"]["windows"]
+    assert f"{windows:,} windows, 0 corrections" in table
+
+
+def _run_rows(tmp_path, rules: str, events: str) -> list[str]:
+    out = tmp_path / "run.jsonl"
+    assert main(["run", str(REPO / rules), "--input", str(REPO / events), "--output", str(out), "--quiet"]) == 0
+    return out.read_text().splitlines()
