@@ -112,6 +112,7 @@ STEPS: tuple[Step, ...] = (
     Step("spark", "bench_spark.py", (), ("--quick",), ("spark.json",), needs=_need_spark),
     # no --quick: a short run instead
     Step("caps", "bench_caps.py", (), ("--events", "20000"), ("caps.json",)),
+    Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
     Step("soak", "bench_soak.py", (),
          ("--events", "200000", "--keys", "2000", "--ttl", "20000", "--samples", "10",
           "--baseline-events", "100000"),
@@ -441,6 +442,17 @@ def _flink_diff(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def _real(d: dict[str, Any]) -> list[str]:
+    rows = []
+    for w in d.get("workloads", []):
+        for f in w.get("rule_files", []):
+            rows.append([w.get("workload", "-"), f.get("rules", "-"), _num(w.get("events")), _num(f.get("events_per_cpu_s")),
+                         _num(f.get("complex_events")), "yes" if f.get("counts_add_up") else "no",
+                         "yes" if f.get("same_rows_in_batches_of_997") else "no"])
+    return _table(["workload", "rule file", "events", "events/cpu-s", "complex events", "counts add up",
+                   "same rows in batches of 997"], rows)
+
+
 SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[str]]], ...] = (
     # (step name, title, results file, table builder)
     ("patterns", "Patterns", "patterns.json", _patterns),
@@ -449,6 +461,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[str]]], ...
     ("analytics", "Windowed analytics", "analytics.json", _analytics),
     ("spark", "Spark operators", "spark.json", _spark),
     ("caps", "Partial-match caps", "caps.json", _caps),
+    ("real", "Real workloads", "real.json", _real),
     ("soak", "Soak", "soak.json", _soak),
     ("flink_peer", "Flink as a peer", "flink_peer.json", _flink_peer),
     ("flink_diff", "Flink as an oracle", "flink_diff.json", _flink_diff),
