@@ -35,9 +35,17 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from cep.events import EventBatch, format_time, parse_times, to_batch
+from cep.events import EventBatch, parse_times, to_batch
 from cep.expressions import ColumnarUnsupported, _compile_common, compile_columnar, truthy
-from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, _typed, load_state
+from cep.operator import (
+    OperatorCounts,
+    OperatorOutput,
+    StateVersionError,
+    _typed,
+    late_row,
+    load_state,
+)
+from cep.seen import key_hashes
 from patterns import ast as A
 from patterns.analytics import AggRef, Aggregate, AnalyticsSpec, PrevRef, rebuild_expr
 from sketches import (
@@ -1964,17 +1972,7 @@ class WindowOperator:
         for j in np.flatnonzero(late).tolist():
             i = int(cand[j])
             self.counts.late += 1
-            behind = int(wm_before[j] - ts[j])
-            out.late.append({
-                "rule": self.name,
-                "source": batch.source,
-                "line": batch.line_of(i),
-                "reason": (
-                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
-                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
-                ),
-                "event": batch.record(i),
-            })
+            out.late.append(late_row(self.name, batch, i, int(ts[j]), int(wm_before[j]), self.lateness))
         if late.any():
             ev = ev.take(~late, self.kernels)
             cand = cand[~late]
@@ -2147,15 +2145,10 @@ class WindowOperator:
         missing = [k for k in uk.tolist() if k not in self._key_hash]
         if missing:
             vals = [self._key_values[k] for k in missing]
-            if not self.key_cols:
-                h = np.zeros(len(vals), dtype=np.uint64)
-            elif len(self.key_cols) == 1:
-                h = hash128(vals).h0
-            else:
-                h = np.zeros(len(vals), dtype=np.uint64)
-                for j in range(len(self.key_cols)):
-                    with np.errstate(over="ignore"):
-                        h = h * _MIX + hash128([v[j] for v in vals]).h0
+            if len(self.key_cols) == 1:
+                h = key_hashes(vals)
+            else:  # no key: () hashes to 0; several columns: tuples, mixed column by column
+                h = key_hashes([tuple(v) for v in vals]) if self.key_cols else np.zeros(len(vals), dtype=np.uint64)
             for k, hv in zip(missing, h.tolist()):
                 self._key_hash[k] = hv
         arr = np.fromiter((self._key_hash[k] for k in uk.tolist()), dtype=np.uint64, count=len(uk))

@@ -44,6 +44,20 @@ def load_state(data: bytes, version: int, rule: str) -> dict:
     return pickle.loads(data[1:])
 
 
+def late_row(rule: str, batch: EventBatch, i: int, ts: int, watermark: int, lateness: int) -> dict[str, Any]:
+    """The late-events output row of event ``i`` of ``batch``: where it came from and by how much."""
+    return {
+        "rule": rule,
+        "source": batch.source,
+        "line": batch.line_of(i),
+        "reason": (
+            f"late: event time {format_time(ts)} is {watermark - ts} ms behind the watermark "
+            f"{format_time(watermark)} (allowed lateness {lateness} ms)"
+        ),
+        "event": batch.record(i),
+    }
+
+
 @dataclass
 class OperatorCounts:
     """What an operator has seen: every event read is processed, late, or an error."""
@@ -307,18 +321,7 @@ class PatternOperator:
         for j in np.flatnonzero(late):
             i = int(idx[j])
             self.counts.late += 1
-            behind = int(wm_before[j] - ts[j])
-            rec = {
-                "rule": self.name,
-                "source": batch.source,
-                "line": batch.line_of(i),
-                "reason": (
-                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
-                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
-                ),
-                "event": batch.record(i),
-            }
-            out.late.append(rec)
+            out.late.append(late_row(self.name, batch, i, int(ts[j]), int(wm_before[j]), self.lateness))
         keep = ~late
         # on the caller's clock only accepted events count (a late one may lie past this
         # operator's keys' maximum when other keys moved the caller's watermark)

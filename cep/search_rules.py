@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import EventBatch, format_time, parse_times, to_batch
-from cep.operator import OperatorCounts, OperatorOutput, StateVersionError
+from cep.events import EventBatch, parse_times, to_batch
+from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, late_row
 from cep.percolator import Percolator, PercolatorConfig
 from patterns.search_rules import ROW_FIELDS, STREAM_FIELD, SearchSpec
 
@@ -216,17 +216,7 @@ class SearchOperator:
         for j in np.flatnonzero(late).tolist():
             i = int(good[j])
             self.counts.late += 1
-            behind = int(wm_before[j] - ts[j])
-            out.late.append({
-                "rule": self.name,
-                "source": batch.source,
-                "line": batch.line_of(i),
-                "reason": (
-                    f"late: event time {format_time(int(ts[j]))} is {behind} ms behind the watermark "
-                    f"{format_time(int(wm_before[j]))} (allowed lateness {self.lateness} ms)"
-                ),
-                "event": batch.record(i),
-            })
+            out.late.append(late_row(self.name, batch, i, int(ts[j]), int(wm_before[j]), self.lateness))
             take[i] = False
         self.max_ts = int(run[-1])
         return take

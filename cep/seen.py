@@ -25,32 +25,42 @@ def key_hashes(keys: list[Any]) -> np.ndarray:
     """A stable 64-bit hash per partition key: a value, or a tuple of values for several columns.
 
     Stable across processes and machines (MurmurHash3 of the value, not Python's ``hash``), so
-    the filter means the same after a restore elsewhere.
+    the filter means the same after a restore elsewhere. A tuple mixes its columns' hashes in
+    order (``h = h * MIX + hash(column)``, from 0), each column hashed as one batch; the empty
+    tuple (no PARTITION BY) hashes to 0.
 
     Example:
-        >>> h = key_hashes(["alice", "bob", "alice", (1, "x")])
+        >>> h = key_hashes(["alice", "bob", "alice"])
         >>> bool(h[0] == h[2]), bool(h[0] == h[1]), h.dtype.name
         (True, False, 'uint64')
+        >>> t = key_hashes([(1, "x"), (1, "y"), (1, "x")])
+        >>> bool(t[0] == t[2]), bool(t[0] == t[1])
+        (True, False)
     """
     out = np.zeros(len(keys), dtype=np.uint64)
     plain = [i for i, k in enumerate(keys) if not isinstance(k, tuple)]
     if plain:
-        hb = hash128([keys[i] for i in plain])
-        vals = np.zeros(len(plain), dtype=np.uint64)
-        if hb.valid is None:
-            vals[:] = hb.h0
-        else:
-            vals[np.flatnonzero(hb.valid)] = hb.h0
-        out[plain] = vals
+        out[plain] = _column_hashes([keys[i] for i in plain])
+    by_width: dict[int, list[int]] = {}
     for i, k in enumerate(keys):
         if isinstance(k, tuple):
-            h = np.uint64(len(k))
+            by_width.setdefault(len(k), []).append(i)
+    for width, rows in by_width.items():
+        h = np.zeros(len(rows), dtype=np.uint64)
+        for j in range(width):
             with np.errstate(over="ignore"):
-                for part in k:
-                    hp = hash128([part])
-                    h = h * _MIX + (hp.h0[0] if len(hp.h0) else np.uint64(0))
-            out[i] = h
+                h = h * _MIX + _column_hashes([keys[i][j] for i in rows])
+        out[rows] = h
     return out
+
+
+def _column_hashes(values: list[Any]) -> np.ndarray:
+    hb = hash128(values)
+    if hb.valid is None:
+        return hb.h0
+    h = np.zeros(len(values), dtype=np.uint64)
+    h[np.flatnonzero(hb.valid)] = hb.h0
+    return h
 
 
 class SeenFilter:
