@@ -66,6 +66,8 @@ _POS = np.iinfo(np.int64).max
 _HLL_M = float(1 << ADDR_BITS)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _MAX_CHUNKS = 8
+_MAX_PENDING = 512  # session engine: applied runs held before one aggregation
+_MAX_PENDING_EVENTS = 65_536
 _GC_KEYS = 65_536
 
 
@@ -179,8 +181,8 @@ class _Kernel:
     def take(self, inputs: tuple, sel: np.ndarray) -> tuple:
         return tuple(x[sel] for x in inputs)
 
-    def concat(self, a: tuple, b: tuple) -> tuple:
-        return tuple(np.concatenate((x, y)) for x, y in zip(a, b))
+    def concat(self, parts: list[tuple]) -> tuple:
+        return tuple(np.concatenate(cols) for cols in zip(*parts))
 
     def build(self, inputs: tuple, g: _Groups, cells: np.ndarray) -> Any:
         raise NotImplementedError
@@ -846,7 +848,7 @@ class _CountStar(_Kernel):
     def take(self, inputs, sel):
         return ()
 
-    def concat(self, a, b):
+    def concat(self, parts):
         return ()
 
     def build(self, inputs, g, cells):
@@ -1288,6 +1290,13 @@ class _SessionWindows:
         self.root_of: dict[int, int] = {}
         self.chunks: list[_Partial] = []
         self.next_sid = 0
+        # events applied but not yet aggregated, with their session ids: aggregated together when
+        # a session is read or the list grows (one build per run of events, not one per event)
+        self.pending: list[tuple[_Events, np.ndarray]] = []
+        self.pending_n = 0
+        # a lower bound of next_threshold() (None: unknown): below it advance() has nothing to do;
+        # sessions only ever end later as events extend or merge them, new ones lower it
+        self.low: int | None = None
 
     def split_before(self, ts: np.ndarray, prior: np.ndarray) -> np.ndarray:
         """Out-of-order events may extend or bridge sessions: each one is applied on its own."""
@@ -1305,6 +1314,8 @@ class _SessionWindows:
         self.last = np.concatenate((self.last, last))
         self.fired = np.concatenate((self.fired, np.zeros(len(kid), dtype=bool)))
         self.dirty = np.concatenate((self.dirty, np.zeros(len(kid), dtype=bool)))
+        if self.low is not None and len(kid):
+            self.low = min(self.low, int(last.min()) + self.gap)
         return sid
 
     def apply(self, ev: _Events, clock_before: int) -> None:
@@ -1315,7 +1326,19 @@ class _SessionWindows:
             sid_of = np.array([self._one(int(ev.kid[0]), int(ev.ts[0]))], dtype=np.int64)
         else:
             sid_of = self._ordered(ev)
-        self.chunks.append(self.op._build(ev, sid_of))
+        self.pending.append((ev, sid_of))
+        self.pending_n += n
+        if len(self.pending) >= _MAX_PENDING or self.pending_n >= _MAX_PENDING_EVENTS:
+            self._build_pending()
+
+    def _build_pending(self) -> None:
+        """Aggregate the pending events into one chunk (cells: the session ids they joined)."""
+        if not self.pending:
+            return
+        kernels = self.op.kernels
+        evs, sids = [e for e, _ in self.pending], [c for _, c in self.pending]
+        self.pending, self.pending_n = [], 0
+        self.chunks.append(self.op._build(_cat_events(evs, kernels), np.concatenate(sids)))
         if len(self.chunks) > 4 * _MAX_CHUNKS:
             self._compact()
 
@@ -1415,6 +1438,15 @@ class _SessionWindows:
             self.chunks = [_combine(self.chunks, self.op.kernels, self._mapper(), keep=np.sort(self.sid))]
 
     def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
+        if not final and self.low is not None and clock < self.low:
+            return []  # no session ends (or stops taking corrections) before the clock
+        self._build_pending()
+        out = self._advance(clock, r_all, seg_start, final)
+        thr = self.next_threshold()
+        self.low = _POS if thr is None else thr
+        return out
+
+    def _advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool) -> list[_Emission]:
         op = self.op
         lat = op.lateness
         end = self.last + self.gap
@@ -1515,12 +1547,14 @@ class _SessionWindows:
         return int(np.where(self.fired, end + self.op.lateness, end).min())
 
     def state(self) -> dict:
+        self._build_pending()
         keys = (*self.COLS, "emitted", "absorbed", "root_of", "chunks", "next_sid")
         return {k: getattr(self, k) for k in keys}
 
     def load(self, st: dict) -> None:
         for k, v in st.items():
             setattr(self, k, v)
+        self.pending, self.pending_n, self.low = [], 0, None
 
 
 def _triggers(r_all: np.ndarray, thresholds: np.ndarray, seg_start: int, final: bool) -> np.ndarray:
@@ -1589,7 +1623,7 @@ class _SlideWindows:
         self.seq += len(ev)
         if self.pending is not None:
             self.pending.pos[:] = -1  # arrived in an earlier call (one segment per call here)
-        self.pending = ev if self.pending is None else _cat_events(self.pending, ev, self.op.kernels)
+        self.pending = ev if self.pending is None else _cat_events([self.pending, ev], self.op.kernels)
         self.pending_seq = np.concatenate((self.pending_seq, seq))
         self.op.counts.buffered = len(self.pending)
 
@@ -1615,7 +1649,7 @@ class _SlideWindows:
         new_seq = new_seq[order]
         op._mark_first_seen(new)
         if self.kept is not None and len(self.kept):
-            allev = _cat_events(self.kept, new, kernels)
+            allev = _cat_events([self.kept, new], kernels)
             all_seq = np.concatenate((self.kept_seq, new_seq))
             is_new = np.concatenate((np.zeros(len(self.kept), dtype=bool), np.ones(len(new), dtype=bool)))
         else:
@@ -1684,18 +1718,23 @@ class _SlideWindows:
             setattr(self, k, v)
 
 
-def _cat_events(a: _Events, b: _Events, kernels: list[_Kernel]) -> _Events:
+def _cat_events(parts: list[_Events], kernels: list[_Kernel]) -> _Events:
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
     return _Events(
-        np.concatenate((a.ts, b.ts)), np.concatenate((a.kid, b.kid)), np.concatenate((a.pos, b.pos)),
-        [k.concat(x, y) for k, x, y in zip(kernels, a.inputs, b.inputs)],
-        {c: _concat_cols(a.cols[c], b.cols[c]) for c in a.cols},
+        np.concatenate([e.ts for e in parts]), np.concatenate([e.kid for e in parts]),
+        np.concatenate([e.pos for e in parts]),
+        [k.concat([e.inputs[i] for e in parts]) for i, k in enumerate(kernels)],
+        {c: _concat_cols([e.cols[c] for e in parts]) for c in first.cols},
     )
 
 
-def _concat_cols(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype != b.dtype and (a.dtype == object or b.dtype == object or a.dtype.kind != b.dtype.kind):
-        return np.concatenate((a.astype(object), b.astype(object)))
-    return np.concatenate((a, b))
+def _concat_cols(cols: list[np.ndarray]) -> np.ndarray:
+    kinds = {c.dtype for c in cols}
+    if len(kinds) > 1 and (any(k.kind == "O" for k in kinds) or len({k.kind for k in kinds}) > 1):
+        return np.concatenate([c.astype(object) for c in cols])
+    return np.concatenate(cols)
 
 
 def _events_getstate(self):
