@@ -1,9 +1,12 @@
 """``cep bench``: measure a rule file on your own events (throughput, matches, state, time split).
 
-The input is decoded once (timed on its own), then the engine runs every rule together ``--repeat``
-times and each rule alone, on the same in-memory batches; the best repeat counts. A last pass under
-``tracemalloc`` gives the peak memory of Python objects. Times are wall-clock on this machine: read
-the ratios between rules, not the absolute figures, when the machine is shared.
+The input is decoded once (timed on its own; several inputs merged in event time, as ``cep run``
+merges them), then the engine runs every rule together ``--repeat`` times and each rule alone, on
+the same in-memory batches; the best repeat counts. Partial matches alive are counted over every
+key after each batch (outside the clock): the peak, and the count at the end of the input before
+the final flush. A last pass under ``tracemalloc`` gives the peak memory of Python objects. Times
+are wall-clock on this machine: read the ratios between rules, not the absolute figures, when the
+machine is shared.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ class RuleFigures:
     matches: int
     late: int
     errors: int
-    partial_matches_peak: int
-    partial_matches_end: int
+    partial_matches_peak: int  # alive over every key, after the busiest batch
+    partial_matches_end: int  # alive over every key when the input ended, before the final flush
     seconds_ingest: float
     seconds_predicates: float
     seconds_automaton: float
@@ -60,65 +63,85 @@ class BenchResult:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
-    p.add_argument("--input", "-i", required=True, action="append", help="event file (JSON lines, CSV or Parquet); repeatable")
+    p.add_argument("--input", "-i", required=True, action="append", metavar="[NAME=]PATH",
+                   help="event file: JSON lines, CSV, Parquet or a web-server access log (.log). Repeat for "
+                   "several files, merged in event time as by 'cep run'; NAME=PATH names a stream")
+    p.add_argument("--time-field", help="event-time field used to merge several inputs "
+                   "(default: the rules' ORDER BY column)")
     p.add_argument("--repeat", type=int, default=3, help="runs of the whole rule set; the best counts (default 3)")
     p.add_argument("--batch-size", type=int, default=8192, help="events per batch (default 8192)")
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON here")
-    p.add_argument("--plot", metavar="OUT.png", help="plot throughput and partial matches over the run")
+    p.add_argument("--plot", metavar="OUT.png", help="plot throughput and partial matches alive after each "
+                   "batch (one point per batch: pass a --batch-size below the input's size for a curve)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="progress bar on stderr")
 
 
-def _live(engine) -> int:
-    return sum(op.live_partial_matches() for op in engine.operators.values() if hasattr(op, "live_partial_matches"))
+def _live(engine) -> dict[str, int]:
+    """Partial matches alive now, per rule, over every key (rules of kinds without any: 0)."""
+    return {name: op.live_partial_matches() if hasattr(op, "live_partial_matches") else 0
+            for name, op in engine.operators.items()}
 
 
-def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int = 8192, progress: bool = False) -> BenchResult:
-    """Measure ``rules_path`` over ``inputs``; see the module docstring for the method."""
+def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int = 8192, progress: bool = False,
+          time_field: str | None = None) -> BenchResult:
+    """Measure ``rules_path`` over ``inputs``; see the module docstring for the method.
+
+    ``inputs`` are paths or ``NAME=PATH`` stream specs, as ``cep run --input`` takes them.
+
+    Raises:
+        ValueError: several inputs, rules ordering by different fields and no ``time_field``.
+    """
+    from cep.cli import _parse_inputs, input_batches
     from cep.engine import Engine
-    from cep.events import read_events
     from patterns.rules import load_rules
 
     rules = load_rules(rules_path)
     import pandas  # noqa: F401  (imported before the clock starts: decoding uses it)
 
+    specs = _parse_inputs(inputs)
+    streams = [name for name, _ in specs if name]
     t0 = time.perf_counter()
-    batches = []
-    bad = 0
-    for path in inputs:
-        for b in read_events(path, batch_size):
-            batches.append(b)
-            bad += len(b.bad)
+    batches = list(input_batches(rules, specs, time_field, None, batch_size))
     decode = time.perf_counter() - t0
-    n = sum(b.n for b in batches)
+    bad = sum(len(b.bad) for b, _ in batches)
+    n = sum(b.n for b, _ in batches)
     total_work = repeat * n + len(rules) * n
     bar = Progress(total_work, progress)
     done = 0
 
-    best: tuple[float, Any, list[dict[str, float]]] | None = None
+    best: tuple[float, Any, list[dict[str, float]], dict[str, int], dict[str, int]] | None = None
     for _ in range(max(repeat, 1)):
-        eng = Engine(rules)
+        eng = Engine(rules, streams=streams)
         timeline = []
+        peak: dict[str, int] = dict.fromkeys(eng.operators, 0)
+        live: dict[str, int] = dict(peak)
         seen = 0
+        paused = 0.0  # counting partial matches and drawing the bar: not the engine's time
         start = time.perf_counter()
-        for b in batches:
-            eng.process(b)
+        for b, stream in batches:
+            eng.process(b, stream)
+            stop = time.perf_counter()
             seen += b.n
             done += b.n
-            timeline.append({"events": seen, "seconds": time.perf_counter() - start, "partial_matches": _live(eng)})
+            live = _live(eng)
+            for name, k in live.items():
+                peak[name] = max(peak[name], k)
+            timeline.append({"events": seen, "seconds": stop - start - paused, "partial_matches": sum(live.values())})
             bar.update(done, done, 0)
+            paused += time.perf_counter() - stop
         eng.finish()
-        secs = time.perf_counter() - start
+        secs = time.perf_counter() - start - paused
         if best is None or secs < best[0]:
-            best = (secs, eng, timeline)
+            best = (secs, eng, timeline, peak, live)
     assert best is not None
-    secs, eng, timeline = best
+    secs, eng, timeline, peak, live = best
 
     alone: dict[str, float] = {}
     for rule in rules:
-        e1 = Engine([rule])
+        e1 = Engine([rule], streams=streams)
         start = time.perf_counter()
-        for b in batches:
-            e1.process(b)
+        for b, stream in batches:
+            e1.process(b, stream)
             done += b.n
             bar.update(done, done, 0)
         e1.finish()
@@ -126,11 +149,11 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
     bar.close()
 
     tracemalloc.start()
-    e2 = Engine(rules)
-    for b in batches:
-        e2.process(b)
+    e2 = Engine(rules, streams=streams)
+    for b, stream in batches:
+        e2.process(b, stream)
     e2.finish()
-    peak = tracemalloc.get_traced_memory()[1]
+    peak_bytes = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
 
     figures = []
@@ -140,6 +163,8 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
         st = op.stats
         c = counts[rule.name]
         extra = {k: v for k, v in asdict(st).items() if k not in RuleFigures.__dataclass_fields__} if hasattr(st, "__dataclass_fields__") else {}
+        if rule.kind == "pattern":
+            extra["partial_matches_peak_per_key"] = c.partial_matches_peak
         figures.append(
             RuleFigures(
                 rule=rule.name,
@@ -148,8 +173,8 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
                 matches=c.matches,
                 late=c.late,
                 errors=c.errors,
-                partial_matches_peak=c.partial_matches_peak,
-                partial_matches_end=op.live_partial_matches() if hasattr(op, "live_partial_matches") else 0,
+                partial_matches_peak=peak[rule.name],
+                partial_matches_end=live[rule.name],
                 seconds_ingest=getattr(st, "seconds_ingest", 0.0),
                 seconds_predicates=getattr(st, "seconds_predicates", 0.0),
                 seconds_automaton=getattr(st, "seconds_automaton", 0.0),
@@ -166,7 +191,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
         all_rules_seconds=secs,
         all_rules_events_per_s=n / max(secs, 1e-9),
         repeats=repeat,
-        peak_python_bytes=peak,
+        peak_python_bytes=peak_bytes,
         rules=figures,
         timeline=timeline,
     )
@@ -234,21 +259,33 @@ def _plot(res: BenchResult, path: str) -> None:
 
 
 def run(args) -> int:
+    from cep.cli import _parse_inputs
     from patterns.errors import RuleErrors
 
-    for path in args.input:
+    for _, path in _parse_inputs(args.input):
         if not Path(path).exists():
             print(f"cep bench: input file not found: {path}", file=sys.stderr)
             return 2
+    for option, out in (("--json", args.json), ("--plot", args.plot)):
+        if out and not Path(out).resolve().parent.is_dir():
+            print(f"cep bench: cannot write {option} {out!r}: its folder does not exist", file=sys.stderr)
+            return 2
     enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     try:
-        res = bench(args.rules, args.input, args.repeat, args.batch_size, enabled)
+        res = bench(args.rules, args.input, args.repeat, args.batch_size, enabled, args.time_field)
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"cep bench: {e}", file=sys.stderr)
         return 2
     print(_table(res))
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(res), indent=2))
     if args.plot:
         _plot(res, args.plot)
+        if len(res.timeline) < 3:
+            print(f"cep bench: the plot has {len(res.timeline)} point{'s' if len(res.timeline) != 1 else ''}, "
+                  f"one per batch of {args.batch_size:,} events; pass a smaller --batch-size for a curve",
+                  file=sys.stderr)
     return 0

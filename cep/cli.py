@@ -76,11 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "file, a rule file with errors); 3 runtime failure."))
     r.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
     r.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
-                   help="event file: JSON lines (default), .csv/.tsv or .parquet. Repeat with NAME=PATH "
-                   "for several streams, merged in event time; events carry 'stream': NAME")
+                   help="event file: JSON lines (default), .csv/.tsv, .parquet or a web-server access log "
+                   "(.log). Repeat for several files, merged in event time; NAME=PATH names a stream: its "
+                   "events carry 'stream': NAME and a rule's FROM NAME reads only them")
     r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default)")
     r.add_argument("--output-format", choices=("jsonl", "csv", "parquet"), default=None,
-                   help="output format (default: from the output file's ending, else jsonl)")
+                   help="output format (default: from the output file's ending, else jsonl). JSON lines "
+                   "are written as complex events come; CSV and Parquet once, at the end")
     r.add_argument("--input-format", choices=("jsonl", "csv", "parquet", "log"), default=None,
                    help="input format (default: from each file's ending)")
     r.add_argument("--late", metavar="FILE", help="write late events here (JSON lines)")
@@ -177,6 +179,8 @@ class OutputWriter:
             self.fh = sys.stdout.buffer if target == "-" else open(target, "wb")
         elif target == "-" and fmt == "parquet":
             raise CepError("Parquet output needs a file: pass --output FILE.parquet")
+        elif target != "-":
+            open(target, "wb").close()  # CSV and Parquet are written at the end: fail now, not then
 
     def write(self, rows: Iterable[dict]) -> None:
         from cep.durable import dumps_row  # survives events nested deeper than orjson writes
@@ -221,7 +225,7 @@ class OutputWriter:
 
 
 def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
-    out = []
+    out: list[tuple[str | None, str]] = []
     for s in specs:
         name, sep, path = s.partition("=")
         if sep and name and not os.path.exists(s) and "/" not in name:
@@ -273,6 +277,54 @@ def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size:
         yield b, None
 
 
+def merge_time_field(rules: Any) -> str | None:
+    """The one field the rules order by, which merges several inputs (None: no rule orders by time).
+
+    Raises:
+        ValueError: the rules order by different fields.
+    """
+    times = (r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column for r in rules)
+    fields = {t for t in times if t}  # a search rule may have no time field
+    if len(fields) > 1:
+        raise ValueError(f"the rules order by different fields ({', '.join(sorted(fields))}); "
+                         "pass --time-field to say which one merges the inputs")
+    return fields.pop() if fields else None
+
+
+def input_batches(
+    rules: Any, inputs: list[tuple[str | None, str]], time_field: str | None, fmt: str | None, batch_size: int
+) -> Iterator[tuple[Any, str | None]]:
+    """The events of ``inputs`` ((stream name or None, path) pairs) as (batch, stream name) pairs.
+
+    One input is read as it is; several are merged in event time on ``time_field``, by default the
+    field the rules order by (:func:`merge_time_field`, which raises ValueError when they differ).
+    """
+    from cep.events import read_events
+
+    if len(inputs) == 1:
+        name, path = inputs[0]
+        return ((b, name) for b in read_events(path, batch_size, fmt))
+    tf = time_field if time_field is not None else merge_time_field(rules)
+    return _merged_batches(inputs, tf, fmt, batch_size)
+
+
+def _open_outputs(args) -> tuple[OutputWriter, OutputWriter | None, OutputWriter | None] | str:
+    """The --output, --late and --errors writers, or what is wrong with one of them."""
+    opened: list[OutputWriter | None] = []
+    for option, target, fmt in (("--output", args.output, args.output_format),
+                                ("--late", args.late, "jsonl"), ("--errors", args.errors, "jsonl")):
+        try:
+            opened.append(OutputWriter(target, fmt) if target is not None else None)
+        except OSError as e:
+            return (f"cannot write {option} {target!r}: {e.strerror or e}; expected a file in an existing, "
+                    "writable folder, or '-' for stdout")
+        except CepError as e:
+            return str(e)
+    out, late, errs = opened
+    assert out is not None
+    return out, late, errs
+
+
 def cmd_check(args) -> int:
     from patterns.rules import load_rules
 
@@ -292,7 +344,6 @@ def cmd_check(args) -> int:
 
 def cmd_run(args) -> int:
     from cep.engine import Engine
-    from cep.events import read_events
     from patterns.rules import load_rules
 
     if args.state or args.follow:
@@ -327,9 +378,16 @@ def cmd_run(args) -> int:
         except ValueError as e:
             print(f"cep run: {e}", file=sys.stderr)
             return EXIT_USAGE
-    out = OutputWriter(args.output, args.output_format)
-    late = OutputWriter(args.late, "jsonl") if args.late else None
-    errs = OutputWriter(args.errors, "jsonl") if args.errors else None
+    try:
+        batches = input_batches(rules, inputs, args.time_field, args.input_format, args.batch_size)
+    except ValueError as e:
+        print(f"cep run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    writers = _open_outputs(args)
+    if isinstance(writers, str):
+        print(f"cep run: {writers}", file=sys.stderr)
+        return EXIT_USAGE
+    out, late, errs = writers
     total = sum(os.path.getsize(p) for _, p in inputs)
     enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000)
     progress = Progress(total, enabled)
@@ -348,25 +406,6 @@ def cmd_run(args) -> int:
             errs.write(res.errors)
 
     try:
-        if len(inputs) == 1 and inputs[0][0] is None:
-            batches: Iterable[tuple[Any, str | None]] = ((b, None) for b in read_events(inputs[0][1], args.batch_size, args.input_format))
-        elif len(inputs) == 1:
-            name, path = inputs[0]
-            batches = ((b, name) for b in read_events(path, args.batch_size, args.input_format))
-        else:
-            tf = args.time_field
-            if tf is None:
-                times = (r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column for r in rules)
-                fields = {t for t in times if t}  # a search rule may have no time field
-                if len(fields) > 1:
-                    print(
-                        f"cep run: the rules order by different fields ({', '.join(sorted(fields))}); "
-                        "pass --time-field to say which one merges the inputs",
-                        file=sys.stderr,
-                    )
-                    return EXIT_USAGE
-                tf = fields.pop() if fields else None
-            batches = _merged_batches(inputs, tf, args.input_format, args.batch_size)
         done = 0
         for b, stream in batches:
             res = engine.process(b, stream)
@@ -374,6 +413,8 @@ def cmd_run(args) -> int:
             done += b.n * 100
             sink(res)
             progress.update(min(done, total), n_events, out.count)
+        open_at_end = {name: op.live_partial_matches() for name, op in engine.operators.items()
+                       if hasattr(op, "live_partial_matches")}
         sink(engine.finish())
     except CepError as e:
         progress.close()
@@ -392,7 +433,9 @@ def cmd_run(args) -> int:
         for name, c in engine.counts().items():
             print(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
-                f"matches {c.matches:,}, peak partial matches {c.partial_matches_peak:,}"
+                f"matches {c.matches:,}"
+                # over every key, before the final flush ended them; only pattern rules have them
+                + (f", partial matches open at the end {open_at_end[name]:,}" if name in open_at_end else "")
                 + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")
                 + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
@@ -432,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except CepError as e:
+        print(f"cep {args.command}: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except OSError as e:  # a disk that fills, a file that vanishes mid-run: a message, not a traceback
         print(f"cep {args.command}: {e}", file=sys.stderr)
         return EXIT_RUNTIME
     parser.print_help()

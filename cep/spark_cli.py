@@ -17,6 +17,7 @@ Wire into ``cep/cli.py`` with::
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -65,7 +66,8 @@ def add_arguments(subparsers: Any) -> argparse.ArgumentParser:
     sp = subparsers.add_parser(
         "spark", help="run rule files on Spark: streaming jobs and backfills",
         description="Run a rule file on Apache Spark: 'run' starts a Structured Streaming job with a "
-        "checkpoint; 'backfill' processes a static dataset and gives the rows the stream would.")
+        "checkpoint; 'backfill' processes a static dataset and gives the rows 'cep run' gives over it: "
+        "a stream's rows, plus what the end of the input flushes (a stream has no end).")
     ssub = sp.add_subparsers(dest="spark_command", metavar="SPARK_COMMAND")
     r = ssub.add_parser(
         "run", help="run rules over a stream (exactly-once output, restartable from --checkpoint)",
@@ -84,9 +86,10 @@ def add_arguments(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--on-rule-change", choices=("fail", "reset"), default="fail",
                    help="when a changed rule cannot use its saved state: fail (the default) or reset it")
     b = ssub.add_parser(
-        "backfill", help="run rules over a static dataset (the rows a stream would give)",
+        "backfill", help="run rules over a static dataset (the rows 'cep run' gives)",
         description="Run every rule over a static dataset with Spark and write the same layout as "
-        "'cep spark run'. Late events are judged in the input's row order, as 'cep run' does.")
+        "'cep spark run'. Late events are judged in the input's row order and the end of the input "
+        "flushes what is still open, as 'cep run' does (a stream never ends, so never flushes).")
     _common(b)
     b.add_argument("--mode", choices=("error", "overwrite", "append"), default="error",
                    help="when OUTPUT exists: error (the default), overwrite or append")
@@ -208,6 +211,12 @@ def run(args: Any) -> int:
         parser = getattr(args, "_spark_parser", None)
         if parser is not None:
             parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    local_out = args.output[len("file:"):] if args.output.startswith("file:") else args.output
+    if cmd == "backfill" and args.mode == "error" and "://" not in args.output and os.path.exists(local_out):
+        # said before Spark starts (half a minute), not after, and in this command's own words
+        print(f"cep spark backfill: --output {args.output!r} already exists; pass --mode overwrite to "
+              "replace it or --mode append to add to it", file=sys.stderr)
         return EXIT_USAGE
     from patterns.errors import CepError, RuleErrors
     from patterns.rules import load_rules

@@ -325,6 +325,10 @@ class _Parser:
         pos = self.tok.offset
         items = []
         while not (self.at_op(")", "|", ",", "-") or self.tok.kind == "EOF"):
+            if items and self.tok.kind == "IDENT" and self.tok.upper in _RESERVED:
+                # a clause keyword right after pattern items: most likely a ')' is missing before it
+                raise self.error(f"expected a pattern variable, '(', '|' or ')', found {self.describe(self.tok)}; "
+                                 "is the ')' that closes the pattern missing?")
             items.append(self.quantified())
         if not items:
             raise self.error(f"expected a pattern variable or '(', found {self.describe(self.tok)}")

@@ -178,8 +178,66 @@ def test_merging_inputs_needs_one_time_field(tmp_path, capsys):
 
 def test_parquet_output_needs_a_file(files, capsys):
     _, rules, events = files
-    assert main(["run", str(rules), "--input", str(events), "--output-format", "parquet"]) == 3
+    assert main(["run", str(rules), "--input", str(events), "--output-format", "parquet"]) == 2  # a usage error
     assert "Parquet output needs a file: pass --output FILE.parquet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, name", [("--output", "m.jsonl"), ("--output", "m.csv"), ("--output", "m.parquet"),
+                                          ("--late", "late.jsonl"), ("--errors", "errors.jsonl")])
+def test_an_unwritable_output_is_a_usage_error_before_any_event(files, capsys, option, name):
+    """A missing folder: exit 2 with the option and the path, not a traceback (CSV and Parquet too,
+    though they are written at the end)."""
+    tmp, rules, events = files
+    target = str(tmp / "no-such-dir" / name)
+    args = ["run", str(rules), "--input", str(events), "-q", option, target]
+    if option != "--output":
+        args += ["--output", str(tmp / "out.jsonl")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"cep run: cannot write {option} {target!r}: No such file or directory" in err
+    assert "Traceback" not in err
+
+
+def test_a_write_failing_mid_run_is_a_runtime_failure(files, capsys, monkeypatch):
+    """A disk that fills during the run: exit 3 and the reason, not a traceback."""
+    import errno
+
+    from cep import cli
+
+    tmp, rules, events = files
+
+    def full(self, rows):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli.OutputWriter, "write", full)
+    assert main(["run", str(rules), "--input", str(events), "-q", "--output", str(tmp / "o.jsonl")]) == 3
+    assert "cep run: [Errno 28] No space left on device" in capsys.readouterr().err
+
+
+def test_run_summary_counts_partial_matches_open_at_the_end(capsys):
+    """The summary's count, per pattern rule, of the partial matches the end of input flushed."""
+    import numpy as np
+
+    from cep.engine import Engine
+    from cep.events import read_events
+    from patterns.rules import load_rules
+
+    rules = load_rules(str(REPO / "rules/trading.yaml"))
+    eng = Engine(rules)
+    for b in read_events(REPO / "rules/data/sp500_daily_2017_sample.jsonl"):
+        eng.process(b)
+    expected = {}
+    for name, op in eng.operators.items():  # counted by hand from each key's attempts
+        expected[name] = sum(
+            (len(a.threads) if isinstance(a.threads, list) else int(bool(a.threads)))
+            for st in op.states.values() for a in st.attempts
+        )
+    assert expected["v_shape"] > 0 and isinstance(expected["v_shape"], (int, np.integer))
+    assert main(["run", str(REPO / "rules/trading.yaml"), "--input",
+                 str(REPO / "rules/data/sp500_daily_2017_sample.jsonl"), "-o", "-"]) == 0
+    err = capsys.readouterr().err
+    for name, k in expected.items():
+        assert f"  {name}: read 1,255, " in err and f"partial matches open at the end {k:,}" in err
 
 
 def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
@@ -196,6 +254,69 @@ def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
     assert len(res["timeline"]) == 5 and res["timeline"][-1]["events"] == 1255
     assert out_png.stat().st_size > 1000
     assert main(["bench", str(REPO / "rules/trading.yaml"), "--input", "nope.jsonl"]) == 2
+
+
+def test_bench_partial_matches_are_counted_over_every_key_after_each_batch(tmp_path, capsys):
+    """Peak and end-of-input partial matches agree with the timeline and with a hand count."""
+    from cep.engine import Engine
+    from cep.events import read_events
+    from patterns.rules import load_rules
+
+    rules_path, events = REPO / "rules/trading.yaml", REPO / "rules/data/sp500_daily_2017_sample.jsonl"
+    out_json = tmp_path / "b.json"
+    assert main(["bench", str(rules_path), "--input", str(events), "--repeat", "1", "--batch-size", "100",
+                 "--json", str(out_json)]) == 0
+    res = json.loads(out_json.read_text())
+    eng = Engine(load_rules(str(rules_path)))
+    per_batch = []
+    for b in read_events(events, 100):
+        eng.process(b)
+        per_batch.append({name: sum((len(a.threads) if isinstance(a.threads, list) else int(bool(a.threads)))
+                                    for st in op.states.values() for a in st.attempts)
+                          for name, op in eng.operators.items()})
+    assert [t["partial_matches"] for t in res["timeline"]] == [sum(c.values()) for c in per_batch]
+    for r in res["rules"]:
+        assert r["partial_matches_peak"] == max(c[r["rule"]] for c in per_batch)
+        assert r["partial_matches_end"] == per_batch[-1][r["rule"]]
+    assert res["rules"][0]["partial_matches_peak"] > res["rules"][0]["partial_matches_end"] > 0
+    capsys.readouterr()
+
+
+def test_bench_merges_several_inputs_in_event_time_as_run_does(tmp_path, capsys):
+    """Named streams (NAME=PATH) and plain files: the same matches and no late events, as cep run."""
+    sessions = str(REPO / "rules/sessions.yaml")
+    named = ["--input", f"searches={REPO / 'rules/data/searches.jsonl'}",
+             "--input", f"clicks={REPO / 'rules/data/clicks.jsonl'}"]
+    run_rows = tmp_path / "run.jsonl"
+    assert main(["run", sessions, *named, "-q", "-o", str(run_rows)]) == 0
+    expected = len(run_rows.read_text().splitlines())
+    assert expected > 0
+    out_json = tmp_path / "b.json"
+    assert main(["bench", sessions, *named, "--repeat", "1", "--json", str(out_json)]) == 0
+    (rule,) = json.loads(out_json.read_text())["rules"]
+    assert (rule["matches"], rule["late"], rule["errors"]) == (expected, 0, 0)
+    capsys.readouterr()
+    # two plain files of one stream, out of order between them: merged, not read one after the other
+    early, late = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    early.write_text("".join(json.dumps({"sym": "X", "ts": t, "px": t}) + "\n" for t in (0, 2, 4)))
+    late.write_text("".join(json.dumps({"sym": "X", "ts": t, "px": t}) + "\n" for t in (1, 3, 5)))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULE)
+    assert main(["bench", str(rules), "--input", str(late), "--input", str(early), "--repeat", "1",
+                 "--json", str(out_json)]) == 0
+    (rule,) = json.loads(out_json.read_text())["rules"]
+    assert (rule["matches"], rule["late"]) == (1, 0)  # one rise over ts 0..5
+    capsys.readouterr()
+
+
+def test_bench_usage_errors_and_the_one_point_plot_note(tmp_path, capsys):
+    rules, events = str(REPO / "rules/trading.yaml"), str(REPO / "rules/data/sp500_daily_2017_sample.jsonl")
+    missing = str(tmp_path / "no-such-dir" / "b.json")
+    assert main(["bench", rules, "--input", events, "--json", missing]) == 2
+    assert f"cep bench: cannot write --json {missing!r}: its folder does not exist" in capsys.readouterr().err
+    assert main(["bench", rules, "--input", events, "--repeat", "1", "--plot", str(tmp_path / "p.png")]) == 0
+    err = capsys.readouterr().err
+    assert "the plot has 1 point, one per batch of 8,192 events; pass a smaller --batch-size for a curve" in err
 
 
 def test_bench_reports_search_and_analytics_figures(tmp_path, capsys):
@@ -220,3 +341,19 @@ def _run_rows(tmp_path, rules: str, events: str) -> list[str]:
     out = tmp_path / "run.jsonl"
     assert main(["run", str(REPO / rules), "--input", str(REPO / events), "--output", str(out), "--quiet"]) == 0
     return out.read_text().splitlines()
+
+
+def test_spark_backfill_into_an_existing_output_is_refused_before_spark_starts(tmp_path, capsys, monkeypatch):
+    """The default --mode error: exit 2 in the command's own words, without starting a JVM."""
+    import spark_udf.session
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(spark_udf.session, "local_session", no_spark)
+    out = tmp_path / "backfill"
+    out.mkdir()
+    bars = str(REPO / "rules/data/sp500_daily_2017_sample.jsonl")
+    assert main(["spark", "backfill", str(REPO / "rules/trading.yaml"), "--input", bars, "--output", str(out)]) == 2
+    assert (f"cep spark backfill: --output {str(out)!r} already exists; pass --mode overwrite to replace it "
+            "or --mode append to add to it") in capsys.readouterr().err

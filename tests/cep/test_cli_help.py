@@ -62,7 +62,7 @@ def test_the_documented_exit_codes_are_the_ones_returned(tmp_path, capsys):
     assert main(["run", str(bad), "--input", BARS]) == 2
     assert main(["run", TRADING, "--input", str(tmp_path / "missing.jsonl")]) == 2
     assert main(["bench", TRADING, "--input", str(tmp_path / "missing.jsonl")]) == 2
-    assert main(["run", TRADING, "--input", BARS, "--output-format", "parquet"]) == 3  # needs a file
+    assert main(["run", TRADING, "--input", BARS, "--output-format", "parquet"]) == 2  # needs a file
     with pytest.raises(SystemExit) as e:
         main(["run", TRADING])  # --input missing: a usage error
     assert e.value.code == 2

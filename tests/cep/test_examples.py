@@ -89,6 +89,16 @@ def test_every_rule_of_every_example_emits_on_its_bundled_data(outputs):
         assert set(by_rule) == names, name
 
 
+def test_readme_counts_the_complex_events_of_every_example(outputs):
+    """The table's last column is what each command gives (its summary's 'N complex events')."""
+    shown = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("| [`rules/"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            shown[re.search(r"rules/(\w+\.yaml)", cells[0]).group(1)] = int(cells[-1].replace(",", ""))
+    assert shown == {name: sum(len(rows) for rows in by_rule.values()) for name, by_rule in outputs.items()}
+
+
 def test_bundled_inputs_live_in_rules_data():
     for name, args in readme_commands().items():
         inputs = [a.partition("=")[2] or a for i, a in enumerate(args) if i and args[i - 1] == "--input"]

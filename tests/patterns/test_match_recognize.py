@@ -105,6 +105,8 @@ SYNTAX_ERRORS = [
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts, x PATTERN (A))", "ORDER BY takes one event-time column", 45),
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN ())", "empty PATTERN ()", 55),
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B)", "expected ')' to close MATCH_RECOGNIZE", 59),
+    ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B+ DEFINE B AS TRUE))",
+     "expected a pattern variable, '(', '|' or ')', found 'DEFINE'; is the ')' that closes the pattern missing?", 60),
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A{3,1}))", "the upper bound is below the lower", 56),
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A{0}))", "matches nothing", 56),
     ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (^A))", "anchor '^' is not supported", 55),
