@@ -705,6 +705,38 @@ class _HyperLogLog(_Kernel):
         return np.asarray(out, dtype=np.int64), False
 
 
+class _HllSketch(_HyperLogLog):
+    """HLL_SKETCH(x): each cell's HyperLogLog as an Apache DataSketches HLL image (bytes).
+
+    The state is APPROX_COUNT_DISTINCT's, so the image is ``HyperLogLog.to_datasketches()`` of
+    the very sketch whose estimate APPROX_COUNT_DISTINCT reports: a LIST or SET of coupons while
+    small, HLL_8 registers beyond DataSketches' own promotion point, with lgConfigK = the rule's
+    ``hll_precision``. Spark's ``hll_sketch_estimate``, ``hll_union`` and ``hll_union_agg`` read it.
+    """
+
+    def result(self, state, n, cells, ctx):
+        idx, cp, dense = state
+        out = np.empty(len(n), dtype=object)
+        at = np.arange(len(n))
+        lo, hi = np.searchsorted(idx, at), np.searchsorted(idx, at, side="right")  # idx is sorted
+        sparse = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 0))
+        full = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 1))
+        for c, a, b in zip(at.tolist(), lo.tolist(), hi.tolist()):
+            regs = dense.get(c)
+            if regs is not None:
+                raw = full + regs.tobytes()
+            else:
+                raw = sparse + (b - a).to_bytes(4, "little") + cp[a:b].astype("<u4").tobytes()
+            out[c] = HyperLogLog.from_bytes(raw).to_datasketches()
+        return out, False
+
+    def empty(self):
+        return None
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        raise AssertionError("the checker refuses HLL_SKETCH in SLIDE windows")
+
+
 class _TopK(_Kernel):
     """APPROX_TOP_K(x, k): a heavy-hitters sketch (sketches.TopK) per cell."""
 
@@ -875,6 +907,7 @@ _KERNELS: dict[str, type[_Kernel]] = {
     "MAX": _MinMax,
     "COUNT_DISTINCT": _Entries,
     "APPROX_COUNT_DISTINCT": _HyperLogLog,
+    "HLL_SKETCH": _HllSketch,
     "APPROX_TOP_K": _TopK,
     "APPROX_COUNT": _CountMin,
     "FIRST_SEEN": _FirstSeen,

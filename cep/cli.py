@@ -7,6 +7,7 @@ Exit codes: 0 ok; 1 matches were found and ``--fail-on-match`` was given; 2 usag
 from __future__ import annotations
 
 import argparse
+import base64
 import heapq
 import os
 import sys
@@ -210,7 +211,9 @@ class OutputWriter:
             w = csv.DictWriter(fh, fieldnames=list(cols))
             w.writeheader()
             for r in self.rows:
-                w.writerow(r)
+                # sketches (HLL_SKETCH) as base64 text, as in JSON lines; Parquet keeps them binary
+                w.writerow({k: base64.b64encode(v).decode("ascii") if isinstance(v, (bytes, bytearray)) else v
+                            for k, v in r.items()})
             if fh is not sys.stdout:
                 fh.close()
         else:

@@ -24,6 +24,7 @@ See docs/reliability.md for what is and is not guaranteed.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -103,6 +104,9 @@ def _json_default(v: Any) -> Any:
         return v.item()
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        # sketches (HLL_SKETCH) as base64 text, as Spark's JSON writer carries binary columns
+        return base64.b64encode(v).decode("ascii")
     return str(v)
 
 
@@ -120,6 +124,8 @@ def dumps_row(row: dict[str, Any]) -> bytes:
         ...     d = d["a"]
         >>> dumps_row({"line": 3, "event": deep})[:40]
         b'{"line":3,"event":"{\\'a\\': {\\'a\\': {\\'a\\': {\\'a'
+        >>> dumps_row({"sketch": bytes((2, 1, 7, 12))})  # bytes as base64 text, as Spark writes binary
+        b'{"sketch":"AgEHDA=="}\\n'
     """
     try:
         return orjson.dumps(row, default=_json_default, option=_OPTS)

@@ -72,6 +72,7 @@ AGGREGATE_FUNCTIONS = {
     "MIN": "MIN(x) of numbers or strings",
     "MAX": "MAX(x) of numbers or strings",
     "APPROX_COUNT_DISTINCT": "APPROX_COUNT_DISTINCT(x): distinct values, HyperLogLog",
+    "HLL_SKETCH": "HLL_SKETCH(x): the window's HyperLogLog of x as Apache DataSketches bytes (Spark's hll_* functions read them)",
     "APPROX_TOP_K": "APPROX_TOP_K(x, k): the k most frequent values as [value, count] pairs, heavy hitters",
     "APPROX_COUNT": "APPROX_COUNT(x, v): how many rows have x = v, Count-Min",
     "FIRST_SEEN": "FIRST_SEEN(x): distinct values never seen before for the key, Bloom filter",
@@ -80,6 +81,7 @@ AGGREGATE_FUNCTIONS = {
 WINDOW_COLUMNS = ("window_start", "window_end")
 
 _ROW_AGGREGATES = {"COUNT", "SUM", "AVG", "MIN", "MAX"}
+_WHOLE_ITEM = {"APPROX_TOP_K", "HLL_SKETCH"}  # not values: only a SELECT item of their own
 _CLAUSE_WORDS = {"FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "WINDOW"}
 MAX_TOP_K = 10_000
 
@@ -162,7 +164,7 @@ class AggCall(A.Expr):
     """An aggregate call as written: ``COUNT(*)``, ``COUNT(DISTINCT x)``, ``APPROX_TOP_K(x, 5)``...
 
     ``func`` is canonical: COUNT, COUNT_DISTINCT, SUM, AVG, MIN, MAX, APPROX_COUNT_DISTINCT,
-    APPROX_TOP_K, APPROX_COUNT, FIRST_SEEN. ``arg`` is None for COUNT(*); ``extra`` holds k of
+    HLL_SKETCH, APPROX_TOP_K, APPROX_COUNT, FIRST_SEEN. ``arg`` is None for COUNT(*); ``extra`` holds k of
     APPROX_TOP_K (an int) or the value expression of APPROX_COUNT.
     """
 
@@ -480,7 +482,7 @@ class _AnalyticsParser(_Parser):
             self.expect_op(")", f"to close {name}(...)")
             func = "COUNT_DISTINCT" if distinct else name
             return AggCall(func, arg, pos=pos, end=self.toks[self.i - 1].offset + 1)
-        if name in ("APPROX_COUNT_DISTINCT", "FIRST_SEEN"):
+        if name in ("APPROX_COUNT_DISTINCT", "HLL_SKETCH", "FIRST_SEEN"):
             self.take()
             self.expect_op("(")
             if self.at_op("*") or self.at_op(")"):
@@ -488,6 +490,11 @@ class _AnalyticsParser(_Parser):
             self.accept_kw("DISTINCT")
             arg = self.expr()
             if self.at_op(","):
+                if name == "HLL_SKETCH":
+                    raise self.error(
+                        "HLL_SKETCH takes one argument; its lgConfigK (Spark's hll_sketch_agg(x, lgK)) "
+                        "is the rule's sketches: {hll_precision: ...} (default 12)"
+                    )
                 raise self.error(
                     f"{name} takes one argument; set the sketch size in the rule's 'sketches:' "
                     "(hll_precision, bloom_error_rate)"
@@ -725,7 +732,7 @@ class _Checker:
             if name.lower() in ("rule", "correction", "retract"):
                 self.err(f"{name!r} is an output field the engine adds to every row; choose another name", item)
                 continue
-            if isinstance(e, AggCall) and e.func == "APPROX_TOP_K":
+            if isinstance(e, AggCall) and e.func in _WHOLE_ITEM:
                 compiled = self.compile_expr(e, known_keys, "SELECT", top_level=True)
             else:
                 compiled = self.compile_expr(e, known_keys, "SELECT")
@@ -791,6 +798,20 @@ class _Checker:
                         f"not inside an expression or {clause}",
                         x,
                     )
+                if x.func == "HLL_SKETCH":
+                    if not top_level:
+                        self.err(
+                            f"{what} returns a sketch (Apache DataSketches HLL bytes), not a number: use it as "
+                            f"a SELECT item of its own, not inside {'HAVING' if clause == 'HAVING' else 'an expression'}; for the count, "
+                            f"use APPROX_COUNT_DISTINCT({_agg_text(self.st.text, x.arg) if x.arg is not None else 'x'})",
+                            x,
+                        )
+                    elif slide:
+                        self.err(
+                            "HLL_SKETCH needs TUMBLE, HOP or SESSION windows: a SLIDE window is evaluated exactly "
+                            "at every event (its APPROX_COUNT_DISTINCT is exact), so it keeps no sketch to emit",
+                            x, len("HLL_SKETCH"),
+                        )
                 if x.arg is not None:
                     check_row_expr(x.arg, what)
                 if x.func == "APPROX_COUNT":
@@ -828,6 +849,13 @@ class _Checker:
                     return
                 if x.agg.func == "APPROX_TOP_K":
                     self.err("PREV_WINDOW(APPROX_TOP_K(...)) is not supported: it returns a list", x.agg)
+                    return
+                if x.agg.func == "HLL_SKETCH":
+                    self.err(
+                        "PREV_WINDOW(HLL_SKETCH(...)) is not supported: select HLL_SKETCH(x) and union "
+                        "consecutive windows' sketches where they are read (Spark's hll_union)",
+                        x.agg,
+                    )
                     return
                 visit(x.agg, True)
                 return

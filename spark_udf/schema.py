@@ -209,6 +209,8 @@ def _aggregate_type(func: str, arg: A.Expr | None, types: Mapping[str, str]) -> 
         return "bigint" if _arith(typ) in INTEGRAL else "double"
     if func == "APPROX_TOP_K":
         return top_k_type(typ)
+    if func == "HLL_SKETCH":
+        return "binary"  # Apache DataSketches HLL, as Spark's hll_sketch_agg writes
     return typ  # MIN, MAX
 
 
@@ -219,17 +221,19 @@ def analytics_output_fields(spec: Any, input_fields: Mapping[str, str]) -> list[
     ``window_end`` have the time column's type when it is a Spark time type, else they are
     epoch milliseconds (``bigint``); aggregates are typed as the window operator computes them
     (counts ``bigint``, AVG ``double``, SUM ``bigint`` over integers, MIN/MAX their argument's
-    type, APPROX_TOP_K (value, count) pairs); expressions over them as in :func:`expr_type`.
+    type, APPROX_TOP_K (value, count) pairs, HLL_SKETCH ``binary``); expressions over them as
+    in :func:`expr_type`.
 
     Example:
         >>> from patterns.analytics import compile_analytics
         >>> spec = compile_analytics("SELECT host, COUNT(*) / 60.0 AS rate, SUM(bytes) AS b, "
-        ...     "APPROX_TOP_K(url, 3) AS top, window_start FROM hits GROUP BY host, TUMBLE(at, INTERVAL '1' MINUTE)")
+        ...     "APPROX_TOP_K(url, 3) AS top, HLL_SKETCH(url) AS urls, window_start FROM hits "
+        ...     "GROUP BY host, TUMBLE(at, INTERVAL '1' MINUTE)")
         >>> analytics_output_fields(spec, {"host": "string", "at": "timestamp", "bytes": "int", "url": "string"})
         ... # doctest: +NORMALIZE_WHITESPACE
         [('host', 'string'), ('rate', 'double'), ('b', 'bigint'),
-         ('top', 'array<struct<value:string,count:bigint>>'), ('window_start', 'timestamp'),
-         ('rule', 'string'), ('correction', 'boolean'), ('retract', 'boolean')]
+         ('top', 'array<struct<value:string,count:bigint>>'), ('urls', 'binary'),
+         ('window_start', 'timestamp'), ('rule', 'string'), ('correction', 'boolean'), ('retract', 'boolean')]
     """
     from patterns.analytics import AggRef, PrevRef, rebuild_expr
 

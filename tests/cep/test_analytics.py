@@ -233,6 +233,88 @@ def test_approx_count_distinct_is_the_hyperloglog_of_the_window():
         assert (dense > 0) == (p == 8)
 
 
+@pytest.mark.parametrize("window,lateness,disorder", [
+    ("HOP(ts, INTERVAL '500' MILLISECOND, INTERVAL '1500' MILLISECOND)", 0, 0),
+    ("TUMBLE(ts, INTERVAL '1' SECOND)", 300, 250),
+    ("SESSION(ts, INTERVAL '3' MILLISECOND)", 0, 0),
+])
+def test_hll_sketch_is_the_datasketches_image_of_the_windows_hyperloglog(window, lateness, disorder):
+    """LIST, SET and HLL images, sparse and dense cells, merged panes and sessions, corrections:
+    each window's last row holds, byte for byte, HyperLogLog(p).to_datasketches() of its values."""
+    rnd = random.Random(17)
+    ev = []
+    for t in sorted(rnd.randrange(4000) for _ in range(5000)):
+        k = rnd.choices("abcd", (850, 140, 7, 3))[0]  # c and d: small windows (SET and LIST images)
+        u = rnd.randrange(3000) if rnd.random() < 0.6 else rnd.choice([f"h{rnd.randrange(300)}", "", None])
+        ev.append({"k": k, "ts": max(0, t - rnd.randrange(disorder + 1)), "u": u})
+    sql = f"SELECT k, HLL_SKETCH(u) AS sk, APPROX_COUNT_DISTINCT(u) AS d, window_start, window_end FROM s GROUP BY k, {window}"
+    modes = Counter()
+    for p in (8, 12):
+        r = rule(sql, lateness, sketches=f"    sketches: {{hll_precision: {p}}}\n")
+        got, late, _e, _eng = run(r, ev, chunks=[700] * 7 + [100])
+        assert not late
+        if disorder:
+            assert any(row["correction"] for row in got)
+        for row in final_view(got).values():
+            vals = [e.get("u") for e in ev if e["k"] == row["k"] and row["window_start"] <= e["ts"] < row["window_end"]]
+            hll = HyperLogLog(p)
+            hll.update(vals)
+            assert row["sk"] == hll.to_datasketches()
+            assert np.array_equal(HyperLogLog.from_datasketches(row["sk"]).registers(), hll.registers())
+            assert row["d"] == round(hll.estimate())
+            modes[row["sk"][7] & 3] += 1
+    assert set(modes) == {0, 1, 2}  # DataSketches' LIST, SET and HLL modes
+
+
+def test_hll_sketch_survives_snapshots_and_batching():
+    sql = """SELECT k, HLL_SKETCH(u) AS sk, window_start FROM s
+             GROUP BY k, HOP(ts, INTERVAL '20' MILLISECOND, INTERVAL '60' MILLISECOND)"""
+    r = rule(sql, 30, sketches="    sketches: {hll_precision: 6}\n")
+    ev = stream(4, n=400, disorder=40)
+    want, _l, _e, _whole = run(r, ev, chunks=[400])
+    assert run(r, ev, chunks=[1] * 400)[0] == want
+    a = Engine(RuleSet((r,)))
+    got = a.process(ev[:150]).matches
+    b = Engine(RuleSet((r,)))
+    b.restore(a.snapshot())
+    assert got + b.process(ev[150:]).matches + b.finish().matches == want
+
+
+def test_cep_run_writes_sketches_as_base64_in_json_and_csv_and_binary_in_parquet(tmp_path, capsys):
+    import base64
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+
+    from cep.cli import main
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - name: users\n    kind: analytics\n    sql: |\n"
+        "      SELECT k, HLL_SKETCH(u) AS users, window_start FROM s GROUP BY k, TUMBLE(ts, INTERVAL '10' MILLISECOND)\n")
+    ev = [{"k": k, "ts": t, "u": f"u{t % 7}"} for t in range(30) for k in "ab"]
+    events = tmp_path / "ev.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in ev))
+    want = {}
+    for k in "ab":
+        for w in (0, 10, 20):
+            hll = HyperLogLog(12)
+            hll.update([e["u"] for e in ev if e["k"] == k and w <= e["ts"] < w + 10])
+            want[(k, w)] = hll.to_datasketches()
+    assert main(["run", str(rules), "--input", str(events), "-o", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert {(r["k"], r["window_start"]): base64.b64decode(r["users"]) for r in rows} == want
+    assert main(["run", str(rules), "--input", str(events), "-o", str(tmp_path / "o.csv"), "-q"]) == 0
+    with open(tmp_path / "o.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["k"], int(r["window_start"])): base64.b64decode(r["users"]) for r in rows} == want
+    assert main(["run", str(rules), "--input", str(events), "-o", str(tmp_path / "o.parquet"), "-q"]) == 0
+    table = pq.read_table(tmp_path / "o.parquet")
+    assert str(table.schema.field("users").type) == "binary"
+    assert {(r["k"], r["window_start"]): r["users"] for r in table.to_pylist()} == want
+
+
 def test_approx_top_k_within_the_misra_gries_bound():
     rnd = random.Random(5)
     urls = [f"/p{int(rnd.paretovariate(1.2))}" for _ in range(5000)]

@@ -79,6 +79,15 @@ def test_every_aggregate_and_where():
     assert spec.columns == ("y", "x")
 
 
+def test_hll_sketch_is_a_select_item_with_its_own_slot():
+    spec = compile_analytics(f"""SELECT k, HLL_SKETCH(u) AS sketch, APPROX_COUNT_DISTINCT(u) AS d FROM s
+        GROUP BY k, {W} HAVING APPROX_COUNT_DISTINCT(u) > 3""")
+    assert [(a.func, a.text) for a in spec.aggregates] == [("HLL_SKETCH", "HLL_SKETCH(u)"),
+                                                           ("APPROX_COUNT_DISTINCT", "APPROX_COUNT_DISTINCT(u)")]
+    assert [(c.name, c.expr) for c in spec.select][1:] == [("sketch", AggRef(0)), ("d", AggRef(1))]
+    assert spec.having == A.Compare(">", AggRef(1), A.Literal(3))
+
+
 def test_slide_windows_may_read_the_current_event():
     spec = compile_analytics("SELECT k, url, APPROX_COUNT(url, url) AS same FROM s GROUP BY k, SLIDE(ts, INTERVAL '1' MINUTE)")
     assert [c.name for c in spec.select] == ["k", "url", "same"]
@@ -156,6 +165,18 @@ def test_rule_file_with_sketch_settings():
      "PREV_WINDOW needs TUMBLE or HOP windows (the key's previous window); a SESSION window has no fixed previous window"),
     (f"SELECT PREV_WINDOW(x + 1) AS p FROM s GROUP BY {W}", "x + 1", "PREV_WINDOW takes one aggregate, e.g. PREV_WINDOW(APPROX_COUNT_DISTINCT(host)); found x + 1"),
     (f"SELECT PREV_WINDOW(APPROX_TOP_K(u, 2)) AS p FROM s GROUP BY {W}", "APPROX_TOP_K", "PREV_WINDOW(APPROX_TOP_K(...)) is not supported"),
+    (f"SELECT HLL_SKETCH(u, 14) AS s FROM s GROUP BY {W}", ",",
+     "HLL_SKETCH takes one argument; its lgConfigK (Spark's hll_sketch_agg(x, lgK)) is the rule's sketches: {hll_precision: ...}"),
+    (f"SELECT HLL_SKETCH(u) AS s FROM s GROUP BY {W} HAVING HLL_SKETCH(u) IS NOT NULL", "~HLL_SKETCH(u) IS",
+     "HLL_SKETCH(u) returns a sketch (Apache DataSketches HLL bytes), not a number: use it as a SELECT item of its "
+     "own, not inside HAVING; for the count, use APPROX_COUNT_DISTINCT(u)"),
+    (f"SELECT LENGTH(HLL_SKETCH(lower(u))) AS s FROM s GROUP BY {W}", "HLL_SKETCH",
+     "HLL_SKETCH(lower(u)) returns a sketch (Apache DataSketches HLL bytes), not a number: use it as a SELECT item "
+     "of its own, not inside an expression; for the count, use APPROX_COUNT_DISTINCT(lower(u))"),
+    (f"SELECT PREV_WINDOW(HLL_SKETCH(u)) AS p FROM s GROUP BY {W}", "HLL_SKETCH",
+     "PREV_WINDOW(HLL_SKETCH(...)) is not supported: select HLL_SKETCH(x) and union consecutive windows' sketches"),
+    ("SELECT k, HLL_SKETCH(u) AS s FROM s GROUP BY k, SLIDE(ts, INTERVAL '1' MINUTE)", "HLL_SKETCH",
+     "HLL_SKETCH needs TUMBLE, HOP or SESSION windows: a SLIDE window is evaluated exactly at every event"),
     (f"SELECT k, COUNT(*) AS n FROM s GROUP BY k, {W} HAVING bytes > 10", "bytes",
      "unknown column 'bytes' in HAVING: it is not a GROUP BY key nor a SELECT name; HAVING can use aggregates, keys and the names k, n, window_start, window_end"),
     (f"SELECT k, url FROM s GROUP BY k, {W}", "url",
