@@ -308,10 +308,13 @@ class PatternAutomaton:
                 a.threads = self._advance(a, init, m, rno, row, st, stats, dedup, ins, closure, hist)
                 if a.threads or a.best is not None:
                     st.attempts.append(a)
-            if len(st.attempts) > 1 and sum(len(x.threads) for x in st.attempts) > self.max_partial_matches:
-                self._over_cap(st, stats)
             if st.attempts:
+                if len(st.attempts) > 1 and sum(len(x.threads) for x in st.attempts) > self.max_partial_matches:
+                    self._over_cap(st, stats)
                 self._resolve(st, emit, stats, past_last)
+                live = sum(len(x.threads) for x in st.attempts)
+                if live > stats.partial_matches_peak:  # the most one key held at once
+                    stats.partial_matches_peak = live
             j += 1
         if not st.attempts and not st.deferred and e - max_back > mat:
             rows = self._drop_before(st, start_rno + e - max_back)
@@ -370,8 +373,6 @@ class PatternAutomaton:
         if len(new) > self.max_partial_matches:
             stats.partial_matches_dropped += len(new) - self.max_partial_matches
             del new[self.max_partial_matches :]
-        if len(new) > stats.partial_matches_peak:
-            stats.partial_matches_peak = len(new)
         return new
 
     def _over_cap(self, st: KeyState, stats: StepStats) -> None:

@@ -89,3 +89,16 @@ def test_bad_policy_is_refused():
     with pytest.raises(RuleErrors, match="on_cap must be drop_oldest or skip_key, found 'explode'"):
         parse_rules(rules("A+ B", "A AS x >= 0", cap=10, policy="explode"))
 
+
+
+@pytest.mark.parametrize("history", [True, False])
+def test_peak_counter_is_the_most_partial_matches_one_key_held(history):
+    # the step counter and a count taken from outside after every event agree, in both paths
+    cond = "A AS SUM(A.x) >= 0, B AS x < 0" if history else "A AS x >= 0, B AS x < 0"
+    eng = Engine(parse_rules(rules("A+ B", cond, cap=1000, within="WITHIN INTERVAL '7' MILLISECOND")))
+    seen = 0
+    for i in range(60):
+        eng.process([{"k": 0, "ts": i, "x": -1 if i % 13 == 12 else 1}, {"k": 1, "ts": i, "x": 1}])
+        seen = max(seen, live(eng)[1])
+    assert seen >= 6  # several start rows alive at once: the counter is not per partial match
+    assert eng.counts()["r"].partial_matches_peak == seen
