@@ -4,8 +4,9 @@
 ``--source-option``), runs every rule as keyed stateful operators and writes every output
 (complex events, late events, errors) to one file sink partitioned by ``output`` and ``rule``,
 exactly once, with its checkpoint. ``cep spark backfill`` runs the same rules over a static
-dataset and writes the same layout. Spark is imported only when one of them runs, so the rest
-of ``cep`` never starts a JVM.
+dataset and writes the same layout. ``--input NAME=PATH`` (repeatable) names input streams,
+as for ``cep run``: a rule whose FROM names one of them reads that stream only. Spark is
+imported only when one of them runs, so the rest of ``cep`` never starts a JVM.
 
 Wire into ``cep/cli.py`` with::
 
@@ -34,8 +35,10 @@ BLOCK = "_cep_block"  # the offset of the row's file block
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
-    p.add_argument("--input", "-i", required=True,
-                   help="input path (a directory of files, a file or a glob); for Kafka, leave it out")
+    p.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
+                   help="input path (a directory of files, a file or a glob; for Kafka, leave it out); repeat "
+                   "as NAME=PATH for several named streams, as for 'cep run': every row carries 'stream': NAME "
+                   "and a rule whose FROM names one of them reads that stream's rows only")
     p.add_argument("--format", "-f", default="json", metavar="FORMAT",
                    help="input format: json (JSON lines, the default), parquet, csv, or any Spark source "
                    "such as kafka (needs --packages and --schema: the message value is parsed as JSON)")
@@ -52,6 +55,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buckets", type=int, default=64,
                    help="hash buckets per rule: the stateful operator's groups (default 64; fixed by a "
                    "checkpoint's first run)")
+    p.add_argument("--search-buckets", type=int, default=8, metavar="N",
+                   help="streams: groups the search rules' documents are hashed into in the stateful stage "
+                   "(default 8; they keep no state, so it may change between runs)")
     p.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
                    help="spark.sql.shuffle.partitions (default 4; fixed by a checkpoint's first run)")
     p.add_argument("--packages", action="append", default=[], metavar="COORDS",
@@ -126,8 +132,23 @@ def _trigger(text: str) -> str:
     raise ValueError(f"--trigger {text!r}: expected available-now, once or processing-time=10s")
 
 
-def _read(spark: Any, args: Any, streaming: bool) -> tuple[Any, str | None]:
-    """The input DataFrame, and the column naming each row's source (file or Kafka offset)."""
+def _inputs(specs: list[str]) -> list[tuple[str | None, str]]:
+    """``--input`` values as (stream name or None, path); a name given twice is refused."""
+    from cep.cli import _parse_inputs
+
+    inputs = _parse_inputs(specs)
+    names = [n for n, _ in inputs if n]
+    for n in names:
+        if names.count(n) > 1:
+            raise ValueError(f"--input {n}=... is given {names.count(n)} times; give each input its own name, or one "
+                             "path per name (a directory or a glob reads several files)")
+    if len(inputs) > 1:  # as 'cep run' tags the rows of unnamed inputs it merges
+        inputs = [(n or f"input{i}", p) for i, (n, p) in enumerate(inputs)]
+    return inputs
+
+
+def _read(spark: Any, args: Any, streaming: bool, path: str | None = None) -> tuple[Any, str | None]:
+    """One input's DataFrame, and the column naming each row's source (file or Kafka offset)."""
     from pyspark.sql import functions as F
 
     fmt = args.format.lower()
@@ -156,10 +177,10 @@ def _read(spark: Any, args: Any, streaming: bool) -> tuple[Any, str | None]:
         if fmt == "csv":
             infer.setdefault("inferSchema", "true")
         try:
-            schema = spark.read.format(fmt).options(**infer).load(args.input).schema
+            schema = spark.read.format(fmt).options(**infer).load(path).schema
         except Exception as e:  # noqa: BLE001 - Spark raises AnalysisException and friends
             raise ValueError(
-                f"cannot infer the schema of {args.input!r} ({str(e).splitlines()[0]}); pass --schema"
+                f"cannot infer the schema of {path!r} ({str(e).splitlines()[0]}); pass --schema"
             ) from None
     else:
         schema = None
@@ -168,7 +189,7 @@ def _read(spark: Any, args: Any, streaming: bool) -> tuple[Any, str | None]:
     r = reader.format(fmt).options(**opts)
     if schema is not None:
         r = r.schema(schema)
-    df = r.load(args.input) if args.input else r.load()
+    df = r.load(path) if path else r.load()
     if fmt in FILE_FORMATS:
         df = df.withColumn(SOURCE, F.col("_metadata.file_path"))
         if not streaming:  # arrival order of a backfill: files by path, blocks by offset
@@ -230,12 +251,14 @@ def run(args: Any) -> int:
         trigger = _trigger(args.trigger) if cmd == "run" else None
         conf = _pairs(args.conf, "--conf")
         _pairs(args.source_option, "--source-option")
+        inputs = _inputs(args.input)
     except ValueError as e:
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if args.buckets < 1:
-        print(f"cep spark {cmd}: --buckets must be at least 1, found {args.buckets}", file=sys.stderr)
-        return EXIT_USAGE
+    for flag, value in (("--buckets", args.buckets), ("--search-buckets", args.search_buckets)):
+        if value < 1:
+            print(f"cep spark {cmd}: {flag} must be at least 1, found {value}", file=sys.stderr)
+            return EXIT_USAGE
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
@@ -243,16 +266,20 @@ def run(args: Any) -> int:
 
     spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
                           packages=args.packages, conf=conf)
+    frames: dict[str, Any] = {}
     try:
-        frame, source_col = _read(spark, args, streaming=(cmd == "run"))
+        for name, path in inputs:
+            frame, source_col = _read(spark, args, streaming=(cmd == "run"), path=path)
+            frames[name or ""] = frame
     except ValueError as e:
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    source: Any = frame if len(inputs) == 1 and inputs[0][0] is None else frames
     arrival = (SOURCE, BLOCK) if cmd == "backfill" and source_col == SOURCE and args.format in FILE_FORMATS else ()
-    cfg = SparkRunConfig(buckets=args.buckets, source_column=source_col, arrival_columns=arrival,
-                         on_rule_change=getattr(args, "on_rule_change", "fail"))
+    cfg = SparkRunConfig(buckets=args.buckets, search_buckets=args.search_buckets, source_column=source_col,
+                         arrival_columns=arrival, on_rule_change=getattr(args, "on_rule_change", "fail"))
     try:
-        result = apply_rules(frame, rules, cfg)
+        result = apply_rules(source, rules, cfg)
     except CepError as e:
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE

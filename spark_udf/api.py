@@ -1,13 +1,16 @@
 """Run a rule file over a Spark DataFrame: complex events, late and bad events as DataFrames.
 
-:func:`apply_rules` takes a streaming or a static DataFrame and a rule file. Keyed rules
-(patterns) run in one shared stateful stage grouped by ``(rule, hash bucket of the rule's
-PARTITION BY key)``: ``applyInPandasWithState`` with an event-time timeout for a stream,
-``applyInPandas`` for a static input (a backfill). Each group's state is one versioned blob
-holding the embedded operator's snapshot for the keys of that bucket. Every output row, of
-every rule and kind, shares one wide :class:`~spark_udf.schema.Envelope` schema, so one
-query (one checkpoint, one sink) carries them all; :class:`CepResult` slices it into typed
-DataFrames per rule, per kind, late events and errors.
+:func:`apply_rules` takes a streaming or a static DataFrame (or several, one per named input
+stream) and a rule file. Keyed rules (patterns, analytics) run in one shared stateful stage
+grouped by ``(rule, hash bucket of the rule's key)``: ``applyInPandasWithState`` with an
+event-time timeout for a stream, ``applyInPandas`` for a static input (a backfill). Each
+group's state is one versioned blob holding the embedded operator's snapshot for the keys of
+that bucket. On a stream, search rules join the same stage (groups of documents hashed into
+``search_buckets``, no state) so that they see the query's watermark and the source is read
+once; a backfill runs them in one ``mapInArrow``. Every output row, of every rule and kind,
+shares one wide :class:`~spark_udf.schema.Envelope` schema, so one query (one checkpoint, one
+sink) carries them all; :class:`CepResult` slices it into typed DataFrames per rule, per kind,
+late events and errors.
 
 Example:
     >>> from pyspark.sql import SparkSession                       # doctest: +SKIP
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
@@ -33,11 +36,14 @@ from patterns.rules import Rule, RuleSet, load_rules
 from spark_udf.core import (
     CORRUPT_BUCKET,
     CORRUPT_COL,
+    INPUT_COL,
     MALFORMED,
     PRIOR_COL,
     SEQ_COL,
     SOURCE_COL,
+    STREAM_COL,
     GroupCore,
+    InputLayout,
     RuleSpec,
     annotate_arrival,
     arrival_plan,
@@ -53,6 +59,7 @@ __all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METR
 
 METRICS_NAME = "cep"
 GROUP_RULE, GROUP_BUCKET, WM_COL, TIME_COL = "_cep_rule", "_cep_bucket", "_cep_wm", "_cep_time"
+PART_COL = "_cep_part"  # a row's Spark partition: the arrival segment of a named input without arrival columns
 _DELAY_KEY = "spark.watermarkDelayMs"  # EventTimeWatermark.delayKey
 
 
@@ -62,6 +69,9 @@ class SparkRunConfig:
 
     buckets: int = 64
     """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run."""
+    search_buckets: int = 8
+    """Streams: groups the documents of the search rules are hashed into in the stateful stage
+    (they keep no state, so the count may change between runs); about 2-4 per shuffle partition."""
     on_rule_change: str = "fail"
     """'fail': a rule whose saved state no longer fits stops the query; 'reset': drop that state."""
     source_column: str | None = None
@@ -79,6 +89,8 @@ class SparkRunConfig:
     def __post_init__(self) -> None:
         if self.buckets < 1:
             raise ValueError(f"buckets must be at least 1, found {self.buckets!r}")
+        if self.search_buckets < 1:
+            raise ValueError(f"search_buckets must be at least 1, found {self.search_buckets!r}")
         if self.on_rule_change not in ("fail", "reset"):
             raise ValueError(f"on_rule_change must be 'fail' or 'reset', found {self.on_rule_change!r}")
 
@@ -183,15 +195,22 @@ def _with_trigger(w: Any, trigger: str) -> Any:
 # ------------------------------------------------------------------ building the plan
 
 
-def apply_rules(frame: DataFrame, rules: RuleSet | Iterable[Rule] | str | Path,
+def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Iterable[Rule] | str | Path,
                 config: SparkRunConfig | None = None) -> CepResult:
     """Every rule of ``rules`` over ``frame`` (streaming or static).
 
+    ``frame`` is one DataFrame, or a mapping ``{stream name: DataFrame}`` (all streaming or all
+    static): the inputs are unioned by column name (a column an input lacks is NULL) and every
+    row is tagged with its stream's name in ``stream``; a rule whose ``FROM`` names one of the
+    streams reads that stream's rows only, any other rule reads every row, as the embedded
+    engine does with ``cep run --input NAME=PATH``.
+
     Streams run keyed rules with ``applyInPandasWithState`` (append mode, event-time timeout,
-    a watermark on the rules' common ORDER BY column); static frames with ``applyInPandas``
-    and the final watermark at the end (a backfill gives the rows the embedded engine gives
-    over the same rows in the same order). Columns whose names start with ``_cep_`` are
-    reserved.
+    a watermark on the rules' common event-time column) and search rules in the same stage,
+    judged against the same watermark; static frames run keyed rules with ``applyInPandas``
+    and the final watermark at the end, search rules with ``mapInArrow`` (a backfill gives the
+    rows the embedded engine gives over the same rows in the same order). Columns whose names
+    start with ``_cep_`` are reserved.
     """
     cfg = config or SparkRunConfig()
     if isinstance(rules, (str, Path)):
@@ -210,6 +229,7 @@ def apply_rules(frame: DataFrame, rules: RuleSet | Iterable[Rule] | str | Path,
             known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
 
+    frame, layout = _inputs(frame, cfg)
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
     if corrupt:
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
@@ -222,16 +242,34 @@ def apply_rules(frame: DataFrame, rules: RuleSet | Iterable[Rule] | str | Path,
     env = Envelope.build(rule_fields)
     by_type = _types_by_name(frame.schema)
 
+    by_kind: dict[str, list[Any]] = {}
+    for r in stateless:
+        by_kind.setdefault(kind_of(r), []).append(r)
+    # On a stream, stateless kinds that can (search) join the stateful stage: they see the
+    # query's watermark there, and the source is read once for every rule (one branch)
+    staged: dict[str, list[Any]] = {}
+    if frame.isStreaming:
+        for name, group in by_kind.items():
+            if hasattr(STATELESS_KINDS[name], "stage_core"):
+                staged[name] = group
+        timed = bool(keyed) or any(STATELESS_KINDS[n].time_column(r) for n, g in staged.items()  # type: ignore[attr-defined]
+                                   for r in g)
+        if not timed:  # no event time anywhere: no watermark to judge by, a plain map is cheaper
+            staged = {}
     parts: list[DataFrame] = []
-    if keyed:
-        # malformed records ride along to one group of the keyed stage (one scan of the input)
-        parts.append(_keyed_stage(frame, keyed, cfg, env, engine_types, by_type, corrupt is not None))
-    elif corrupt:
-        parts.append(_corrupt_rows(frame, cfg))
+    if keyed or staged:
+        # malformed records ride along to one group of the stage (one scan of the input)
+        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout))
+    rest = sorted(n for n in by_kind if n not in staged)
+    reporter = None
+    if corrupt and not (keyed or staged):
+        reporter = next((n for n in rest if getattr(STATELESS_KINDS[n], "reports_malformed", False)), None)
+        if reporter is None:
+            parts.append(_corrupt_rows(frame, cfg))
     clean = frame.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL) if corrupt else frame
-    for name in sorted({kind_of(r) for r in stateless}):
-        group = [r for r in stateless if kind_of(r) == name]
-        parts.append(STATELESS_KINDS[name].build(clean, group, env, cfg))
+    for name in rest:
+        parts.append(STATELESS_KINDS[name].build(frame if name == reporter else clean, by_kind[name], env, cfg,
+                                                 layout=layout))  # type: ignore[call-arg]
     schema = _envelope_schema(env, by_type)
     out = _conform(parts[0], schema)
     for p in parts[1:]:
@@ -244,6 +282,59 @@ def apply_rules(frame: DataFrame, rules: RuleSet | Iterable[Rule] | str | Path,
         observation = Observation(METRICS_NAME)
         out = out.observe(observation, *metrics)
     return CepResult(out, env, rules, observation, cfg)
+
+
+def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
+    """One DataFrame from the input (or the named inputs, tagged and unioned) and its layout."""
+    if isinstance(frame, DataFrame):
+        return frame, InputLayout((), tuple(cfg.arrival_columns))
+    if not isinstance(frame, Mapping) or not frame:
+        raise CepError(
+            f"the input must be a DataFrame or a non-empty mapping {{stream name: DataFrame}}, found {frame!r}"
+        )
+    names = list(frame)
+    for n, f in frame.items():
+        if not isinstance(n, str) or not n:
+            raise CepError(f"input stream names must be non-empty strings, found {n!r}")
+        if not isinstance(f, DataFrame):
+            raise CepError(f"input stream {n!r}: expected a DataFrame, found {type(f).__name__}")
+    modes = {n: frame[n].isStreaming for n in names}
+    if len(set(modes.values())) > 1:
+        live = ", ".join(n for n in names if modes[n])
+        static = ", ".join(n for n in names if not modes[n])
+        raise CepError(f"input streams mix streaming ({live}) and static ({static}) DataFrames; "
+                       "read them all with readStream (a stream) or all with read (a backfill)")
+    streaming = modes[names[0]]
+    seen: dict[str, tuple[str, T.DataType]] = {}
+    for n in names:
+        for fld in frame[n].schema.fields:
+            if fld.name == STREAM_COL:
+                continue
+            first = seen.setdefault(fld.name, (n, fld.dataType))
+            if first[1] != fld.dataType:
+                raise CepError(
+                    f"column {fld.name!r} is {first[1].simpleString()} in input stream {first[0]!r} but "
+                    f"{fld.dataType.simpleString()} in {n!r}; give it one type in every input (a schema, or a cast) "
+                    "so that the streams can be unioned"
+                )
+    out = None
+    for i, n in enumerate(names):
+        f = frame[n]
+        # as the embedded engine's merge: a row that names its stream keeps it
+        tag = F.coalesce(F.col(STREAM_COL).cast("string"), F.lit(n)) if STREAM_COL in f.columns else F.lit(n)
+        f = f.withColumn(STREAM_COL, tag)
+        if not streaming:
+            f = f.withColumn(INPUT_COL, F.lit(i))
+        out = f if out is None else out.unionByName(f, allowMissingColumns=True)
+    assert out is not None
+    segments: tuple[str, ...] = ()
+    if not streaming and cfg.arrival_order:
+        if cfg.arrival_columns:
+            segments = (INPUT_COL, *cfg.arrival_columns)
+        else:  # each input's Spark partitions in order
+            out = out.withColumn(PART_COL, F.spark_partition_id())
+            segments = (INPUT_COL, PART_COL)
+    return out, InputLayout(tuple(names), segments)
 
 
 def _metrics(rules: list[Any]) -> list[Column]:
@@ -364,23 +455,64 @@ def _time_ms(frame: DataFrame, name: str, engine_types: dict[str, str]) -> Colum
     return to_ms(c.cast("string"))
 
 
-def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: Envelope,
-                 engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool) -> DataFrame:
-    kinds = [KEYED_KINDS[kind_of(r)] for r in keyed]
-    times = {k.time_column(r) for k, r in zip(kinds, keyed)}
-    if len(times) != 1:
+def _stage_time_column(keyed: list[Any], kinds: list[Any], staged: dict[str, list[Any]]) -> str:
+    """The one event-time column of the stateful stage: every keyed rule's, and every staged
+    (search) rule's that has one."""
+    fields: dict[str, list[str]] = {}
+    for k, r in zip(kinds, keyed):
+        fields.setdefault(k.time_column(r), []).append(r.name)
+    for name, group in staged.items():
+        kind: Any = STATELESS_KINDS[name]
+        for r in group:
+            tc = kind.time_column(r)
+            if tc is not None:
+                fields.setdefault(tc, []).append(r.name)
+    if len(fields) != 1:
+        detail = "; ".join(f"{f!r}: {', '.join(names)}" for f, names in sorted(fields.items()))
         raise CepError(
-            f"rules order by different event-time fields ({', '.join(sorted(times))}); one Spark query "
-            "has one watermark: run the rules of each time field as a separate query (one rule file each)"
+            f"rules order by different event-time fields ({detail}); one Spark query has one watermark, "
+            "shared on a stream by every pattern and analytics rule and every search rule with a time_field: "
+            "run the rules of each time field as a separate query (one rule file each)"
         )
-    time_col = times.pop()
+    return next(iter(fields))
+
+
+def _row_hash_columns(frame: DataFrame) -> list[Column]:
+    """The input's plain columns, whose hash spreads documents over the search groups."""
+    plain = (T.StringType, T.NumericType, T.BooleanType, T.BinaryType, T.DateType, T.TimestampType,
+             T.TimestampNTZType)
+    return [F.col(_q(f.name)) for f in frame.schema.fields
+            if not f.name.startswith(RESERVED_PREFIX) and isinstance(f.dataType, plain)]
+
+
+def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
+                    env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
+                    layout: InputLayout) -> DataFrame:
+    """The keyed stage: pattern and analytics rules, and (streams) the search rules.
+
+    Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
+    the row's hash)`` for the i-th staged stateless kind (every search rule in one group per
+    bucket: a document is shuffled once, whatever the number of search rules).
+    """
+    kinds = [KEYED_KINDS[kind_of(r)] for r in keyed]
+    time_col = _stage_time_column(keyed, kinds, staged)
     columns = set(frame.columns)
+    shown = ", ".join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))
     for k, r in zip(kinds, keyed):
         for c in (*k.key_columns(r), k.time_column(r)):
             if c not in columns:
                 raise CepError(
                     f"rule {r.name!r}: column {c!r} ({getattr(k, 'clause', 'key / event time')}) is not in the input; "
-                    f"input columns: {', '.join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))}"
+                    f"input columns: {shown}"
+                )
+    for name, group in staged.items():
+        skind: Any = STATELESS_KINDS[name]
+        for r in group:
+            tc = skind.time_column(r)
+            if tc is not None and tc not in columns:
+                raise CepError(
+                    f"rule {r.name!r}: column {tc!r} ({getattr(skind, 'clause', 'event time')}) is not in the input; "
+                    f"a stream's watermark is read from it; input columns: {shown}"
                 )
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
     core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version)
@@ -388,9 +520,20 @@ def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: E
     key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
 
     if frame.isStreaming:
+        joined: dict[int, Any] = {}
+        extra: list[tuple[int, Column, Column | None]] = []
+        hashed = _row_hash_columns(frame)
+        row_bucket = (F.pmod(F.xxhash64(*hashed), F.lit(cfg.search_buckets)).cast("int") if hashed
+                      else F.lit(0))
+        for i, name in enumerate(sorted(staged)):
+            group = staged[name]
+            joined[-1 - i] = STATELESS_KINDS[name].stage_core(frame, group, env, layout)  # type: ignore[attr-defined]
+            routes = [layout.route(r) for r in group]
+            reads = None if None in routes else _any_stream(sorted(set(routes)))  # type: ignore[arg-type]
+            extra.append((-1 - i, row_bucket, reads))
         x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types)))
         x = x.withWatermark(TIME_COL, "0 seconds")
-        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt)
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
         # Spark drops rows behind the watermark before a stage with one. A NULL column that
         # carries the watermark marker satisfies the first and is never "behind", so late rows
@@ -401,6 +544,12 @@ def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: E
         )
 
         def stream_fn(key, pdfs, state):
+            group, bucket = int(key[0]), int(key[1])
+            if bucket != CORRUPT_BUCKET and group in joined:  # stateless: no state, no timeout
+                rows = joined[group].stream_group(pdfs, state.getCurrentWatermarkMs())
+                if rows is not None:
+                    yield rows
+                return
             stored = tuple(state.get) if state.exists else None
             frame_out, new_state, timeout = core.stream_group(
                 key, pdfs, stored, state.getCurrentWatermarkMs(), state.hasTimedOut
@@ -422,11 +571,11 @@ def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: E
     x = frame
     priors = None
     if cfg.arrival_order:
-        x, priors = _arrival_watermarks(x, time_col, key_sets, tuple(cfg.arrival_columns))
+        x, priors = _arrival_watermarks(x, time_col, key_sets, layout.segment_columns, layout.per_input)
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
-    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt)
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [])
 
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
@@ -434,13 +583,21 @@ def _keyed_stage(frame: DataFrame, keyed: list[Any], cfg: SparkRunConfig, env: E
     return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(static_fn, schema)
 
 
-def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
-                   prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool) -> DataFrame:
-    """Add the group key (rule, bucket); one row per rule when several rules read the input.
+def _any_stream(streams: list[str]) -> Column:
+    """Rows of any of these input streams."""
+    return F.col(STREAM_COL).isin(*streams)
 
-    A malformed record goes once, to bucket -1 of the first rule, which reports it.
+
+def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
+                   prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool, layout: InputLayout,
+                   extra: list[tuple[int, Column, Column | None]]) -> DataFrame:
+    """Add the group key (rule, bucket); one row per rule (or staged kind) that reads the row.
+
+    A rule whose FROM names one of the input streams reads that stream's rows; ``extra`` are
+    the staged stateless kinds' groups: (group key, bucket, which rows or None for all). A
+    malformed record goes once, to bucket -1 of the first group, which reports it.
     """
-    structs = []
+    entries: list[tuple[Column, Column | None]] = []
     for k, r in zip(kinds, keyed):
         keys = k.key_columns(r)
         bucket = (
@@ -449,14 +606,23 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
         fields = [F.lit(rule_key(r.name)).alias("r"), bucket.alias("b")]
         if prior_cols is not None:
             fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
-        structs.append(F.struct(*fields))
+        route = layout.route(r)
+        entries.append((F.struct(*fields), None if route is None else F.col(STREAM_COL) == F.lit(route)))
+    for group, bucket, reads in extra:
+        entries.append((F.struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
     drop = list(prior_cols.values()) if prior_cols else []
-    if len(structs) == 1 and not corrupt:
-        x = x.withColumn("_cep_g", structs[0])
+    if len(entries) == 1 and not corrupt:
+        struct, reads = entries[0]
+        if reads is not None:
+            x = x.where(reads)
+        x = x.withColumn("_cep_g", struct)
     else:
-        groups = F.array(*structs)
+        groups = F.array(*[s if reads is None else F.when(reads, s) for s, reads in entries])
+        if any(reads is not None for _, reads in entries):
+            groups = F.array_compact(groups)
         if corrupt:
-            bad = [F.lit(rule_key(keyed[0].name)).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")]
+            first = rule_key(keyed[0].name) if keyed else extra[0][0]
+            bad = [F.lit(first).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")]
             if prior_cols is not None:
                 bad.append(F.lit(None).cast("bigint").alias("p"))
             groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(F.struct(*bad))).otherwise(groups)
@@ -468,18 +634,20 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
 
 
 def _arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str, ...]],
-                        seg_cols: tuple[str, ...]):
+                        seg_cols: tuple[str, ...], per_input: bool = False):
     """Add arrival order and each row's largest earlier event time, per partition-key set.
 
     Arrival order: input segments (file blocks, ordered by file path then offset, when
     ``seg_cols`` names them; else Spark partitions in order), rows in order within each.
+    ``per_input``: the first segment column names the row's input (named input streams), and
+    a row's earlier rows are those of its own input (see :func:`~spark_udf.core.arrival_plan`).
     Two passes keep the input's partitioning: the first collects every segment's largest valid
     event time, the second computes running maxima from there.
     """
     rows = frame.mapInPandas(
         lambda it: segment_maxima(it, time_col, key_sets, seg_cols), "seg string, ks int, mx bigint"
     ).collect()
-    plan = arrival_plan(((r.seg, r.ks, r.mx) for r in rows), len(key_sets))
+    plan = arrival_plan(((r.seg, r.ks, r.mx) for r in rows), len(key_sets), per_input)
     schema = T.StructType(
         frame.schema.fields
         + [T.StructField(SEQ_COL, T.LongType())]

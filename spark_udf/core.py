@@ -32,6 +32,7 @@ import pandas as pd
 
 from cep.events import batch_from_pandas, parse_times
 from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
+from patterns.search_rules import STREAM_FIELD
 from spark_udf.kinds import KEYED_KINDS, KeyedOperator
 from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, SPANS_TYPE, describe_value
 from spark_udf.state import (
@@ -43,7 +44,10 @@ from spark_udf.state import (
     encode_state,
 )
 
-__all__ = ["rule_key", "RuleSpec", "GroupCore", "epoch_ms", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL", "CORRUPT_BUCKET"]
+__all__ = [
+    "rule_key", "RuleSpec", "GroupCore", "InputLayout", "epoch_ms", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL",
+    "CORRUPT_BUCKET", "INPUT_COL", "STREAM_COL",
+]
 
 SOURCE_COL = "_cep_source"
 CORRUPT_COL = "_cep_corrupt"
@@ -51,6 +55,40 @@ CORRUPT_BUCKET = -1
 MALFORMED = "malformed record: it does not parse with the input's format and schema"
 PRIOR_COL = "_cep_prior"
 SEQ_COL = "_cep_seq"
+INPUT_COL = "_cep_input"  # which named input a row came from (its index), for a backfill's arrival order
+STREAM_COL = STREAM_FIELD  # the stream a row belongs to, as the embedded engine tags merged inputs
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """Where the rows of one run come from: named input streams, and how a backfill orders them.
+
+    ``streams`` are the names of the inputs (empty: one unnamed input). A rule whose ``FROM``
+    names one of them reads that stream's rows only (the rows whose ``stream`` column holds the
+    name); any other rule reads every row, as :meth:`cep.engine.Engine.process` does with merged
+    inputs. ``segment_columns`` name each row's arrival segment in a backfill (empty: Spark
+    partitions in order); with named inputs the first one is the input's index and each input
+    is judged in its own arrival order (see :func:`arrival_plan`).
+
+    Example:
+        >>> from types import SimpleNamespace as R
+        >>> layout = InputLayout(("searches", "clicks"))
+        >>> layout.route(R(stream="clicks")), layout.route(R(stream="events"))
+        ('clicks', None)
+    """
+
+    streams: tuple[str, ...] = ()
+    segment_columns: tuple[str, ...] = ()
+
+    @property
+    def per_input(self) -> bool:
+        """Named inputs: each input's arrival order is its own (the first segment column)."""
+        return bool(self.streams)
+
+    def route(self, rule: Any) -> str | None:
+        """The stream a rule reads alone, or None when it reads every row."""
+        name = getattr(rule, "stream", None)
+        return name if name in self.streams else None
 
 
 def rule_key(name: str) -> int:
@@ -543,21 +581,36 @@ def segment_maxima(
                        dtype=object)
 
 
-def arrival_plan(rows: Iterable[Any], nsets: int) -> dict[str, tuple[int, list[int]]]:
+def arrival_plan(rows: Iterable[Any], nsets: int, per_input: bool = False) -> dict[str, tuple[int, list[int]]]:
     """From the first pass's rows: per segment, its rank in arrival order and the largest
     valid event time of every earlier segment (per key set; the int64 minimum for none).
+
+    ``per_input``: the first value of a segment's key names its input, and only earlier
+    segments of the same input count. ``cep run`` merges several inputs in event time, each in
+    its own order; in that merge a row is behind an earlier row of another input only if it is
+    behind an earlier row of its own input by at least as much (the merge never takes a row of
+    another input ahead of a smaller time of this one), so each input's own order decides
+    which rows are late.
 
     Example:
         >>> plan = arrival_plan([('["b"]', 0, 7), ('["a"]', 0, 9), ('["c"]', 0, None)], 1)
         >>> plan['["a"]'][0], plan['["b"]'], plan['["c"]']
         (0, (1, [9]), (2, [9]))
+        >>> plan = arrival_plan([('[0, "x"]', 0, 9), ('[1, "x"]', 0, 7), ('[1, "y"]', 0, 8)], 1, per_input=True)
+        >>> plan['[1, "x"]'], plan['[1, "y"]']
+        ((1, [-9223372036854775808]), (2, [7]))
     """
     per: dict[str, list[int]] = {}
     for seg, ks, mx in rows:
         per.setdefault(seg, [_MIN] * nsets)[ks] = _MIN if mx is None else int(mx)
     plan: dict[str, tuple[int, list[int]]] = {}
     run = [_MIN] * nsets
+    current: Any = None
     for rank, seg in enumerate(sorted(per, key=json.loads)):
+        if per_input:
+            first = json.loads(seg)[0]
+            if first != current:
+                run, current = [_MIN] * nsets, first
         plan[seg] = (rank, list(run))
         run = [max(r, mx) for r, mx in zip(run, per[seg])]
     return plan

@@ -10,7 +10,8 @@ A rule kind is either
   :class:`KeyedOperator` calls; or
 * **stateless** (:class:`StatelessKind`): it builds its own sub-plan over the input (search
   rules: ``mapInArrow`` with the query index shipped once) and returns rows in the shared
-  envelope schema.
+  envelope schema. A stateless kind with ``stage_core`` joins the keyed stage on a stream
+  instead (groups of its own, no state), to see the query's watermark.
 
 Register a kind with :func:`register_kind`; rules pick their kind by ``rule.kind``.
 """
@@ -80,14 +81,25 @@ class KeyedKind(Protocol):
 
 
 class StatelessKind(Protocol):
-    """A rule kind that builds its own Spark sub-plan (the percolator's search rules)."""
+    """A rule kind that builds its own Spark sub-plan (the percolator's search rules).
+
+    Optional: ``time_column(rule)`` and ``stage_core(frame, rules, envelope, layout)``, an
+    object whose ``stream_group(chunks, watermark_ms)`` returns one stream group's envelope
+    rows (then the kind's rules join a stream's stateful stage); ``reports_malformed`` (its
+    ``build`` turns the reader's corrupt records into error rows); ``clause`` (how the rule
+    names its time column, for errors).
+    """
 
     name: str
 
     def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]: ...
 
-    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any) -> Any:
-        """Rows of ``envelope`` (a DataFrame with every envelope column) for these rules."""
+    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any, layout: Any = None) -> Any:
+        """Rows of ``envelope`` (a DataFrame with every envelope column) for these rules.
+
+        ``layout`` (a :class:`~spark_udf.core.InputLayout`) names the input streams and a
+        backfill's arrival segments.
+        """
         ...
 
 
@@ -164,51 +176,35 @@ class AnalyticsKind:
 
 
 class SearchKind:
-    """Search rules: the percolator over the input's Arrow batches, stateless (see :mod:`spark_udf.search`).
+    """Search rules: the percolator over the input's batches, stateless (see :mod:`spark_udf.search`).
 
-    Every search rule of the rule set shares one ``mapInArrow``; the query sets reach the
-    executors once, as a broadcast, and each Python worker builds the index on first use.
+    On a stream with an event time, every search rule shares groups of the keyed stage (hash
+    buckets of the row), judged against the query's watermark; in a backfill, one
+    ``mapInArrow``. Either way the query sets reach the executors once, as a broadcast, and
+    each Python worker builds the index on first use.
     """
 
     name = "search"
+    clause = "time_field"
+    reports_malformed = True
+
+    def time_column(self, rule: Any) -> str | None:
+        return rule.spec.time_field
 
     def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]:
         from spark_udf.schema import search_output_fields
 
         return search_output_fields(rule.spec, input_types)
 
-    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any) -> Any:
-        from pyspark.sql.pandas.types import to_arrow_schema
+    def build(self, frame: Any, rules: list[Any], envelope: Any, config: Any, layout: Any = None) -> Any:
+        from spark_udf.search import build_search
 
-        from spark_udf.api import _arrival_watermarks, _envelope_schema, _types_by_name
-        from spark_udf.core import PRIOR_COL, SEQ_COL
-        from spark_udf.schema import RESERVED_PREFIX
-        from spark_udf.search import SearchCore, pack_query_sets
+        return build_search(frame, rules, envelope, config, layout)
 
-        x = frame
-        prior_columns: dict[str, str | None] = {r.name: None for r in rules}
-        if not frame.isStreaming and config.arrival_order:
-            # a backfill judges lateness in arrival order, as the embedded operator reading the
-            # input does: each row carries the largest valid event time of every earlier row
-            times = sorted({r.spec.time_field for r in rules if r.spec.time_field is not None})
-            for i, tf in enumerate(times):
-                if tf not in frame.columns:
-                    continue  # every row is an error row of that rule (no event time)
-                x, _ = _arrival_watermarks(x, tf, [()], tuple(config.arrival_columns))
-                x = x.drop(SEQ_COL).withColumnRenamed(f"{PRIOR_COL}_0", f"{PRIOR_COL}_search_{i}")
-                for r in rules:
-                    if r.spec.time_field == tf:
-                        prior_columns[r.name] = f"{PRIOR_COL}_search_{i}"
-        schema = _envelope_schema(envelope, _types_by_name(frame.schema))
-        session = frame.sparkSession
-        blob, digest = pack_query_sets(rules)
-        shipped = session.sparkContext.broadcast(blob)
-        tz = session.conf.get("spark.sql.session.timeZone")
-        input_types = {f.name: f.dataType.simpleString() for f in frame.schema.fields
-                       if not f.name.startswith(RESERVED_PREFIX)}
-        core = SearchCore.build(rules, envelope, input_types, shipped, digest,
-                                to_arrow_schema(schema, timezone=tz), prior_columns)
-        return x.mapInArrow(core, schema)
+    def stage_core(self, frame: Any, rules: list[Any], envelope: Any, layout: Any = None) -> Any:
+        from spark_udf.search import stage_core
+
+        return stage_core(frame, rules, envelope, layout)
 
 
 KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind(), "analytics": AnalyticsKind()}
