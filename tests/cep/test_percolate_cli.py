@@ -202,3 +202,60 @@ def test_bad_default_operator_is_an_argparse_error(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         cli("--queries", "q", "--input", "d", "--default-operator", "XOR")
     assert "invalid choice: 'XOR'" in capsys.readouterr().err
+
+
+def test_default_field_takes_several_fields(files: tuple[Path, Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    q, d = files
+    assert cli("--queries", str(q), "--input", str(d), "--default-field", "title", "body") == 0
+    two = out_lines(capsys.readouterr().out)
+    assert cli("--queries", str(q), "--input", str(d), "--default-field", "title",
+               "--default-field", "body") == 0
+    assert out_lines(capsys.readouterr().out) == two
+    assert two[0]["matches"] == [1, 2, "apple"]
+
+
+def test_saved_index_starts_the_same_run(files: tuple[Path, Path], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--save-index writes the built index; --queries INDEX gives the same lines, with the
+    index's own settings (options that would change them are refused)."""
+    q, d = files
+    index = tmp_path / "queries.index"
+    assert cli("--queries", str(q), "--input", str(d), "--default-field", "title",
+               "--save-index", str(index)) == 0
+    first = capsys.readouterr()
+    assert cli("--queries", str(index), "--input", str(d)) == 0
+    again = capsys.readouterr()
+    assert out_lines(again.out) == out_lines(first.out)
+    assert out_lines(again.out)[0]["matches"] == [2, "apple"]  # default field title, kept
+    assert again.err.strip() == ("percolate: 4 queries loaded, 0 rejected; 3 documents, "
+                                 "0 skipped; 3 matches, 0 query errors")
+    assert cli("--queries", str(index), "--input", str(d), "--default-operator", "AND") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"{index} was written by Percolator.save or save_index and brings its own settings: "
+        "drop --default-field / --default-operator (or give the queries as plain JSON lines)")
+    index.write_bytes(index.read_bytes()[:-5])
+    assert cli("--queries", str(index), "--input", str(d)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"cannot load the queries: {index}: the saved index is damaged or cut short (its "
+        "checksum does not match); write it again with save_index()")
+    assert cli("--queries", str(q), "--input", str(d), "--save-index",
+               str(tmp_path / "no" / "dir" / "x")) == 2
+    assert capsys.readouterr().err.startswith("cannot write the index: ")
+
+
+def test_queries_saved_by_the_percolator(files: tuple[Path, Path], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A file written by Percolator.save: its header line is its settings, not a bad line."""
+    _, d = files
+    p = perc_mod.Percolator(perc_mod.PercolatorConfig(
+        query=perc_mod.QueryConfig(default_operator="AND")))
+    p.register("both", "apple pie")
+    p.register("one", "apple")
+    saved = tmp_path / "saved.jsonl"
+    p.save(saved)
+    assert cli("--queries", str(saved), "--input", str(d)) == 0
+    captured = capsys.readouterr()
+    assert out_lines(captured.out)[0] == {"id": "d1", "matches": ["both", "one"]}
+    assert out_lines(captured.out)[2] == {"id": "d3", "matches": []}
+    assert captured.err.strip().startswith("percolate: 2 queries loaded, 0 rejected;")

@@ -461,3 +461,96 @@ def test_save_needs_json_ids_and_metadata(tmp_path: Path) -> None:
     p.register("q", "x", {"when": object()})
     with pytest.raises(CepError, match="cannot save query 'q': its metadata is not JSON"):
         p.save(tmp_path / "b.jsonl")
+
+
+# --- a saved built index --------------------------------------------------------------------
+
+INDEX_QUERIES = [
+    "apple", "apple AND pie", "apple -pie", '"big apple"', '"big apple"~2', "appl*", "pi?e",
+    "t:pear OR u:plum", "+apple +(pie OR tart) -crumble", "apple AND n:[1 TO 5]",
+    'date:[2003-01-01 TO 2003-12-31] AND pie', "u:*", '"apple pie"~1 AND NOT tart',
+]
+INDEX_DOCS = [
+    {"id": 1, "t": "The Big Apple pie", "n": 3, "date": "2003-04-05"},
+    {"id": 2, "t": "apple tart", "u": "plum crumble", "n": 9},
+    {"id": 3, "t": "pie apple big", "tags": ["pear", "apple pie"]},
+    {"id": 4, "t": "applesauce and pipe", "u": "x"},
+    {"id": 5, "t": "nothing here", "date": "2004-01-01"},
+]
+
+
+@pytest.mark.parametrize("options", EVERY_PATH)
+def test_saved_index_gives_the_same_matches(tmp_path: Path, options: dict[str, Any]) -> None:
+    """A saved index (with a delta segment and a deleted query at the time) loads without
+    parsing or building, matches like the original and the baseline, and keeps registering."""
+    p = Percolator(PercolatorConfig(delta_limit=4, term_frequencies={"apple": 0.3}, **options))
+    base = NoFiltering()
+    for i, q in enumerate(INDEX_QUERIES):
+        for s in (p, base):
+            s.register(f"q{i}", q, {"owner": "ann" if i % 2 else "bob", "n": i})
+    p.snapshot()
+    for s in (p, base):  # a delta segment and a dead slot at save time
+        s.register("late", "crumble OR sauce*")
+        s.delete("q1")
+    assert len(p.snapshot().segments) == 2 and p.snapshot().dead
+    path = tmp_path / "index.bin"
+    p.save_index(path)
+    q = Percolator.load(path)
+    assert q.config == p.config and q.config.term_frequencies == {"apple": 0.3}
+    assert not q._dirty and len(q.snapshot().segments) == 2  # nothing rebuilt
+    assert [(x.id, x.query, dict(x.metadata)) for x in q.queries()] == [
+        (x.id, x.query, dict(x.metadata)) for x in p.queries()]
+
+    def answers(s: Any, **kw: Any) -> list[Any]:
+        one = [s.percolate(d, highlight=True, **kw) for d in INDEX_DOCS]
+        many = s.percolate_batch(INDEX_DOCS * 20, highlight=True, **kw).results[:5]
+        return [(r.ids, r.spans, r.metadata) for r in one + many]
+
+    assert answers(q) == answers(p) == answers(base)
+    assert answers(q, metadata_filter={"owner": "ann"}) == answers(
+        base, metadata_filter={"owner": "ann"})
+    # it goes on registering, replacing and deleting like the original
+    for s in (q, base):
+        s.register("new", '"nothing here" OR tart')
+        s.register("q0", "plum")
+        s.delete("q2")
+    assert answers(q) == answers(base)
+    q.rebuild()
+    assert answers(q) == answers(base)
+
+
+def test_saved_index_loads_into_the_baseline(tmp_path: Path) -> None:
+    p = Percolator()
+    p.register("a", "apple", {"owner": "ann"})
+    path = tmp_path / "index.bin"
+    p.save_index(path)
+    b = NoFiltering.load(path)
+    assert b.percolate({"t": "apple"}).metadata == {"a": {"owner": "ann"}}
+
+
+def test_saved_index_refuses_damaged_and_foreign_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = Percolator()
+    p.register("a", "apple")
+    path = tmp_path / "index.bin"
+    p.save_index(path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(data[:-10])
+    with pytest.raises(CepError, match=r"cut.bin: the saved index is damaged or cut short \(its "
+                                       r"checksum does not match\); write it again"):
+        Percolator.load(cut)
+    monkeypatch.setattr(perc_mod, "_FINGERPRINT", ["another build"])
+    with pytest.raises(CepError, match=r"index.bin: this index was written by another version "
+                                       r"of cep's percolator.*load the queries instead"):
+        Percolator.load(path)
+
+
+def test_saved_index_needs_picklable_ids_and_metadata(tmp_path: Path) -> None:
+    p = Percolator()
+    p.register("q", "x", {"lock": threading.Lock()})
+    with pytest.raises(CepError, match="cannot save the index: a query id or metadata value "
+                                       "cannot be written"):
+        p.save_index(tmp_path / "index.bin")
+    assert not (tmp_path / "index.bin").exists()

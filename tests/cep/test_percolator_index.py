@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import random
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,70 @@ def test_ascii_terms_equal_the_token_regex(text: str) -> None:
     assert Analyzer().terms(text) == [t.lower() for t in re.findall(r"[^\W_]+", text)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from("aB9 .\x00é_-'"), max_size=12), max_size=6))
+def test_terms_of_many_texts_equal_one_by_one(texts: list[str]) -> None:
+    """Many texts analysed in one call (joined by NUL) give each text's own terms; NUL inside a
+    text or non-ASCII text sends the batch the usual way."""
+    for config in (AnalysisConfig(), AnalysisConfig.english()):
+        an = Analyzer(config)
+        assert an.terms_many(texts) == [an.terms(t) for t in texts]
+
+
+class _Text(str):
+    """A str subclass: the document view's general path."""
+
+
+def _random_doc(rng: random.Random) -> dict[str, Any]:
+    words = ["apple", "Pie", "tart", "of", "banks", "a-b", "Über"]
+    text = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(0, 4)))  # noqa: E731
+    doc: dict[str, Any] = {}
+    for name in rng.sample(["id", "t", "u", "stream", "n", "tags", "nested"], rng.randint(0, 5)):
+        kind = rng.random()
+        if name == "n":
+            doc[name] = rng.choice([3, 2.5, True, None, "7"])
+        elif name == "tags":
+            doc[name] = [text() for _ in range(rng.randint(0, 2))] + rng.choice([[], [4]])
+        elif name == "nested":
+            doc[name] = {"t": text()}
+        else:
+            doc[name] = _Text(text()) if kind < 0.1 else text()
+    return doc
+
+
+@pytest.mark.parametrize("default_fields", [None, ("t", "tags")])
+@pytest.mark.parametrize("analysis", [AnalysisConfig(), AnalysisConfig.english()],
+                         ids=["plain", "english"])
+def test_batch_terms_equal_the_document_view(analysis: AnalysisConfig,
+                                             default_fields: Any) -> None:
+    """A batch analyses each field for all documents at once; its terms and its 'one plain
+    value' flags must be what each document's view says, whatever the documents hold."""
+    rng = random.Random(5)
+    config = PercolatorConfig(query=QueryConfig(analysis=analysis,
+                                                default_fields=default_fields),
+                              exclude_fields=("stream",))
+    ctx = perc_mod._Context(config)
+    for i in range(80):
+        docs = [_random_doc(rng) for _ in range(rng.randint(0, 8))]
+        if i % 2:  # headline-like: one text field each, now and then one that is not
+            docs = [{"id": j, "t": " ".join(rng.sample(["Apple", "pie", "x1"], 2)), "n": j}
+                    if rng.random() < 0.9 else d for j, d in enumerate(docs)]
+        batch = perc_mod._Batch(docs, ctx)
+        for fld in (None, "t", "tags", "nested.t", "n", "missing"):
+            views = [perc_mod._DocView(d, ctx) for d in docs]
+            terms, single = batch.terms(fld)
+            assert terms == [v.terms(fld) for v in views], (fld, docs)
+            assert single.tolist() == [v.single_terms(fld) is not None for v in views]
+        # the one field every document's default text comes from, if there is one
+        sole = {tuple(v.default_fields()) for v in views}
+        plain_one = all(type(d.get(f)) is str for d, v in zip(docs, views)
+                        for f in v.default_fields()) and all(
+            not isinstance(x, list) for d in docs for x in d.values())
+        want = (next(iter(sole))[0] if default_fields is None and len(sole) == 1
+                and len(next(iter(sole))) == 1 and plain_one and docs else None)
+        assert batch.sole_field() == want, docs
+
+
 # --- the term dictionary --------------------------------------------------------------------
 
 
@@ -106,6 +171,78 @@ def test_term_dictionary_limit_keeps_answers() -> None:
     got = [set(tk.resolve(t)) for t in ["abc", "abd", "axcd", "abc", "b"]]
     assert got == [{1, 2}, {1}, {2}, {1, 2}, set()]
     assert len(tk.cache) == 2  # the rest resolved again at each sighting
+
+
+def test_term_ids_give_the_keys_of_each_term() -> None:
+    """Batches read the term dictionary through term ids and arrays (frozen now and then as
+    new terms arrive, and past the remembered-terms limit); the answers are ``keys_of``."""
+    rng = random.Random(9)
+    alphabet = "abcd"
+    word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 7)))  # noqa: E731
+    terms = {word(): [i] for i in range(30)}
+    prefixes = {word()[:3]: [100 + i] for i in range(10)}
+    wildcards = [("a?c*", 200), ("*bd", 201), ("d*a", 202)]
+    phrases = [("ab cd", 300), ("ab cd a", 301), ("b b", 302)]
+    for limit in (5, 3000):
+        tk = _TermKeys(terms, prefixes, wildcards, phrases, limit=limit)
+        ref = _TermKeys(terms, prefixes, wildcards, phrases, limit=limit)
+        for _ in range(6):  # 1,500 new words and more per batch: the arrays are rebuilt
+            batch = [word() for _ in range(rng.randint(0, 2500))]
+            tids, at, kids = tk.key_hits(batch)
+            got: list[list[int]] = [[] for _ in batch]
+            for i, k in zip(at.tolist(), kids.tolist()):
+                got[i].append(k)
+            want = ref.keys_of(batch)
+            assert [sorted(g) for g in got] == [sorted(w) for w in want]
+            known = tids >= 0
+            assert all(tk.ids[t] == i for t, i, k in zip(batch, tids.tolist(), known) if k)
+            assert known.all() or len(tk.cache) >= limit
+
+
+def test_phrase_hits_by_term_ids_equal_by_terms() -> None:
+    rng = random.Random(4)
+    vocab = ["a", "b", "c", "d"]
+    for _ in range(200):
+        phrases = {" ".join(rng.choice(vocab) for _ in range(rng.randint(2, 4)))
+                   for _ in range(5)}
+        table = [(p, i) for i, p in enumerate(sorted(phrases))]
+        tk = _TermKeys({}, {}, [], table, 10)
+        terms = [rng.choice(vocab + ["e"]) for _ in range(rng.randint(0, 12))]
+        tids, _, _ = tk.key_hits(terms)
+        got = tk.phrase_hits_ids(tids)
+        assert sorted(zip(*(x.tolist() for x in got))) == sorted(zip(*tk.phrase_hits(terms)))
+
+
+def test_readers_in_threads_remember_new_terms_safely() -> None:
+    """Several threads percolating batches of words the dictionary never saw remember them
+    (term ids, arrays rebuilt) while the others read: answers stay the baseline's."""
+    words = [f"w{i}x" for i in range(3000)]
+    queries = ["w1*", "w2?x", "w12x AND w7*", '"w3x w4x"']
+    p = Percolator(PercolatorConfig(vector_threshold=1))
+    base = NoFiltering()
+    for i, q in enumerate(queries):
+        p.register(i, q)
+        base.register(i, q)
+    rng = random.Random(2)
+    docs = [{"t": " ".join(rng.choice(words) for _ in range(8))} for _ in range(400)]
+    want = [r.ids for r in base.percolate_batch(docs).results]
+    got: dict[int, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def reader(k: int) -> None:
+        try:
+            mine = docs[k::4]
+            got[k] = [r.ids for r in p.percolate_batch(mine).results]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(got[k] == want[k::4] for k in range(4))
 
 
 def test_phrase_keys_equal_brute_force() -> None:
@@ -401,3 +538,21 @@ def test_batch_results_hold_slots_as_arrays() -> None:
     r = p.percolate_batch([{"t": "apple pie"}]).results[0]
     assert isinstance(r._slots, np.ndarray)
     assert [q.id for q in r.queries] == ["a", "b"] and r.metadata["a"]["owner"] == "ann"
+
+
+def test_batch_results_read_their_batch_when_asked() -> None:
+    """A vectorised batch's results build their id lists when read (a new list each time)
+    and answer like the per-document path's."""
+    p = Percolator(PercolatorConfig(vector_threshold=1))
+    p.register("a", "apple", {"owner": "ann"})
+    p.register("b", "pie AND NOT tart")
+    docs = [{"t": "apple pie"}, {"t": "tart"}, {"t": "pie"}]
+    got = p.percolate_batch(docs).results
+    each = [p.percolate(d) for d in docs]
+    assert [r.ids for r in got] == [r.ids for r in each] == [["a", "b"], [], ["b"]]
+    r = got[0]
+    assert r.ids == r.ids and r.ids is not r.ids
+    assert (r.spans, r.errors, r.candidates, r.verified) == (
+        each[0].spans, each[0].errors, each[0].candidates, each[0].verified)
+    assert repr(r) == "DocumentMatches(ids=['a', 'b'], errors={})"
+    assert got[2].metadata == {"b": {}}
