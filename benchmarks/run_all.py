@@ -106,7 +106,8 @@ STEPS: tuple[Step, ...] = (
     Step("patterns", "bench_patterns.py", ("--curves",), ("--quick", "--curves"),
          ("patterns.json", "patterns.png", "patterns_curves.png")),
     Step("sketches", "bench_sketches.py", (), ("--quick",), ("sketches.json", "sketches.png")),
-    Step("percolator", "bench_percolator.py", (), ("--quick",), ("percolator.json",), needs=_need_data),
+    Step("percolator", "bench_percolator.py", (), ("--quick",), ("percolator.json", "percolator.png"),
+         needs=_need_data),
     Step("analytics", "bench_analytics.py", (), ("--quick",), ("analytics.json",),
          quick_outputs=("analytics_quick.json",)),
     Step("spark", "bench_spark.py", (), ("--quick",), ("spark.json",), needs=_need_spark),
@@ -347,6 +348,18 @@ def _percolator(d: dict[str, Any]) -> list[str]:
                      _num(base.get("agree"))])
     out += _table(["queries", "scanner", "build s", "RSS MiB", "docs/s (single)", "docs/s (batches)",
                    "candidates/doc", "matches/doc", "every-query docs/s", "ratio", "agrees"], rows)
+    curve = [c for c in d.get("curve", []) if "error" not in c]
+    if curve:
+        out += ["", "Documents/s against registered queries (default configuration):", ""]
+        out += _table(["queries", "build s", "docs/s (single)", "docs/s (batches of 1,000)",
+                       "every-query docs/s", "ratio (batches)", "agrees"],
+                      [[_num(c.get("queries")), _num(c.get("build_total_s"), 2),
+                        _num(c["single"].get("docs_per_s")), _num(c["batch_1000"].get("docs_per_s")),
+                        _num(c["baseline"].get("docs_per_s"), 1),
+                        f"x{c['ratio_batch']:,.0f}" if c.get("ratio_batch") else "-",
+                        _num(c["baseline"].get("agree"))] for c in curve])
+    if (RESULTS / "percolator.png").exists():
+        out += ["", "![percolator.png](percolator.png)"]
     return out
 
 
