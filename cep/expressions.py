@@ -376,9 +376,11 @@ def _compile_common(x: A.Expr, c: Callable[[A.Expr], Callable]) -> Callable:
 class MatchCtx:
     """What a DEFINE condition or a measure sees: the match so far (``node``) and at its end."""
 
-    __slots__ = ("node", "final", "rows", "base", "nrows", "match_number")
+    __slots__ = ("node", "final", "rows", "base", "nrows", "match_number", "cur")
 
-    def __init__(self, node: Node, final: Node, rows: list, base: int, nrows: int, match_number: int):
+    def __init__(self, node: Node, final: Node, rows: list, base: int, nrows: int, match_number: int,
+                 cur: tuple | None = None):
+        self.cur = cur  # a DEFINE condition's own row (node's), when the caller has it at hand
         self.node = node
         self.final = final
         self.rows = rows
@@ -459,7 +461,36 @@ def compile_match_expr(e: A.Expr, layout: Layout, define_var: int | None = None)
     def c(x: A.Expr) -> Callable[[MatchCtx], Any]:
         if isinstance(x, A.Column):
             i = layout.column(x.name)
-            where = resolve("LAST", layout.var_set(x.var), 0, "RUNNING")
+            vs = layout.var_set(x.var)
+            if define_var is not None and (vs is None or vs == frozenset([define_var])):
+                # the row being tested: the caller hands it over (MatchCtx.cur)
+
+                def own(ctx, i=i):
+                    row = ctx.cur
+                    if row is None:
+                        row = ctx.row(ctx.node.rno)
+                        if row is None:
+                            return None
+                    return row[i] if i < len(row) else None
+
+                return own
+            if vs is not None and len(vs) == 1:
+                (v,) = vs
+
+                def one_var(ctx, i=i, v=v, vs=vs):  # the last row mapped to one variable, inlined
+                    node = ctx.node
+                    r = node.last[v] if node.last is not None else _last_row(node, vs, 0)
+                    if r < 0 or r >= ctx.nrows or r < ctx.base:
+                        return None
+                    k = r - ctx.base
+                    rows = ctx.rows
+                    if k >= len(rows):
+                        return None
+                    row = rows[k]
+                    return row[i] if i < len(row) else None
+
+                return one_var
+            where = resolve("LAST", vs, 0, "RUNNING")
 
             def col(ctx, i=i, where=where):
                 r = where(ctx)

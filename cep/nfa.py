@@ -172,6 +172,10 @@ class PatternAutomaton:
             default=0,
         )
         self.aggs = layout.aggs
+        # per variable: the aggregates a row mapped to it updates (most rows update few or none)
+        self.agg_updates: list[tuple[tuple[int, Any], ...]] = [
+            tuple((i, a) for i, a in enumerate(self.aggs) if a.vars is None or v in a.vars) for v in range(self.nvars)
+        ]
         self.columns = layout.columns
         self.npartition = len(mr.partition_by)
         self.all_rows = mr.rows_per_match == "ALL"
@@ -212,10 +216,9 @@ class PatternAutomaton:
             else:
                 aggs = parent.aggs
                 n = parent.n + 1
-            if self.aggs:
-                aggs = tuple(
-                    a.update(s, row) if (a.vars is None or vid in a.vars) else s for a, s in zip(self.aggs, aggs)
-                )
+            upd = self.agg_updates[vid]
+            if upd:
+                aggs = self._updated(aggs, upd, row)
             return Node(rno, vid, parent, n, None, None, aggs, excl)
         if parent is None:
             last = tuple(rno if v == vid else -1 for v in range(self.nvars))
@@ -229,11 +232,19 @@ class PatternAutomaton:
             first = pf if pf[vid] >= 0 else pf[:vid] + (rno,) + pf[vid + 1 :]
             aggs = parent.aggs
             n = parent.n + 1
-        if self.aggs:
-            aggs = tuple(
-                a.update(s, row) if (a.vars is None or vid in a.vars) else s for a, s in zip(self.aggs, aggs)
-            )
+        upd = self.agg_updates[vid]
+        if upd:
+            aggs = self._updated(aggs, upd, row)
         return Node(rno, vid, parent, n, last, first, aggs, excl)
+
+    @staticmethod
+    def _updated(aggs: tuple, upd: tuple[tuple[int, Any], ...], row: tuple) -> tuple:
+        if len(upd) == len(aggs):
+            return tuple([a.update(s, row) for (_, a), s in zip(upd, aggs)])
+        out = list(aggs)
+        for i, a in upd:
+            out[i] = a.update(out[i], row)
+        return tuple(out)
 
     # ------------------------------------------------------------------ stepping
     def step_key(
@@ -347,7 +358,7 @@ class PatternAutomaton:
             h = hist[vid]
             if h is not None:
                 if ctx is None:
-                    ctx = MatchCtx(child, child, st.rows, st.base, st.nrows, st.match_number + 1)
+                    ctx = MatchCtx(child, child, st.rows, st.base, st.nrows, st.match_number + 1, row)
                 else:
                     ctx.node = ctx.final = child
                 try:
