@@ -110,7 +110,8 @@ STEPS: tuple[Step, ...] = (
          needs=_need_data),
     Step("analytics", "bench_analytics.py", (), ("--quick",), ("analytics.json",),
          quick_outputs=("analytics_quick.json",)),
-    Step("spark", "bench_spark.py", (), ("--quick",), ("spark.json",), needs=_need_spark),
+    Step("spark", "bench_spark.py", (), ("--quick",), ("spark.json", "spark.png"), needs=_need_spark,
+         quick_outputs=("spark_quick.json", "spark_quick.png")),
     # no --quick: a short run instead
     Step("caps", "bench_caps.py", (), ("--events", "20000"), ("caps.json",)),
     Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
@@ -392,9 +393,23 @@ def _spark(d: dict[str, Any]) -> list[str]:
     out += _table(["keys", "partitions", "Spark events/s", "wall", "embedded events/s", "ratio",
                    "Spark counting-only events/s", "ratio to counting-only", "median batch ms", "state B/key",
                    "same matches"], rows)
+    sweep = d.get("partition_sweep") or {}
+    if sweep.get("events_per_s"):
+        per = ", ".join(f"{p}: {_num(v)}" for p, v in sorted(sweep["events_per_s"].items(), key=lambda kv: int(kv[0])))
+        out += ["", f"Pattern rule over {_num(sweep.get('keys'))} keys, Spark events/s by shuffle partitions: {per}."]
+    an = d.get("analytics") or {}
+    if an:
+        out += ["", f"Analytics rule (COUNT(*) and APPROX_COUNT_DISTINCT per key, one-minute TUMBLE) over "
+                f"{_num(an.get('keys'))} keys, {_num(an.get('shuffle_partitions'))} partitions: Spark "
+                f"{_num(an.get('events_per_s'))} events/s (wall {_num(an.get('events_per_s_wall'))}), embedded "
+                f"{_num(an.get('embedded_events_per_s'))} (ratio {_num(an.get('ratio_to_embedded'), 2)}), counting-only "
+                f"{_num(an.get('spark_counting_only_events_per_s'))}; rows {_num(an.get('matches'))}, same as embedded: "
+                f"{_num(an.get('same_rows_as_embedded'))}."]
     lat = d.get("latency") or {}
     out += ["", f"Latency: median micro-batch {_num(lat.get('batch_ms_median'))} ms for "
             f"{_num(lat.get('events_per_batch'))} events; idle key state {_num(d.get('idle_key_state_bytes'), 1)} B."]
+    if sweep.get("events_per_s"):
+        out += ["", "![spark.png](spark.png)"]
     return out
 
 
