@@ -770,9 +770,12 @@ class _Batch:
     def sole_field(self) -> str | None:
         """The field every document's default fields consist of, when that is one plain string
         field in each (then its terms are the default fields' terms), else None."""
-        keys = self._terms.get(None) or self._terms.setdefault(None, self._analyse(None))
-        first = keys[2][0] if keys[2] else None
-        if first is None or any(k != first for k in keys[2]):
+        got = self._terms.get(None)
+        if got is None:
+            got = self._terms[None] = self._analyse(None)
+        sole = got[2]
+        first = sole[0] if sole else None
+        if first is None or any(k != first for k in sole):
             return None
         return first
 
@@ -2448,7 +2451,7 @@ class _Segment:
         a, b, delta, slop, fld = self.a_pair_terms[s_loc].T
         fields = self.pair_fields
         unsure = np.zeros(m, dtype=bool)
-        for f in np.unique(fld).tolist():  # by field: one document mask each
+        for f in set(fld.tolist()):  # by field: one document mask each
             sel = fld == f
             unsure[sel] = ~batch.terms(fields[f])[1][s_doc[sel]]
         k = self.nkeys
