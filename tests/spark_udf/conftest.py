@@ -41,11 +41,14 @@ def write_events(folder: Path, index: int, rows: Iterable[Any]) -> Path:
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"events-{index:03d}.json"
-    with open(path, "w") as f:
+    # written beside the folder, then renamed in: a running stream never lists a half-written file
+    tmp = folder.parent / f".{folder.name}-{path.name}.tmp"
+    with open(tmp, "w") as f:
         for r in rows:
             f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
     stamp = 1_600_000_000 + index
-    os.utime(path, (stamp, stamp))
+    os.utime(tmp, (stamp, stamp))
+    os.replace(tmp, path)
     return path
 
 

@@ -224,8 +224,11 @@ QUERIES_V2 = [{"id": "iraq", "query": "iraq", "metadata": {"desk": "world"}}, {"
 
 
 def _write_queries(path: Path, queries: list[Any] | str, stamp: int) -> None:
-    path.write_text(queries if isinstance(queries, str) else "".join(json.dumps(q) + "\n" for q in queries))
-    os.utime(path, (stamp, stamp))
+    # renamed into place whole, as a deployment should: a worker never reads half a file
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(queries if isinstance(queries, str) else "".join(json.dumps(q) + "\n" for q in queries))
+    os.utime(tmp, (stamp, stamp))
+    os.replace(tmp, path)
 
 
 def _watching_rule(folder: Path, timed: bool = False) -> Path:
