@@ -104,6 +104,11 @@ def _warn(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    """``1 query``, ``2 queries``: a count with its noun."""
+    return f"{n:,} {word if n == 1 else (plural or word + 's')}"
+
+
 def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, int]:
     loaded = rejected = 0
     first_line: dict[Any, int] = {}
@@ -140,7 +145,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
                 perc.register(row["id"], row["query"], row.get("metadata") or {})
             except CepSyntaxError as exc:
                 for e in exc.errors:
-                    _warn(f"{where}: skipped query {row['id']!r}: column {e.column}: "
+                    _warn(f"{where}: skipped query {row['id']!r}: query column {e.column}: "
                           f"{e.message}\n{caret_line(e.text, e.line, e.column, e.width)}")
                 rejected += 1
                 continue
@@ -200,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         0
     """
     if args.batch_size < 1:
-        _warn(f"--batch-size must be at least 1, got {args.batch_size}")
+        _warn(f"cep percolate: --batch-size must be at least 1, got {args.batch_size}")
         return 2
     try:
         saved = saved_config(args.queries)
@@ -219,10 +224,10 @@ def run(args: argparse.Namespace) -> int:
             perc = Percolator(config)
             loaded, rejected = _load_queries(args.queries, perc, saved is not None)
     except OSError as exc:
-        _warn(f"cannot read queries: {exc}")
+        _warn(f"cep percolate: cannot read queries: {exc}")
         return 2
     except CepError as exc:
-        _warn(f"cannot load the queries: {exc}")
+        _warn(f"cep percolate: cannot load the queries: {exc}")
         return 2
     if loaded == 0:
         _warn(f"{args.queries}: no query could be loaded ({rejected} rejected); nothing to do")
@@ -231,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             perc.save_index(args.save_index)
         except (OSError, CepError) as exc:
-            _warn(f"cannot write the index: {exc}")
+            _warn(f"cep percolate: cannot write the index: {exc}")
             return 2
     skipped = [0]
     n_docs = n_matches = n_errors = 0
@@ -264,8 +269,9 @@ def run(args: argparse.Namespace) -> int:
         _silence_stdout()
         return 0
     except OSError as exc:
-        _warn(f"cannot read documents or write results: {exc}")
+        _warn(f"cep percolate: cannot read documents or write results: {exc}")
         return 2
-    _warn(f"percolate: {loaded} queries loaded, {rejected} rejected; {n_docs} documents, "
-          f"{skipped[0]} skipped; {n_matches} matches, {n_errors} query errors")
+    _warn(f"cep percolate: {_count(loaded, 'query', 'queries')} loaded, {rejected:,} rejected; "
+          f"{_count(n_docs, 'document')}, {skipped[0]:,} skipped; {_count(n_matches, 'match', 'matches')}, "
+          f"{_count(n_errors, 'query error')}")
     return 0

@@ -57,7 +57,7 @@ def test_one_line_per_document_in_input_order(files: tuple[Path, Path],
         {"id": 2, "matches": ["title-pear"]},
         {"id": "d3", "matches": []},
     ]
-    assert captured.err.strip() == ("percolate: 4 queries loaded, 0 rejected; 3 documents, "
+    assert captured.err.strip() == ("cep percolate: 4 queries loaded, 0 rejected; 3 documents, "
                                     "0 skipped; 4 matches, 0 query errors")
 
 
@@ -116,14 +116,14 @@ def test_bad_query_lines_are_reported_and_skipped(tmp_path: Path,
     assert err[6] == (f"{q}:8: skipped query line: duplicate query id 'ok' (first on line 1); "
                       "this line is ignored")
     assert err[7:10] == [
-        f"{q}:9: skipped query 'syntax': column 10: expected a term, phrase, range or '(' "
+        f"{q}:9: skipped query 'syntax': query column 10: expected a term, phrase, range or '(' "
         "after 'AND', but the query ends here",
         "apple AND",
         "         ^",
     ]
-    assert err[10].startswith(f"{q}:11: skipped query 'neg': column 1: the query only excludes")
-    assert err[-1] == ("percolate: 1 queries loaded, 9 rejected; 1 documents, 0 skipped; "
-                       "1 matches, 0 query errors")
+    assert err[10].startswith(f"{q}:11: skipped query 'neg': query column 1: the query only excludes")
+    assert err[-1] == ("cep percolate: 1 query loaded, 9 rejected; 1 document, 0 skipped; "
+                       "1 match, 0 query errors")
 
 
 def test_no_query_loaded_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -184,18 +184,18 @@ def test_query_errors_are_reported_per_document(
     assert out_lines(captured.out)[0] == {"id": "d1", "matches": ["t"]}
     assert f"{d}:1: query 'p' could not be evaluated (RuntimeError: boom); counted as no " \
            "match" in captured.err
-    assert "1 query errors" in captured.err
+    assert "1 query error\n" in captured.err
 
 
 def test_unreadable_files_and_bad_batch_size(files: tuple[Path, Path], tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     q, d = files
     assert cli("--queries", str(tmp_path / "none.jsonl"), "--input", str(d)) == 2
-    assert capsys.readouterr().err.startswith("cannot read queries: ")
+    assert capsys.readouterr().err.startswith("cep percolate: cannot read queries: ")
     assert cli("--queries", str(q), "--input", str(tmp_path / "none.jsonl")) == 2
     assert "cannot read documents or write results: " in capsys.readouterr().err
     assert cli("--queries", str(q), "--input", str(d), "--batch-size", "0") == 2
-    assert capsys.readouterr().err.strip() == "--batch-size must be at least 1, got 0"
+    assert capsys.readouterr().err.strip() == "cep percolate: --batch-size must be at least 1, got 0"
 
 
 def test_bad_default_operator_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,7 +228,7 @@ def test_saved_index_starts_the_same_run(files: tuple[Path, Path], tmp_path: Pat
     again = capsys.readouterr()
     assert out_lines(again.out) == out_lines(first.out)
     assert out_lines(again.out)[0]["matches"] == [2, "apple"]  # default field title, kept
-    assert again.err.strip() == ("percolate: 4 queries loaded, 0 rejected; 3 documents, "
+    assert again.err.strip() == ("cep percolate: 4 queries loaded, 0 rejected; 3 documents, "
                                  "0 skipped; 3 matches, 0 query errors")
     assert cli("--queries", str(index), "--input", str(d), "--default-operator", "AND") == 2
     assert capsys.readouterr().err.strip() == (
@@ -237,11 +237,11 @@ def test_saved_index_starts_the_same_run(files: tuple[Path, Path], tmp_path: Pat
     index.write_bytes(index.read_bytes()[:-5])
     assert cli("--queries", str(index), "--input", str(d)) == 2
     assert capsys.readouterr().err.strip() == (
-        f"cannot load the queries: {index}: the saved index is damaged or cut short (its "
+        f"cep percolate: cannot load the queries: {index}: the saved index is damaged or cut short (its "
         "checksum does not match); write it again with save_index()")
     assert cli("--queries", str(q), "--input", str(d), "--save-index",
                str(tmp_path / "no" / "dir" / "x")) == 2
-    assert capsys.readouterr().err.startswith("cannot write the index: ")
+    assert capsys.readouterr().err.startswith("cep percolate: cannot write the index: ")
 
 
 def test_queries_saved_by_the_percolator(files: tuple[Path, Path], tmp_path: Path,
@@ -258,4 +258,4 @@ def test_queries_saved_by_the_percolator(files: tuple[Path, Path], tmp_path: Pat
     captured = capsys.readouterr()
     assert out_lines(captured.out)[0] == {"id": "d1", "matches": ["both", "one"]}
     assert out_lines(captured.out)[2] == {"id": "d3", "matches": []}
-    assert captured.err.strip().startswith("percolate: 2 queries loaded, 0 rejected;")
+    assert captured.err.strip().startswith("cep percolate: 2 queries loaded, 0 rejected;")
