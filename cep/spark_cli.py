@@ -206,15 +206,36 @@ def _with_corrupt(schema: Any) -> Any:
     return T.StructType(schema.fields + [T.StructField("_corrupt_record", T.StringType(), True)])
 
 
+_CHECKPOINT_SHAPE = ("sources in the checkpoint offsets", "without stateful operators but restarted with stateful")
+_CHECKPOINT_HINT = (
+    "; the query no longer has the shape its checkpoint recorded: named inputs (--input NAME=PATH) were "
+    "added or removed, a stream's search rules gained or lost their only event time (with one they run in "
+    "the stateful stage), or the checkpoint was written by an earlier cep whose search rules ran beside "
+    "that stage (reading the source again): finish it with the rules and version that wrote it, or start "
+    "a new checkpoint (the input is read again) or run a backfill first"
+)
+
+
 def _error_text(e: BaseException) -> str:
-    """The one line of a Spark failure that says what went wrong in our code, if any."""
+    """The one line of a Spark failure that says what went wrong in our code, if any.
+
+    Example:
+        >>> _error_text(RuntimeError("failed: RuleChangedError: rule 'r': the pattern changed"))
+        "RuleChangedError: rule 'r': the pattern changed"
+    """
     text = str(e)
+    line = None
     for pat in (r"(\w*(?:StateEncodingError|RuleChangedError|SparkStateError|StateVersionError): .*)",
                 r"(\w+Error: .*)"):
         m = re.search(pat, text)
         if m:
-            return m.group(1).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+            line = m.group(1).strip()
+            break
+    if line is None:
+        line = text.splitlines()[0] if text else type(e).__name__
+    if any(s in text for s in _CHECKPOINT_SHAPE):  # Spark's own words, not what to do here
+        line += _CHECKPOINT_HINT
+    return line
 
 
 def _stop_between_batches(query: Any, patience: float = 600.0) -> None:

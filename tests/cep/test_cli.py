@@ -357,3 +357,24 @@ def test_spark_backfill_into_an_existing_output_is_refused_before_spark_starts(t
     assert main(["spark", "backfill", str(REPO / "rules/trading.yaml"), "--input", bars, "--output", str(out)]) == 2
     assert (f"cep spark backfill: --output {str(out)!r} already exists; pass --mode overwrite to replace it "
             "or --mode append to add to it") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spark_says", [
+    "[STREAM_FAILED] Query terminated with exception: assertion failed: There are [2] sources in the "
+    "checkpoint offsets and now there are [1] sources requested by the query. Cannot continue.\n"
+    "JVM stacktrace:\njava.lang.AssertionError: assertion failed: There are [2] sources in the checkpoint "
+    "offsets and now there are [1] sources requested by the query. Cannot continue.",
+    "[STREAM_FAILED] Query terminated with exception: [STATE_STORE_PROVIDER_DOES_NOT_SUPPORT] ... This "
+    "typically occurs when state files have been deleted or the streaming query was previously run without "
+    "stateful operators but restarted with stateful operators.",
+])
+def test_spark_run_says_what_to_do_when_the_query_no_longer_fits_its_checkpoint(spark_says):
+    """A checkpoint written before search rules joined a stream's stateful stage (they ran in a
+    second branch reading the source again, or with no stateful stage at all), or one whose
+    named inputs changed, is refused by Spark in its own terms: the line says why and what to do."""
+    from cep.spark_cli import _error_text
+
+    line = _error_text(RuntimeError(spark_says))
+    assert "\n" not in line
+    assert "checkpoint" in line and "new checkpoint" in line
+    assert "search rules" in line and "--input" in line
