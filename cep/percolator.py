@@ -1447,7 +1447,14 @@ class _QuerySet:
                            "not match); write it again with save_index()")
         out = cls(_config_from_json(header["config"]))
         with _gc_paused(out.config.pause_gc):
-            state = pickle.loads(payload)  # noqa: S301 - our own file, checked above
+            try:
+                state = pickle.loads(payload)  # noqa: S301 - our own file, checked above
+            except Exception as exc:  # same code, other libraries (numpy, Python) than the writer's
+                raise CepError(
+                    f"{path}: the saved index cannot be read here ({type(exc).__name__}: {exc}); it was "
+                    "written with other libraries than these; load the queries instead (Percolator.load on "
+                    "a file written by save(), or register them again) and write the index again with "
+                    "save_index()") from None
             out._restore(state)
         return out
 

@@ -547,6 +547,26 @@ def test_saved_index_refuses_damaged_and_foreign_files(
         Percolator.load(path)
 
 
+def test_saved_index_unreadable_by_these_libraries_is_refused_clearly(tmp_path: Path) -> None:
+    """Same code, other libraries (a numpy or Python whose pickles differ): the checksum and the
+    code fingerprint pass, the pickle does not load; the error says so and what to do."""
+    import hashlib
+
+    import orjson
+
+    p = Percolator()
+    p.register("a", "apple")
+    path = tmp_path / "index.bin"
+    p.save_index(path)
+    header = orjson.loads(path.read_bytes().split(b"\n", 1)[0])
+    payload = b"cno_such_module_of_cep\nthing\n."  # a reference to a module this process lacks
+    header.update(bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+    path.write_bytes(orjson.dumps(header) + b"\n" + payload)
+    with pytest.raises(CepError, match=r"index.bin: the saved index cannot be read here "
+                                       r"\(ModuleNotFoundError: .*no_such_module_of_cep.*\).*load the queries"):
+        Percolator.load(path)
+
+
 def test_saved_index_needs_picklable_ids_and_metadata(tmp_path: Path) -> None:
     p = Percolator()
     p.register("q", "x", {"lock": threading.Lock()})
