@@ -1221,6 +1221,13 @@ class _BatchMatches(DocumentMatches):
     def verified(self) -> int:  # type: ignore[override]
         return self._batch.verified[self._i]
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Copied or pickled as a plain :class:`DocumentMatches` holding this document's queries only."""
+        slots = self._slots.copy()
+        by_slot = self._batch.by_slot
+        return DocumentMatches, (self.ids, slots, {int(s): by_slot[int(s)] for s in slots}, {}, {},
+                                 self.candidates, self.verified)
+
 
 @dataclass(frozen=True)
 class BatchStats:

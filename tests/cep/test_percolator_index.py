@@ -556,3 +556,25 @@ def test_batch_results_read_their_batch_when_asked() -> None:
         each[0].spans, each[0].errors, each[0].candidates, each[0].verified)
     assert repr(r) == "DocumentMatches(ids=['a', 'b'], errors={})"
     assert got[2].metadata == {"b": {}}
+
+
+def test_vectorised_results_copy_and_pickle_as_plain_results() -> None:
+    """A result read from a vectorised batch copies and pickles as a plain DocumentMatches that
+    keeps its ids, queries and metadata (and only its own queries)."""
+    import copy
+    import pickle
+
+    from cep.percolator import DocumentMatches
+
+    p = Percolator(PercolatorConfig(vector_threshold=1))
+    for i, q in enumerate(["apple", "pear OR apple", "plum", "apple AND pie"]):
+        p.register(f"q{i}", q, {"n": i})
+    results = p.percolate_batch([{"t": "apple pie"}, {"t": "plum"}, {"t": "nothing"}]).results
+    assert type(results[0]) is not DocumentMatches  # the vectorised path ran
+    for r in results:
+        for twin in (copy.copy(r), pickle.loads(pickle.dumps(r))):
+            assert type(twin) is DocumentMatches
+            assert (twin.ids, twin.metadata, twin.candidates, twin.verified) == (
+                r.ids, r.metadata, r.candidates, r.verified)
+    assert results[0].ids == ["q0", "q1", "q3"] and results[0].metadata == {"q0": {"n": 0}, "q1": {"n": 1}, "q3": {"n": 3}}
+    assert len(pickle.dumps(results[1])) < len(pickle.dumps(results[0]))  # its own queries only
