@@ -1304,7 +1304,8 @@ class _SessionWindows:
     partials whose cells are session ids. Events in time order extend each key's latest session
     or start new ones, all keys at once; an out-of-order event is applied on its own and may
     extend, or bridge and merge, sessions (a merged-away session's cells then map to the
-    survivor). Firing, finality and the order of rows are computed column-wise too.
+    survivor). Applied events wait in ``pending`` and are aggregated together when a session is
+    read. Firing, finality and the order of rows are computed column-wise too.
     """
 
     COLS = ("sid", "kid", "start", "last", "fired", "dirty")
