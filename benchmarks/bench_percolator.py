@@ -390,27 +390,14 @@ def bench_curve_point(n: int, headlines: list[dict[str, Any]], tf: dict[str, flo
         batches.append(took)
     single = sorted(singles)[len(singles) // 2]  # the median run (by CPU time)
     batch = sorted(batches)[len(batches) // 2]
-    base_docs = headlines[: max(10, min(300, 2_000_000 // n))]
-    base = NoFiltering(config)
-    for q in p.queries():  # the same parsed trees
-        base.register_parsed(q.id, q.query, q.node, q.metadata)
-    base.percolate_batch(headlines[-3:])  # warm up (regexes compiled on first use)
-    gc.collect()
-    t = _clock()
-    want = [r.ids for r in base.percolate_batch(base_docs).results]
-    took = _since(t)
-    agree = (want == [p.percolate(d).ids for d in base_docs]
-             == [r.ids for r in p.percolate_batch(base_docs).results])
-    rate = len(base_docs) / took[0]
     one, many = _rate(args.curve_single_docs, single), _rate(len(batch_docs), batch)
+    base = bench_baseline(p, config, headlines[: max(10, min(300, 2_000_000 // n))],
+                          {"single": one, "batch_1000": many})
     return {"queries": n, "build_total_s": round(build[0], 3), "rss_mb": round(rss1 - rss0, 1),
             "single": one, "batch_1000": many,
             "per_doc": {k: round(totals[k] / len(batch_docs), 2)
                         for k in ("candidates", "matches")},
-            "baseline": {**_rate(len(base_docs), took), "docs_per_s": round(rate, 2),
-                         "agree": agree},
-            "ratio_single": round(one["docs_per_s"] / rate, 1),
-            "ratio_batch": round(many["docs_per_s"] / rate, 1)}
+            "baseline": base, "ratio_single": base["ratio_single"], "ratio_batch": base["ratio_batch"]}
 
 
 def bench_scanners(queries: list[tuple[str, str, dict[str, Any]]],
