@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import io
 import math
 import re
@@ -121,7 +122,16 @@ def _narrow(arr: np.ndarray) -> np.ndarray:
 
 
 def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
-    """Columns from a pandas DataFrame (NaN and NaT read as NULL)."""
+    """Columns from a pandas DataFrame (NaN and NaT read as NULL; datetimes as epoch ms).
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"ts": pd.to_datetime(["1970-01-01T00:00:01.5Z"])})
+        >>> batch_from_pandas(df).column("ts").tolist()
+        [1500]
+    """
+    import pandas as pd
+
     cols: dict[str, np.ndarray] = {}
     for name in df.columns:
         s = df[name]
@@ -130,9 +140,11 @@ def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
             obj = arr.astype(object)
             obj[np.isnan(arr)] = None
             arr = obj
-        elif arr.dtype.kind == "M":
-            arr = (s.astype("int64") // 1_000_000).to_numpy().astype(object)
-            arr[s.isna().to_numpy()] = None
+        elif arr.dtype.kind == "M" or isinstance(s.dtype, pd.DatetimeTZDtype):
+            # by the column's own unit (pandas 3 gives [us] for parsed strings); tz-aware as UTC
+            if isinstance(s.dtype, pd.DatetimeTZDtype):
+                arr = s.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+            arr = datetime64_to_ms(arr)
         elif arr.dtype == object:
             arr = arr.copy()
             mask = s.isna().to_numpy()
@@ -149,8 +161,8 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
     for name, col in zip(table.schema.names, table.columns):
         t = col.type
         if pa.types.is_timestamp(t) or pa.types.is_date(t):
-            col = col.cast(pa.timestamp("ms")) if not pa.types.is_timestamp(t) else col.cast(pa.timestamp("ms"))
-            col = col.cast(pa.int64())
+            cols[name] = _arrow_time_ms(col)
+            continue
         if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             arr = np.asarray(col.to_pylist(), dtype=object) if col.null_count or not pa.types.is_boolean(col.type) else col.to_numpy(zero_copy_only=False)
             if arr.ndim != 1:  # lists/structs: keep Python objects
@@ -161,6 +173,52 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
             arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
         cols[name] = arr
     return EventBatch(cols, table.num_rows, None, source)
+
+
+_MS_PER_UNIT = {"D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
+_UNITS_PER_MS = {"us": 1_000, "ns": 1_000_000, "ps": 1_000_000_000}
+
+
+def datetime64_to_ms(arr: np.ndarray) -> np.ndarray:
+    """A numpy ``datetime64`` array of any unit as an object array of epoch ms (NaT as None).
+
+    Times between milliseconds round down (towards the past), as Arrow's and Spark's casts do.
+
+    Example:
+        >>> datetime64_to_ms(np.array(["1970-01-01T00:00:01.5009", "NaT"], dtype="datetime64[us]")).tolist()
+        [1500, None]
+        >>> datetime64_to_ms(np.array(["2017-07-28"], dtype="datetime64[s]")).tolist()
+        [1501200000000]
+    """
+    unit, count = np.datetime_data(arr.dtype)
+    raw = arr.view(np.int64)
+    nat = np.isnat(arr)
+    if unit in _MS_PER_UNIT:
+        ms = raw * (_MS_PER_UNIT[unit] * count)
+    elif unit in _UNITS_PER_MS:
+        per = _UNITS_PER_MS[unit]
+        ms = raw // per if count == 1 else (raw * count) // per
+    else:
+        # weeks, months, years: calendar units, let numpy do the calendar
+        ms = np.where(nat, 0, arr.astype("datetime64[ms]").view(np.int64))
+    out = ms.astype(object)
+    out[nat] = None
+    return out
+
+
+def _arrow_time_ms(col: Any) -> np.ndarray:
+    """An Arrow timestamp or date column as epoch ms, whatever its unit and zone (nulls as None)."""
+    import pyarrow as pa
+
+    if pa.types.is_date(col.type):
+        col = col.cast(pa.timestamp("ms"))  # exact: a date is whole days
+    unit = col.type.unit  # a timestamp's stored value is UTC in its unit, with a zone or without
+    raw = np.asarray(col.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    ms = datetime64_to_ms(raw.view(f"datetime64[{unit}]"))
+    if col.null_count:
+        ms[np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = None
+        return ms
+    return ms.astype(np.int64)
 
 
 def to_batch(events: Any, source: str | None = None) -> EventBatch:
@@ -445,9 +503,23 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
         for i in np.flatnonzero(~fin):
             reasons[i] = f"{values[i]!r} is not a finite epoch-millisecond time"
         return out, ok, reasons
+    if values.dtype.kind == "M":
+        ms_obj = datetime64_to_ms(values)
+        ok[:] = ms_obj != None  # noqa: E711 (element-wise)
+        out[ok] = ms_obj[ok].astype(np.int64)
+        for i in np.flatnonzero(~ok):
+            reasons[i] = "missing (NaT)"
+        return out, ok, reasons
     str_idx: list[int] = []
     for i, v in enumerate(values.tolist()):
-        if isinstance(v, bool) or v is None:
+        if isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
+            ms_v = _datetime_ms(v)
+            if ms_v is None:
+                reasons[i] = f"{_short(v)} is not a time (NaT)"
+            else:
+                out[i] = ms_v
+                ok[i] = True
+        elif isinstance(v, bool) or v is None:
             reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
         elif isinstance(v, int):
             if -(2**63) < v < 2**63:
@@ -484,6 +556,22 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
                 out[i] = ms[j]
                 ok[i] = True
     return out, ok, reasons
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MS = _dt.timedelta(milliseconds=1)
+
+
+def _datetime_ms(v: Any) -> int | None:
+    """Epoch ms of a datetime (naive read as UTC), a date (its midnight UTC) or a datetime64."""
+    if isinstance(v, np.datetime64):
+        got = datetime64_to_ms(np.asarray([v]))[0]
+        return None if got is None else int(got)
+    if isinstance(v, _dt.datetime):
+        if v != v:  # pandas NaT is a datetime that equals nothing
+            return None
+        return ((v if v.tzinfo is not None else v.replace(tzinfo=_dt.timezone.utc)) - _EPOCH) // _MS
+    return (v - _EPOCH.date()).days * 86_400_000
 
 
 def _short(v: Any) -> str:

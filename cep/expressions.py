@@ -7,7 +7,6 @@ only the operators and functions listed in this module.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from patterns import ast as A
 from patterns.compiler import is_row_local, split_conjuncts
+from patterns.glob import Glob
 
 __all__ = [
     "Node",
@@ -86,16 +86,9 @@ def truthy(v: Any) -> bool:
     return v is True or (v is not None and v is not False and bool(v))
 
 
-def _like_regex(pattern: str) -> re.Pattern[str]:
-    out = []
-    for ch in pattern:
-        if ch == "%":
-            out.append(".*")
-        elif ch == "_":
-            out.append(".")
-        else:
-            out.append(re.escape(ch))
-    return re.compile("".join(out), re.DOTALL)
+def _like_matcher(pattern: str) -> Glob:
+    """``LIKE``'s pattern (``%`` any run, ``_`` one character) as a linear-time matcher."""
+    return Glob(pattern, many="%", one="_")
 
 
 def _round(x, d=0):
@@ -347,7 +340,7 @@ def _compile_common(x: A.Expr, c: Callable[[A.Expr], Callable]) -> Callable:
 
         return in_
     if isinstance(x, A.Like):
-        f, rx, neg = c(x.operand), _like_regex(x.pattern), x.negated
+        f, rx, neg = c(x.operand), _like_matcher(x.pattern), x.negated
         return lambda ctx: None if (v := f(ctx)) is None else (rx.fullmatch(str(v)) is not None) != neg
     if isinstance(x, A.Case):
         whens = [(c(w), c(v)) for w, v in x.whens]

@@ -10,6 +10,7 @@ from typing import Literal, Union
 
 from patterns.analysis import AnalysisConfig, Analyzer, is_token_text
 from patterns.errors import CepSyntaxError, SourceError
+from patterns.glob import Glob
 
 __all__ = [
     # configuration and entry points
@@ -279,14 +280,16 @@ class WildcardNode:
         return _qf(self.field, self.pattern)
 
     @property
-    def regex(self) -> re.Pattern[str]:
-        """The pattern as an anchored regular expression.
+    def matcher(self) -> Glob:
+        """The pattern as a linear-time matcher (``fullmatch(term)``; no backtracking).
 
         Example:
-            >>> WildcardNode(None, "te?m*").regex.fullmatch("teams") is not None
+            >>> WildcardNode(None, "te?m*").matcher.fullmatch("teams")
             True
         """
-        return _wildcard_regex(self.pattern)
+        return _wildcard_matcher(self.pattern)
+
+    regex = matcher  # the name callers used when this was a regular expression
 
     def literal_prefix(self) -> str:
         """The literal characters before the first wildcard.
@@ -307,14 +310,13 @@ class WildcardNode:
         return max(re.split(r"[*?]", self.pattern), key=len)
 
 
-_WILDCARD_CACHE: dict[str, re.Pattern[str]] = {}
+_WILDCARD_CACHE: dict[str, Glob] = {}
 
 
-def _wildcard_regex(pattern: str) -> re.Pattern[str]:
+def _wildcard_matcher(pattern: str) -> Glob:
     rx = _WILDCARD_CACHE.get(pattern)
     if rx is None:
-        body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-        rx = re.compile(body, re.DOTALL)
+        rx = Glob(pattern)
         if len(_WILDCARD_CACHE) < 100_000:
             _WILDCARD_CACHE[pattern] = rx
     return rx
