@@ -37,6 +37,8 @@ __all__ = [
     "Skip",
     "MatchRecognize",
     "walk_expr",
+    "MAX_NESTING",
+    "too_deep",
 ]
 
 
@@ -295,3 +297,48 @@ class MatchRecognize(Node):
     within_ms: int | None = None
     text: str = field(default="", compare=False, repr=False)
     select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+
+MAX_NESTING = 50
+"""How deep an expression or a row pattern may nest: parentheses, NOT, signs, CASE, function
+calls and chained operators (``a + b + c`` is two levels) each count one level. Parsers refuse
+deeper text with a caret error, so no later pass (checks, compilers, evaluation) can run out of
+stack on a crafted rule."""
+
+
+def too_deep(node: Any, limit: int = MAX_NESTING) -> Any | None:
+    """The first node found more than ``limit`` levels below ``node``, or None (no recursion).
+
+    Example:
+        >>> e = Literal(1)
+        >>> for _ in range(3):
+        ...     e = Unary("-", e)
+        >>> too_deep(e, 3) is None, too_deep(e, 2)
+        (True, Literal(value=1))
+    """
+    stack = [(node, 0)]
+    while stack:
+        n, d = stack.pop()
+        if d > limit:
+            return n
+        for child in _children(n):
+            stack.append((child, d + 1))
+    return None
+
+
+def _children(n: Any) -> list[Any]:
+    out: list[Any] = []
+    fields = getattr(n, "__dataclass_fields__", None)
+    if fields is None:
+        return out
+    for name in fields:
+        v = getattr(n, name)
+        if isinstance(v, Node):
+            out.append(v)
+        elif isinstance(v, tuple):
+            for x in v:
+                if isinstance(x, Node):
+                    out.append(x)
+                elif isinstance(x, tuple):  # CASE's (when, then) pairs
+                    out.extend(y for y in x if isinstance(y, Node))
+    return out

@@ -310,6 +310,10 @@ class WildcardNode:
         return max(re.split(r"[*?]", self.pattern), key=len)
 
 
+MAX_GROUP_DEPTH = 50
+"""How deep ``( ... )`` groups may nest in one query; deeper text is refused with a caret (no
+later pass can run out of stack on a crafted query)."""
+
 _WILDCARD_CACHE: dict[str, Glob] = {}
 
 
@@ -635,6 +639,7 @@ class _Parser:
         self.config = config
         self.toks = _Lexer(text).tokens()
         self.k = 0
+        self.depth = 0  # open groups: bounded by MAX_GROUP_DEPTH
 
     @property
     def tok(self) -> _Tok:
@@ -745,7 +750,11 @@ class _Parser:
             self.advance()
             if self.tok.kind == ")":
                 raise self.fail("empty group '()': put at least one term inside", tok)
+            self.depth += 1
+            if self.depth > MAX_GROUP_DEPTH:
+                raise self.fail(f"groups nested more than {MAX_GROUP_DEPTH} levels deep; simplify the query", tok)
             inner = self.query(fld, tok.offset, tok)
+            self.depth -= 1
             if self.tok.kind != ")":
                 raise self.fail("missing ')': this '(' is never closed", tok)
             close = self.advance()

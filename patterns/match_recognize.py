@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from patterns import ast as A
 from patterns.errors import CepSyntaxError, SourceError
 from patterns.sql_lexer import Token, tokenize
@@ -62,6 +64,7 @@ class _Parser:
         self.file = file
         self.toks = tokenize(text, file)
         self.i = 0
+        self.depth = 0  # nesting levels open (parentheses, NOT, signs, groups): bounded by MAX_NESTING
 
     # ------------------------------------------------------------ token helpers
     @property
@@ -70,6 +73,26 @@ class _Parser:
 
     def peek(self, k: int = 1) -> Token:
         return self.toks[min(self.i + k, len(self.toks) - 1)]
+
+    def enter(self) -> None:
+        """Open one nesting level; past ``MAX_NESTING`` the text is refused, never recursed into."""
+        self.depth += 1
+        if self.depth > A.MAX_NESTING:
+            raise self.error(f"nested more than {A.MAX_NESTING} levels deep (parentheses, NOT, signs, CASE, "
+                             "function calls, pattern groups); simplify or split it")
+
+    def leave(self, node: Any) -> Any:
+        """Close one nesting level; back at the top, refuse a tree deeper than ``MAX_NESTING``
+        (chained operators nest without parentheses: ``a + b + ... + z``)."""
+        self.depth -= 1
+        if self.depth == 0:
+            deep = A.too_deep(node)
+            if deep is not None:
+                raise CepSyntaxError(SourceError(
+                    f"nested more than {A.MAX_NESTING} levels deep (chained operators, parentheses, NOT, "
+                    "CASE, function calls, pattern groups or quantifiers); simplify or split it",
+                    self.text, deep.pos, 1, self.file))
+        return node
 
     def error(self, message: str, tok: Token | None = None) -> CepSyntaxError:
         tok = tok or self.tok
@@ -313,6 +336,15 @@ class _Parser:
 
     # ------------------------------------------------------------ row pattern regex
     def alternation(self) -> A.Pattern:
+        self.enter()
+        try:
+            got = self._alternation()
+        except BaseException:
+            self.depth -= 1
+            raise
+        return self.leave(got)
+
+    def _alternation(self) -> A.Pattern:
         pos = self.tok.offset
         options = [self.sequence()]
         while self.accept_op("|"):
@@ -410,7 +442,13 @@ class _Parser:
 
     # ------------------------------------------------------------ expressions
     def expr(self, measure: bool = False) -> A.Expr:
-        return self.or_expr()
+        self.enter()
+        try:
+            e = self.or_expr()
+        except BaseException:
+            self.depth -= 1
+            raise
+        return self.leave(e)
 
     def or_expr(self) -> A.Expr:
         pos = self.tok.offset
@@ -429,7 +467,11 @@ class _Parser:
     def not_expr(self) -> A.Expr:
         pos = self.tok.offset
         if self.accept_kw("NOT"):
-            return A.Not(self.not_expr(), pos=pos)
+            self.enter()
+            try:
+                return A.Not(self.not_expr(), pos=pos)
+            finally:
+                self.depth -= 1
         return self.predicate()
 
     def predicate(self) -> A.Expr:
@@ -488,7 +530,11 @@ class _Parser:
         pos = self.tok.offset
         if self.at_op("-", "+"):
             op = self.take().value
-            operand = self.unary()
+            self.enter()
+            try:
+                operand = self.unary()
+            finally:
+                self.depth -= 1
             if op == "-" and isinstance(operand, A.Literal) and isinstance(operand.value, (int, float)):
                 return A.Literal(-operand.value, pos=pos)
             return A.Unary(op, operand, pos=pos) if op == "-" else operand
