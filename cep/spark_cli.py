@@ -134,7 +134,7 @@ def _trigger(text: str) -> str:
 
 def _inputs(specs: list[str]) -> list[tuple[str | None, str]]:
     """``--input`` values as (stream name or None, path); a name given twice is refused."""
-    from cep.cli import _parse_inputs
+    from cep.cli.inputs import _parse_inputs
 
     inputs = _parse_inputs(specs)
     names = [n for n, _ in inputs if n]
