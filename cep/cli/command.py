@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "time split between decoding, ingest, predicate evaluation and automaton stepping."),
         epilog="Exit codes: 0 ok; 2 usage or rule errors (a missing input file, a rule file with errors); "
         "3 runtime failure.")
-    from cep import bench as _bench
+    from cep.cli import bench as _bench
 
     _bench.add_arguments(b)
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return spark_cli.run(args)
         if args.command == "bench":
-            from cep import bench
+            from cep.cli import bench
 
             return bench.run(args)
         if args.command == "percolate":

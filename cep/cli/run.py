@@ -8,7 +8,7 @@ import sys
 from cep.cli.exit_codes import EXIT_MATCHES, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from cep.cli.inputs import _parse_inputs, input_batches
 from cep.cli.outputs import _open_outputs
-from cep.progress import Progress
+from cep.cli.progress import Progress
 from patterns.errors import CepError, RuleErrors
 
 __all__ = ["cmd_run"]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cep.progress import Progress
+from cep.cli.progress import Progress
 
 __all__ = ["add_arguments", "run", "bench", "BenchResult"]
 
