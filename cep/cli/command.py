@@ -121,9 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _bench.add_arguments(b)
 
-    from cep import spark_cli  # defines the parser only; pyspark is imported when a job runs
+    from cep.cli import spark  # defines the parser only; pyspark is imported when a job runs
 
-    sp = spark_cli.add_arguments(sub)
+    sp = spark.add_arguments(sub)
     spark_exit = ("Exit codes: 0 ok; 2 usage or rule errors (bad options, a rule file with errors, a "
                   "rule kind Spark does not run yet); 3 the Spark job failed.")
     sp.epilog = spark_exit
@@ -160,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "spark":
-            from cep import spark_cli
+            from cep.cli import spark
 
-            return spark_cli.run(args)
+            return spark.run(args)
         if args.command == "bench":
             from cep.cli import bench
 

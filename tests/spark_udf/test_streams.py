@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from cep import cli, spark_cli
+from cep import cli
+from cep.cli import spark as spark_cli
 from cep.cli.inputs import _merged_batches
 from cep.engine import Engine
 from patterns.errors import CepError
