@@ -139,9 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok; 2 usage errors, an unreadable file, or no query could be loaded; "
         "3 runtime failure.")
     try:
-        from cep import percolate_cli
+        from cep.cli import percolate
 
-        percolate_cli.add_arguments(pc)
+        percolate.add_arguments(pc)
     except ImportError:  # pragma: no cover - the percolator is optional in a partial checkout
         pc.set_defaults(_unavailable="the percolator is not installed")
     return p
@@ -171,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "_unavailable", None):
                 print(f"cep percolate: {args._unavailable}", file=sys.stderr)
                 return EXIT_RUNTIME
-            from cep import percolate_cli
+            from cep.cli import percolate
 
-            return percolate_cli.run(args)
+            return percolate.run(args)
     except BrokenPipeError:
         return EXIT_OK
     except CepError as e:
