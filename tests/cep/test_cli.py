@@ -372,7 +372,7 @@ def test_spark_run_says_what_to_do_when_the_query_no_longer_fits_its_checkpoint(
     """A checkpoint written before search rules joined a stream's stateful stage (they ran in a
     second branch reading the source again, or with no stateful stage at all), or one whose
     named inputs changed, is refused by Spark in its own terms: the line says why and what to do."""
-    from cep.spark_cli import _error_text
+    from cep.cli.spark import _error_text
 
     line = _error_text(RuntimeError(spark_says))
     assert "\n" not in line

@@ -1,4 +1,4 @@
-"""Tests for the ``cep percolate`` subcommand (cep.percolate_cli)."""
+"""Tests for the ``cep percolate`` subcommand (cep.cli.percolate)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 import cep.percolator as perc_mod
-from cep.percolate_cli import add_arguments, run
+from cep.cli.percolate import add_arguments, run
 
 
 def write_lines(path: Path, rows: list[Any]) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cep import spark_cli
+from cep.cli import spark as spark_cli
 from cep.engine import Engine
 from cep.events import read_events
 from patterns.rules import parse_rules

@@ -28,7 +28,7 @@ def test_no_package_but_spark_udf_imports_pyspark_at_module_level() -> None:
 
 def test_cep_cli_and_the_worker_core_load_no_pyspark() -> None:
     code = (
-        "import sys, cep.spark_cli, spark_udf, spark_udf.core, spark_udf.state; "
+        "import sys, cep.cli.spark, spark_udf, spark_udf.core, spark_udf.state; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cep import spark_cli
+from cep.cli import spark as spark_cli
 from cep.engine import Engine
 from cep.events import read_events
 from patterns.rules import parse_rules
@@ -78,7 +78,7 @@ def test_killed_driver_then_restart_writes_each_row_once(spark: Any, tmp_path: P
             "--checkpoint", str(tmp_path / "ck"), "--max-files-per-trigger", "1", "--buckets", "4",
             "--shuffle-partitions", "2"]
     env = dict(os.environ, PYTHONWARNINGS="ignore::FutureWarning")
-    proc = subprocess.Popen([sys.executable, "-m", "cep.spark_cli", *args, "--master", "local[1]"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "cep.cli.spark", *args, "--master", "local[1]"], cwd=REPO,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_for(tmp_path / "ck" / "commits" / "0", 300, proc)

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from cep import cli, spark_cli
+from cep import cli
+from cep.cli import spark as spark_cli
+from cep.cli.inputs import _merged_batches
 from cep.engine import Engine
 from patterns.errors import CepError
 from patterns.rules import load_rules
@@ -139,7 +141,7 @@ def test_a_stream_of_named_inputs_gives_the_embedded_engines_rows(spark: Any, tm
     eng = Engine(load_rules(rules), streams=list(files))
     out = eng.process([])
     for i in range(2):
-        for batch, _ in cli._merged_batches([(n, str(paths[n][i])) for n in files], "ts", None, 100_000):
+        for batch, _ in _merged_batches([(n, str(paths[n][i])) for n in files], "ts", None, 100_000):
             out.extend(eng.process(batch))
     assert Counter(_plain(r) for r in rows if r["output"] == "match") == Counter(_plain(m) for m in out.matches)
     assert {m["rule"] for m in out.matches} == {"search_then_click", "click_runs", "clicks_per_hour", "searched_for"}

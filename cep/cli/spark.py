@@ -8,11 +8,11 @@ dataset and writes the same layout. ``--input NAME=PATH`` (repeatable) names inp
 as for ``cep run``: a rule whose FROM names one of them reads that stream only. Spark is
 imported only when one of them runs, so the rest of ``cep`` never starts a JVM.
 
-Wire into ``cep/cli.py`` with::
+Wired into ``cep/cli/command.py`` with::
 
-    from cep import spark_cli
-    spark_cli.add_arguments(sub)                     # in build_parser()
-    if args.command == "spark": return spark_cli.run(args)   # in main()
+    from cep.cli import spark
+    spark.add_arguments(sub)                     # in build_parser()
+    if args.command == "spark": return spark.run(args)   # in main()
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _trigger(text: str) -> str:
 
 def _inputs(specs: list[str]) -> list[tuple[str | None, str]]:
     """``--input`` values as (stream name or None, path); a name given twice is refused."""
-    from cep.cli import _parse_inputs
+    from cep.cli.inputs import _parse_inputs
 
     inputs = _parse_inputs(specs)
     names = [n for n, _ in inputs if n]
@@ -359,7 +359,7 @@ def run(args: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cep.spark_cli run|backfill ...`` (the same as ``cep spark ...``)."""
+    """``python -m cep.cli.spark run|backfill ...`` (the same as ``cep spark ...``)."""
     parser = argparse.ArgumentParser(prog="cep")
     sub = parser.add_subparsers(dest="command")
     add_arguments(sub)

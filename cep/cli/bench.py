@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cep.progress import Progress
+from cep.cli.progress import Progress
 
 __all__ = ["add_arguments", "run", "bench", "BenchResult"]
 
@@ -91,7 +91,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
     Raises:
         ValueError: several inputs, rules ordering by different fields and no ``time_field``.
     """
-    from cep.cli import _parse_inputs, input_batches
+    from cep.cli.inputs import _parse_inputs, input_batches
     from cep.engine import Engine
     from patterns.rules import load_rules
 
@@ -259,7 +259,7 @@ def _plot(res: BenchResult, path: str) -> None:
 
 
 def run(args) -> int:
-    from cep.cli import _parse_inputs
+    from cep.cli.inputs import _parse_inputs
     from patterns.errors import RuleErrors
 
     for _, path in _parse_inputs(args.input):

@@ -1,0 +1,28 @@
+"""``cep check``: validate rule files and list every error."""
+
+from __future__ import annotations
+
+import sys
+
+from cep.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from patterns.errors import RuleErrors
+
+__all__ = ["cmd_check"]
+
+
+def cmd_check(args) -> int:
+    from patterns.rules import load_rules
+
+    status = EXIT_OK
+    for path in args.rules:
+        try:
+            rs = load_rules(path)
+        except RuleErrors as e:
+            n = len(e.errors)
+            print(str(e), file=sys.stderr)
+            print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        print(f"{path}: ok, {len(rs)} rule{'s' if len(rs) != 1 else ''} ({', '.join(rs.names())})")
+    return status
+

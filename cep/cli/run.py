@@ -1,0 +1,118 @@
+"""``cep run``: run a rule file over event files and write the complex events."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cep.cli.exit_codes import EXIT_MATCHES, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from cep.cli.inputs import _parse_inputs, input_batches
+from cep.cli.outputs import _open_outputs
+from cep.cli.progress import Progress
+from patterns.errors import CepError, RuleErrors
+
+__all__ = ["cmd_run"]
+
+
+def cmd_run(args) -> int:
+    from cep.engine import Engine
+    from patterns.rules import load_rules
+
+    if args.state or args.follow:
+        from cep import durable
+
+        cfg = durable.config_from_args(args)
+        if isinstance(cfg, str):
+            print(f"cep run: {cfg}", file=sys.stderr)
+            return EXIT_USAGE
+        return durable.run_durable(cfg)
+    try:
+        rules = load_rules(args.rules)
+    except RuleErrors as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    inputs = _parse_inputs(args.input)
+    for _, path in inputs:
+        if not os.path.exists(path):
+            print(f"cep run: input file not found: {path}", file=sys.stderr)
+            return EXIT_USAGE
+        if os.path.isdir(path):
+            print(f"cep run: {path} is a directory; read a log directory with --state DIR (see --follow)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    named = [n for n, _ in inputs if n]
+    engine = Engine(rules, streams=named)
+    if args.idle_state_ttl or args.max_partial_matches_total or args.max_buffered_events:
+        from cep.durable import limits_from_args
+
+        try:
+            engine.set_state_limits(limits_from_args(args))
+        except ValueError as e:
+            print(f"cep run: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        batches = input_batches(rules, inputs, args.time_field, args.input_format, args.batch_size)
+    except ValueError as e:
+        print(f"cep run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    writers = _open_outputs(args)
+    if isinstance(writers, str):
+        print(f"cep run: {writers}", file=sys.stderr)
+        return EXIT_USAGE
+    out, late, errs = writers
+    total = sum(os.path.getsize(p) for _, p in inputs)
+    enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000)
+    progress = Progress(total, enabled)
+    n_events = 0
+    n_late = 0
+    n_err = 0
+
+    def sink(res) -> None:
+        nonlocal n_late, n_err
+        out.write(res.matches)
+        n_late += len(res.late)
+        n_err += len(res.errors)
+        if late:
+            late.write(res.late)
+        if errs:
+            errs.write(res.errors)
+
+    try:
+        done = 0
+        for b, stream in batches:
+            res = engine.process(b, stream)
+            n_events += b.n
+            done += b.n * 100
+            sink(res)
+            progress.update(min(done, total), n_events, out.count)
+        open_at_end = {name: op.live_partial_matches() for name, op in engine.operators.items()
+                       if hasattr(op, "live_partial_matches")}
+        sink(engine.finish())
+    except CepError as e:
+        progress.close()
+        print(f"cep run: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        out.close()
+        if late:
+            late.close()
+        if errs:
+            errs.close()
+    progress.close()
+    if not args.quiet:
+        print(f"cep run: {n_events:,} events, {out.count:,} complex events, {n_late:,} late, {n_err:,} errors",
+              file=sys.stderr)
+        for name, c in engine.counts().items():
+            print(
+                f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
+                f"matches {c.matches:,}"
+                # over every key, before the final flush ended them; only pattern rules have them
+                + (f", partial matches open at the end {open_at_end[name]:,}" if name in open_at_end else "")
+                + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")
+                + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
+                file=sys.stderr,
+            )
+    if args.fail_on_match and out.count:
+        return EXIT_MATCHES
+    return EXIT_OK
+
