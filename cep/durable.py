@@ -39,9 +39,9 @@ from typing import Any, Iterable, TextIO
 import numpy as np
 import orjson
 
-from cep.engine import Engine, ReloadReport, StateLimits
+from cep.engine import Engine, ReloadReport, StateLimits, late_warning
 from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
-from patterns.errors import CepError, RuleErrors
+from patterns.errors import CepError, RuleErrors, count_noun
 
 __all__ = [
     "DurableConfig",
@@ -94,6 +94,7 @@ class DurableConfig:
     max_line_bytes: int = MAX_LINE_BYTES  # a longer line is a bad line, never held whole
     limits: StateLimits = field(default_factory=StateLimits)
     quiet: bool = False  # no summary on stderr
+    overwrite: bool = False  # a fresh state may cut output files that already hold rows
 
 
 # ------------------------------------------------------------------ output rows
@@ -436,6 +437,13 @@ class _Run:
             rules_now = None
             rules_err = str(e)
         if ck is None:
+            for flag, path in outputs.items():
+                size = os.path.getsize(path) if os.path.isfile(path) else 0
+                if size and not cfg.overwrite:
+                    self.log(f"--{flag} {path} already holds {count_noun(size, 'byte')} and {cfg.state} has no "
+                             "checkpoint: a fresh durable run starts its outputs empty and would lose them; move "
+                             "the file away, choose another file, or pass --overwrite")
+                    return EXIT_USAGE
             if rules_now is None:
                 self.log(f"cannot read the rule file {cfg.rules}: {rules_err}")
                 return EXIT_USAGE
@@ -627,13 +635,18 @@ class _Run:
         return EXIT_OK
 
     def summary(self) -> None:
+        m = self.meta
+        if m["finished"]:  # a bounded input: mostly late means unsorted (said even with --quiet)
+            warning = late_warning(self.engine.counts())
+            if warning:
+                self.log(warning)
         if self.cfg.quiet:
             return
-        m = self.meta
         how = "stopped by a signal" if self.flags.stop else ("finished (end of input)" if m["finished"] else "caught up")
         self.log(
-            f"{how}: {self.n_lines:,} lines this run ({m['lines']:,} in all), {self.n_matches:,} complex events, "
-            f"{self.n_late:,} late, {self.n_errors:,} errors; checkpoint {m['checkpoints']:,} in {self.cfg.state}"
+            f"{how}: {count_noun(self.n_lines, 'line')} this run ({m['lines']:,} in all), "
+            f"{count_noun(self.n_matches, 'complex event')}, {self.n_late:,} late, {count_noun(self.n_errors, 'error')}; "
+            f"checkpoint {m['checkpoints']:,} in {self.cfg.state}"
         )
         tail = self.source.pending_bytes()
         if tail and not m["finished"]:
@@ -736,7 +749,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         errors=args.errors, stream=stream, follow=args.follow, batch_lines=args.batch_size,
         checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
-        limits=limits, quiet=args.quiet,
+        limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),
     )
 
 

@@ -28,7 +28,8 @@ from cep.events import EventBatch, to_batch
 from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
-__all__ = ["Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits"]
+__all__ = [
+    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning"]
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -51,6 +52,29 @@ class Counts:
     partial_matches_dropped: int
     cap_hits: int
     eval_errors: int
+
+
+LATE_WARNING_SHARE = 0.1
+"""A bounded input with more than this share of a rule's events late is most likely not sorted by
+event time (or needs a lateness): the run's summary says so, with the two fixes."""
+
+
+def late_warning(counts: dict[str, Counts]) -> str | None:
+    """The warning for rules that found more than a tenth of their events late, or None.
+
+    Example:
+        >>> c = Counts(100, 10, 90, 0, 0, 0, 0, 0, 0, 0)
+        >>> print(late_warning({"v": c}))
+        warning: rule 'v' found 90 of 100 events (90.0%) late: is the input sorted by event time? Sort it by the rules' ORDER BY field, or give the rule a 'lateness:' that covers how far out of order events come (docs/semantics.md, "Event time")
+    """
+    over = [(name, c) for name, c in counts.items() if c.read and c.late > LATE_WARNING_SHARE * c.read]
+    if not over:
+        return None
+    what = "; ".join(f"rule {name!r} found {c.late:,} of {c.read:,} events ({c.late / c.read:.1%}) late"
+                     for name, c in over)
+    return (f"warning: {what}: is the input sorted by event time? Sort it by the rules' ORDER BY field, "
+            "or give the rule a 'lateness:' that covers how far out of order events come "
+            '(docs/semantics.md, "Event time")')
 
 
 # rule kind -> "module:Class" of its operator; every operator has from_rule(rule), process(batch),

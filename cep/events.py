@@ -6,13 +6,17 @@ import csv
 import datetime as _dt
 import io
 import math
+import os
 import re
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 import orjson
+
+from patterns.errors import CepError
 
 __all__ = [
     "EventBatch",
@@ -249,6 +253,13 @@ def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src:
     lines: list[int] = []
     bad: list[BadLine] = []
     for item in parsed:
+        if item is _FLUSH:
+            if records or bad:
+                b = batch_from_records(records, lines, src)
+                b.bad = bad
+                yield b
+                records, lines, bad = [], [], []
+            continue
         if isinstance(item, BadLine):
             bad.append(item)
             continue
@@ -265,12 +276,18 @@ def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src:
         yield b
 
 
+_BOM = b"\xef\xbb\xbf"
+_FLUSH = object()  # from a live source: nothing more is ready now, so emit what was read
+
+
 def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated: bool = False) -> dict | BadLine | None:
     """One line of a JSON lines file: the event, a BadLine saying why not, or None when blank.
 
     With ``mark_unterminated``, a malformed line without its newline is reported as an
     unterminated last line (a file being written, read while it grows).
     """
+    if raw.startswith(_BOM):  # a UTF-8 byte-order mark (editors on Windows write one)
+        raw = raw[3:]
     stripped = raw.strip()
     if not stripped:
         return None
@@ -286,20 +303,63 @@ def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated
 
 
 def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
-    src = str(path)
+    src = _source_name(path)
 
-    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                if lineno <= start_line:
-                    continue
-                got = decode_json_line(raw, lineno, src)
-                if isinstance(got, BadLine):
-                    yield got
-                elif got is not None:
-                    yield lineno, got
+    def parsed() -> Iterator[Any]:
+        for lineno, raw in _numbered_lines(path):
+            if raw is _FLUSH:
+                yield _FLUSH
+                continue
+            if lineno <= start_line:
+                continue
+            got = decode_json_line(raw, lineno, src)
+            if isinstance(got, BadLine):
+                yield got
+            elif got is not None:
+                yield lineno, got
 
     return _batched(parsed(), batch_size, src)
+
+
+STDIN = "-"
+"""The input path that means standard input (JSON lines, CSV or access-log lines)."""
+
+
+def _source_name(path: Path) -> str:
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, raw line) of a file; from standard input also ``(n, _FLUSH)`` whenever
+    nothing more is ready, so that a live pipe's events are processed as they come."""
+    if str(path) != STDIN:
+        with open(path, "rb") as f:
+            yield from enumerate(f, 1)
+        return
+    import select
+    import sys
+
+    fd = sys.stdin.fileno()
+    lineno = 0
+    pending = b""
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            if pending:
+                lineno += 1
+                yield lineno, pending
+            return
+        parts = (pending + chunk).split(b"\n")
+        pending = parts.pop()
+        for part in parts:
+            lineno += 1
+            yield lineno, part + b"\n"
+        try:
+            ready = bool(select.select([fd], [], [], 0)[0])
+        except (OSError, ValueError):  # not selectable: read on, batch by size
+            ready = True
+        if not ready:
+            yield lineno, _FLUSH
 
 
 def _convert_csv_value(v: str) -> Any:
@@ -317,23 +377,36 @@ def _convert_csv_value(v: str) -> Any:
 
 
 def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
-    src = str(path)
+    src = _source_name(path)
 
-    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
-            sample = f.read(4096)
-            f.seek(0)
-            delim = "\t" if sample.count("\t") > sample.count(",") else ","
-            reader = csv.reader(f, delimiter=delim)
-            header = next(reader, None)
-            if header is None:
-                return
-            for row in reader:
-                lineno = reader.line_num
-                if len(row) != len(header):
-                    yield BadLine(lineno, f"expected {len(header)} fields, found {len(row)}", src, delim.join(row))
+    def parsed() -> Iterator[Any]:
+        flush = [False]
+
+        def text_lines() -> Iterator[str]:  # decoded lines; a BOM before the header is dropped
+            for lineno, raw in _numbered_lines(path):
+                if raw is _FLUSH:
+                    flush[0] = True
                     continue
+                yield raw.decode("utf-8", "replace").removeprefix("\ufeff") if lineno == 1 else raw.decode("utf-8", "replace")
+
+        lines = text_lines()
+        first = next(lines, None)
+        if first is None:
+            return
+        delim = "\t" if first.count("\t") > first.count(",") else ","
+        reader = csv.reader(chain([first], lines), delimiter=delim)
+        header = next(reader, None)
+        if header is None:
+            return
+        for row in reader:
+            lineno = reader.line_num
+            if len(row) != len(header):
+                yield BadLine(lineno, f"expected {len(header)} fields, found {len(row)}", src, delim.join(row))
+            else:
                 yield lineno, {h: _convert_csv_value(v) for h, v in zip(header, row)}
+            if flush[0]:
+                flush[0] = False
+                yield _FLUSH
 
     return _batched(parsed(), batch_size, src)
 
@@ -341,13 +414,23 @@ def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
 def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
-    offset = 0
-    for rb in pf.iter_batches(batch_size=batch_size):
-        b = batch_from_arrow(rb, str(path))
-        b.lines = np.arange(offset + 1, offset + rb.num_rows + 1, dtype=np.int64)
-        offset += rb.num_rows
-        yield b
+    import pyarrow as pa
+
+    if str(path) == STDIN:
+        raise CepError("Parquet cannot be read from standard input (it needs to seek): pass the file's path")
+    try:
+        pf = pq.ParquetFile(path)
+        offset = 0
+        for rb in pf.iter_batches(batch_size=batch_size):
+            b = batch_from_arrow(rb, str(path))
+            b.lines = np.arange(offset + 1, offset + rb.num_rows + 1, dtype=np.int64)
+            offset += rb.num_rows
+            yield b
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise CepError(f"{path}: not a readable Parquet file ({_short_text(str(e))}): is it truncated or still "
+                       "being written? Events before the damage were processed") from None
 
 
 # Apache / NGINX access logs, Common Log Format with the optional "combined" referrer and agent
@@ -412,18 +495,22 @@ def parse_access_log_line(raw: bytes) -> dict[str, Any] | str:
 
 
 def _access_log_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
-    src = str(path)
+    src = _source_name(path)
 
-    def parsed() -> Iterator[tuple[int, dict] | BadLine]:
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                ev = parse_access_log_line(raw)
-                if isinstance(ev, str):
-                    yield BadLine(lineno, ev, src, raw.decode("utf-8", "replace").rstrip("\n"))
-                else:
-                    yield lineno, ev
+    def parsed() -> Iterator[Any]:
+        for lineno, raw in _numbered_lines(path):
+            if raw is _FLUSH:
+                yield _FLUSH
+                continue
+            if lineno == 1 and raw.startswith(_BOM):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            ev = parse_access_log_line(raw)
+            if isinstance(ev, str):
+                yield BadLine(lineno, ev, src, raw.decode("utf-8", "replace").rstrip("\n"))
+            else:
+                yield lineno, ev
 
     return _batched(parsed(), batch_size, src)
 
@@ -436,7 +523,7 @@ def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None
     :func:`parse_access_log_line`).
     """
     p = Path(path)
-    kind = (fmt or p.suffix.lstrip(".")).lower()
+    kind = (fmt or ("jsonl" if str(path) == STDIN else p.suffix.lstrip("."))).lower()
     if kind in ("parquet", "pq"):
         return _parquet_batches(p, batch_size)
     if kind in ("log", "clf", "access-log"):
@@ -572,6 +659,10 @@ def _datetime_ms(v: Any) -> int | None:
             return None
         return ((v if v.tzinfo is not None else v.replace(tzinfo=_dt.timezone.utc)) - _EPOCH) // _MS
     return (v - _EPOCH.date()).days * 86_400_000
+
+
+def _short_text(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(v: Any) -> str:

@@ -25,7 +25,6 @@ from typing import Any
 from patterns import ast as A
 from patterns.errors import CepSyntaxError, RuleError, SourceError
 from patterns.match_recognize import (
-    INTERVAL_UNITS,
     NAVIGATION,
     SCALAR_FUNCTIONS,
     _Parser,
@@ -421,16 +420,12 @@ class _AnalyticsParser(_Parser):
             raise self.error(f"expected the interval's amount as a quoted number, found {self.describe(vt)}")
         self.take()
         ut = self.tok
-        if ut.kind != "IDENT" or ut.upper not in INTERVAL_UNITS:
-            raise self.error(
-                f"expected an interval unit (MILLISECOND, SECOND, MINUTE, HOUR, DAY), found {self.describe(ut)}"
-            )
-        self.take()
+        unit_ms = self.interval_unit()
         try:
             amount = float(vt.value.strip())
         except ValueError:
             raise self.error(f"bad interval amount {vt.value!r}: expected a number such as '10'", vt) from None
-        ms = amount * INTERVAL_UNITS[ut.upper]
+        ms = amount * unit_ms
         if not ms >= 1 or ms != ms or ms > 10**15:
             raise self.error(
                 f"bad interval {vt.value!r} {ut.value}: it must be positive (at least 1 millisecond) and finite", vt

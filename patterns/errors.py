@@ -105,3 +105,13 @@ class RuleErrors(CepError):
 
 class BadEventError(CepError):
     """An input event that cannot be processed (missing field, wrong type, malformed line)."""
+
+
+def count_noun(n: int, word: str, plural: str | None = None) -> str:
+    """A count with its noun: ``1 query``, ``2 queries``, ``1,255 events``.
+
+    Example:
+        >>> count_noun(1, "complex event"), count_noun(1255, "event"), count_noun(2, "query", "queries")
+        ('1 complex event', '1,255 events', '2 queries')
+    """
+    return f"{n:,} {word if n == 1 else (plural or word + 's')}"

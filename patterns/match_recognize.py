@@ -12,16 +12,13 @@ __all__ = ["parse_statement", "parse_expression", "parse_interval_ms", "INTERVAL
 
 INTERVAL_UNITS = {
     "MILLISECOND": 1,
-    "MILLISECONDS": 1,
     "SECOND": 1000,
-    "SECONDS": 1000,
     "MINUTE": 60_000,
-    "MINUTES": 60_000,
     "HOUR": 3_600_000,
-    "HOURS": 3_600_000,
     "DAY": 86_400_000,
-    "DAYS": 86_400_000,
 }
+"""SQL interval units, singular as the standard and Flink SQL have them: ``INTERVAL '10' MINUTES``
+is refused with a caret pointing at the fix (the short option form ``10 minutes`` takes plurals)."""
 
 SCALAR_FUNCTIONS = {
     "ABS": 1,
@@ -319,20 +316,29 @@ class _Parser:
             raise self.error(f"expected the interval's amount as a quoted number, found {self.describe(vt)}")
         self.take()
         ut = self.tok
-        if ut.kind != "IDENT" or ut.upper not in INTERVAL_UNITS:
-            raise self.error(
-                f"expected an interval unit (MILLISECOND, SECOND, MINUTE, HOUR, DAY), found {self.describe(ut)}"
-            )
-        self.take()
+        unit_ms = self.interval_unit()
         try:
             amount = float(vt.value.strip())
         except ValueError:
             raise self.error(f"bad interval amount {vt.value!r}: expected a number such as '10'", vt) from None
-        ms = amount * INTERVAL_UNITS[ut.upper]
+        ms = amount * unit_ms
         if not ms > 0 or ms != ms or ms > 10**15:
             raise self.error(f"bad interval {vt.value!r} {ut.value}: it must be positive and finite", vt)
         del t
         return int(ms)
+
+    def interval_unit(self) -> int:
+        """Take an interval's unit; its length in milliseconds."""
+        ut = self.tok
+        if ut.kind == "IDENT" and ut.upper in INTERVAL_UNITS:
+            self.take()
+            return INTERVAL_UNITS[ut.upper]
+        if ut.kind == "IDENT" and ut.upper.endswith("S") and ut.upper[:-1] in INTERVAL_UNITS:
+            raise self.error(f"SQL interval units are singular (as in the SQL standard and Flink SQL): "
+                             f"write {ut.upper[:-1]}, not {ut.value}")
+        raise self.error(
+            f"expected an interval unit (MILLISECOND, SECOND, MINUTE, HOUR, DAY), found {self.describe(ut)}"
+        )
 
     # ------------------------------------------------------------ row pattern regex
     def alternation(self) -> A.Pattern:
@@ -734,9 +740,11 @@ def parse_interval_ms(text: str) -> int:
                 break
             num += ch
         unit = s[len(num) :].strip()
-        short = {"ms": "MILLISECOND", "s": "SECOND", "sec": "SECOND", "m": "MINUTE", "min": "MINUTE",
-                 "mins": "MINUTES", "h": "HOUR", "d": "DAY"}
+        short = {"ms": "MILLISECOND", "s": "SECOND", "sec": "SECOND", "secs": "SECOND", "m": "MINUTE",
+                 "min": "MINUTE", "mins": "MINUTE", "h": "HOUR", "hr": "HOUR", "hrs": "HOUR", "d": "DAY"}
         unit = short.get(unit.lower(), unit)
+        if unit.upper().endswith("S") and unit.upper()[:-1] in INTERVAL_UNITS:
+            unit = unit[:-1]  # the short form reads as English: '10 minutes
         if num and unit:
             s = f"INTERVAL '{num}' {unit}"
     p = _Parser(s)

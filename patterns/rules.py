@@ -108,13 +108,12 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
         return None, [src.error(f"rule {name!r} has no 'sql' statement")]
     extra: dict[str, Any] = {}
     if "max_partial_matches" in py:
-        try:
-            val = int(py["max_partial_matches"])
-            if val < 1:
-                raise ValueError(f"rule {name!r}: max_partial_matches must be at least 1, found {val}")
+        val = py["max_partial_matches"]
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            errors.append(src.error(f"rule {name!r}: max_partial_matches must be at least 1, a whole number "
+                                    f"such as 10000; found {val!r}", "max_partial_matches"))
+        else:
             extra["max_partial_matches"] = val
-        except (ValueError, TypeError) as e:
-            errors.append(src.error(str(e), "max_partial_matches"))
     if "on_cap" in py:
         if py["on_cap"] not in ("drop_oldest", "skip_key"):
             errors.append(src.error(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {py['on_cap']!r}", "on_cap"))

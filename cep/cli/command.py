@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  3  runtime failure"
         ),
     )
+    p.add_argument("--version", action="version", version=f"cep {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("check", help="validate rule files and list every error", description=(
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint at least every T seconds (default 30)")
     d.add_argument("--watch-rules", action="store_true", help="reload the rule file when it changes (SIGHUP "
                    "reloads it too); unchanged rules keep their state, a file with errors is refused")
+    d.add_argument("--overwrite", action="store_true", help="with a fresh --state (no checkpoint yet): start "
+                   "--output, --late and --errors empty even when they already hold rows (refused otherwise)")
     d.add_argument("--finish", action="store_true", help="with --state: the input ends here; flush every "
                    "partial match and close the state")
     d.add_argument("--poll", type=float, default=0.2, metavar="SECONDS", help="--follow: pause between looks "
@@ -147,6 +150,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _innermost_frame(e: BaseException) -> str:
+    """`` (at file.py:123 in func)`` for the innermost frame of the error's traceback."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name})"
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("cep-engine")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree without an install
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cep`` console script."""
     parser = build_parser()
@@ -181,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
     except OSError as e:  # a disk that fills, a file that vanishes mid-run: a message, not a traceback
         print(f"cep {args.command}: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        print(f"cep {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - never exit 1 (that is --fail-on-match's "a match was found")
+        where = _innermost_frame(e)
+        print(f"cep {args.command}: internal error: {type(e).__name__}: {str(e)[:300]}{where}; this is a bug in "
+              "cep: please report it with the command line and the input that caused it", file=sys.stderr)
         return EXIT_RUNTIME
     parser.print_help()
     return EXIT_USAGE

@@ -33,9 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='query lines: {"id": ..., "query": "...", "metadata": {...}}; or '
                         "a file written by Percolator.save or save_index (--save-index), "
                         "which brings its own settings")
-    parser.add_argument("--input", required=True, metavar="DOCS.jsonl",
+    parser.add_argument("--input", "-i", required=True, metavar="DOCS.jsonl",
                         help="document lines: JSON objects with an 'id' ('-' reads stdin)")
-    parser.add_argument("--output", default="-", metavar="OUT",
+    parser.add_argument("--output", "-o", default="-", metavar="OUT",
                         help="where to write one result line per document ('-': stdout)")
     parser.add_argument("--default-field", nargs="+", action="extend", dest="default_fields",
                         metavar="F", help="fields searched by unqualified terms (one or more; "

@@ -9,13 +9,13 @@ from cep.cli.exit_codes import EXIT_MATCHES, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from cep.cli.inputs import _parse_inputs, input_batches
 from cep.cli.outputs import _open_outputs
 from cep.cli.progress import Progress
-from patterns.errors import CepError, RuleErrors
+from patterns.errors import CepError, RuleErrors, count_noun
 
 __all__ = ["cmd_run"]
 
 
 def cmd_run(args) -> int:
-    from cep.engine import Engine
+    from cep.engine import Engine, late_warning
     from patterns.rules import load_rules
 
     if args.state or args.follow:
@@ -100,8 +100,8 @@ def cmd_run(args) -> int:
             errs.close()
     progress.close()
     if not args.quiet:
-        print(f"cep run: {n_events:,} events, {out.count:,} complex events, {n_late:,} late, {n_err:,} errors",
-              file=sys.stderr)
+        print(f"cep run: {count_noun(n_events, 'event')}, {count_noun(out.count, 'complex event')}, "
+              f"{n_late:,} late, {count_noun(n_err, 'error')}", file=sys.stderr)
         for name, c in engine.counts().items():
             print(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
@@ -112,6 +112,9 @@ def cmd_run(args) -> int:
                 + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
             )
+    warning = late_warning(engine.counts())
+    if warning:  # even with --quiet: most of the answer is missing
+        print(f"cep run: {warning}", file=sys.stderr)
     if args.fail_on_match and out.count:
         return EXIT_MATCHES
     return EXIT_OK

@@ -67,7 +67,7 @@ def test_run_writes_matches_late_and_errors(files, capsys):
     err_rows = [json.loads(x) for x in errs.read_text().splitlines()]
     assert err_rows[0]["line"] == 3 and "malformed JSON" in err_rows[0]["reason"]
     summary = capsys.readouterr().err
-    assert "1 complex events, 1 late, 1 errors" in summary
+    assert "1 complex event, 1 late, 1 error" in summary
 
 
 def test_run_to_stdout_csv_and_parquet(files, capsys):
