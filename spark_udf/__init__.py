@@ -1,9 +1,9 @@
 """Adapters that run the engine's operators inside Apache Spark (the only package importing pyspark).
 
 ``apply_rules(frame, rules)`` runs a rule file over a streaming or static DataFrame. The
-Spark-free core (:mod:`spark_udf.core`, :mod:`spark_udf.kinds`, :mod:`spark_udf.state`,
-:mod:`spark_udf.schema`) is what the Python workers import; the names below load pyspark
-only when first used.
+Spark-free core (:mod:`spark_udf.core`, :mod:`spark_udf.keyed`, :mod:`spark_udf.kinds`,
+:mod:`spark_udf.state`, :mod:`spark_udf.schema`) is what the Python workers import; the names
+below load pyspark only when first used.
 """
 
 from __future__ import annotations

@@ -45,12 +45,10 @@ from spark_udf.core import (
     GroupCore,
     InputLayout,
     RuleSpec,
-    annotate_arrival,
-    arrival_plan,
     epoch_ms,
     rule_key,
-    segment_maxima,
 )
+from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
 from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
 from spark_udf.schema import INTEGRAL, NUMERIC, PROBLEM_FIELDS, RESERVED_PREFIX, Envelope
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
@@ -240,7 +238,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         kind = KEYED_KINDS.get(kind_of(r)) or STATELESS_KINDS[kind_of(r)]
         rule_fields[r.name] = (kind_of(r), kind.output_fields(r, output_types))
     env = Envelope.build(rule_fields)
-    by_type = _types_by_name(frame.schema)
+    by_type = types_by_name(frame.schema)
 
     by_kind: dict[str, list[Any]] = {}
     for r in stateless:
@@ -270,7 +268,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     for name in rest:
         parts.append(STATELESS_KINDS[name].build(frame if name == reporter else clean, by_kind[name], env, cfg,
                                                  layout=layout))  # type: ignore[call-arg]
-    schema = _envelope_schema(env, by_type)
+    schema = envelope_schema(env, by_type)
     out = _conform(parts[0], schema)
     for p in parts[1:]:
         out = out.unionByName(_conform(p, schema))
@@ -406,32 +404,6 @@ def _engine_view(frame: DataFrame) -> tuple[DataFrame, dict[str, str], dict[str,
     return frame.select(*cols), out_types, eng_types
 
 
-def _types_by_name(schema: T.StructType) -> dict[str, T.DataType]:
-    return {f.dataType.simpleString(): f.dataType for f in schema.fields}
-
-
-_SIMPLE = {
-    "bigint": T.LongType(), "int": T.IntegerType(), "smallint": T.ShortType(), "tinyint": T.ByteType(),
-    "double": T.DoubleType(), "float": T.FloatType(), "string": T.StringType(), "boolean": T.BooleanType(),
-    "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(), "date": T.DateType(),
-    "binary": T.BinaryType(),
-}
-
-
-def _dtype(typ: str, by_name: dict[str, T.DataType]) -> T.DataType:
-    if typ in _SIMPLE:
-        return _SIMPLE[typ]
-    if typ in by_name:
-        return by_name[typ]
-    if "<" in typ:  # a nested type of a rule's output (APPROX_TOP_K's pairs), in Spark's DDL
-        return T.DataType.fromDDL(typ)
-    return T.StringType()
-
-
-def _envelope_schema(env: Envelope, by_name: dict[str, T.DataType]) -> T.StructType:
-    return T.StructType([T.StructField(c, _dtype(t, by_name), True) for c, t in env.columns.items()])
-
-
 def _conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
     """The envelope's columns, in order: missing ones NULL, others cast to the envelope's type."""
     have = set(frame.columns)
@@ -516,7 +488,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                 )
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
     core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version)
-    schema = _envelope_schema(env, by_type)
+    schema = envelope_schema(env, by_type)
     key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
 
     if frame.isStreaming:
@@ -571,7 +543,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     x = frame
     priors = None
     if cfg.arrival_order:
-        x, priors = _arrival_watermarks(x, time_col, key_sets, layout.segment_columns, layout.per_input)
+        x, priors = arrival_watermarks(x, time_col, key_sets, layout.segment_columns, layout.per_input)
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
@@ -631,30 +603,6 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
     if prior_cols is not None:
         x = x.withColumn(PRIOR_COL, F.col("_cep_g.p"))
     return x.drop("_cep_g", *drop)
-
-
-def _arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str, ...]],
-                        seg_cols: tuple[str, ...], per_input: bool = False):
-    """Add arrival order and each row's largest earlier event time, per partition-key set.
-
-    Arrival order: input segments (file blocks, ordered by file path then offset, when
-    ``seg_cols`` names them; else Spark partitions in order), rows in order within each.
-    ``per_input``: the first segment column names the row's input (named input streams), and
-    a row's earlier rows are those of its own input (see :func:`~spark_udf.core.arrival_plan`).
-    Two passes keep the input's partitioning: the first collects every segment's largest valid
-    event time, the second computes running maxima from there.
-    """
-    rows = frame.mapInPandas(
-        lambda it: segment_maxima(it, time_col, key_sets, seg_cols), "seg string, ks int, mx bigint"
-    ).collect()
-    plan = arrival_plan(((r.seg, r.ks, r.mx) for r in rows), len(key_sets), per_input)
-    schema = T.StructType(
-        frame.schema.fields
-        + [T.StructField(SEQ_COL, T.LongType())]
-        + [T.StructField(f"{PRIOR_COL}_{i}", T.LongType()) for i in range(len(key_sets))]
-    )
-    out = frame.mapInPandas(lambda it: annotate_arrival(it, time_col, key_sets, seg_cols, plan), schema)
-    return out, plan
 
 
 # ------------------------------------------------------------------ progress counts

@@ -33,7 +33,7 @@ import pandas as pd
 from cep.events import batch_from_pandas, parse_times
 from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
 from patterns.search_rules import STREAM_FIELD
-from spark_udf.kinds import KEYED_KINDS, KeyedOperator
+from spark_udf.keyed import KEYED_KINDS, KeyedOperator
 from spark_udf.schema import INTEGRAL, RESERVED_PREFIX, SPANS_TYPE, describe_value
 from spark_udf.state import (
     STATE_ENCODING_VERSION,
@@ -120,7 +120,7 @@ class RuleSpec:
     @classmethod
     def of(cls, rule: Any, envelope: Any) -> "RuleSpec":
         """The spec of a keyed rule whose columns ``envelope`` (a :class:`~spark_udf.schema.Envelope`) maps."""
-        from spark_udf.kinds import kind_of
+        from spark_udf.keyed import kind_of
 
         kind = KEYED_KINDS[kind_of(rule)]
         defaults = kind.output_defaults(rule) if hasattr(kind, "output_defaults") else {}
@@ -153,7 +153,7 @@ class GroupCore:
 
         ``output_types`` are the input's types as outputs show them (default: ``input_types``).
         """
-        from spark_udf.kinds import kind_of
+        from spark_udf.keyed import kind_of
         from spark_udf.schema import Envelope
 
         rules = list(rules)

@@ -304,8 +304,8 @@ def build_search(frame: Any, rules: list[Any], envelope: Any, config: Any, layou
     does: each row carries the largest valid event time of every earlier row (per time field).
     ``frame`` may hold the reader's corrupt-record column: those records become error rows here.
     """
-    from spark_udf.api import _arrival_watermarks, _envelope_schema, _types_by_name
     from spark_udf.core import PRIOR_COL, SEQ_COL, InputLayout
+    from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
 
     layout = layout or InputLayout((), tuple(config.arrival_columns))
     x = frame
@@ -315,13 +315,13 @@ def build_search(frame: Any, rules: list[Any], envelope: Any, config: Any, layou
         for i, tf in enumerate(times):
             if tf not in frame.columns:
                 continue  # every row is an error row of that rule (no event time)
-            x, _ = _arrival_watermarks(x, tf, [()], tuple(layout.segment_columns), layout.per_input)
+            x, _ = arrival_watermarks(x, tf, [()], tuple(layout.segment_columns), layout.per_input)
             x = x.drop(SEQ_COL).withColumnRenamed(f"{PRIOR_COL}_0", f"{PRIOR_COL}_search_{i}")
             for r in rules:
                 if r.spec.time_field == tf:
                     prior_columns[r.name] = f"{PRIOR_COL}_search_{i}"
     core = _core(frame, rules, envelope, layout, prior_columns, malformed=CORRUPT_COL in frame.columns)
-    return x.mapInArrow(core, _envelope_schema(envelope, _types_by_name(frame.schema)))
+    return x.mapInArrow(core, envelope_schema(envelope, types_by_name(frame.schema)))
 
 
 def stage_core(frame: Any, rules: list[Any], envelope: Any, layout: Any = None) -> SearchCore:
@@ -336,10 +336,10 @@ def _core(frame: Any, rules: list[Any], envelope: Any, layout: Any, prior_column
     """Broadcast the query sets once and build the worker side."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from spark_udf.api import _envelope_schema, _types_by_name
+    from spark_udf.frames import envelope_schema, types_by_name
     from spark_udf.schema import RESERVED_PREFIX
 
-    schema = _envelope_schema(envelope, _types_by_name(frame.schema))
+    schema = envelope_schema(envelope, types_by_name(frame.schema))
     session = frame.sparkSession
     blob, digest = pack_query_sets(rules)
     shipped = session.sparkContext.broadcast(blob)
