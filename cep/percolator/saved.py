@@ -28,11 +28,15 @@ _FINGERPRINT: list[str] = []
 
 
 def _code_fingerprint() -> str:
-    """A digest of the code whose objects a saved index holds (this module, the query parser and
-    the analysis): an index is read back only by the code that wrote it."""
+    """A digest of the code whose objects a saved index holds (every module of this package, by
+    name and content, the query parser and the analysis): an index is read back only by the code
+    that wrote it."""
     if not _FINGERPRINT:
         digest = hashlib.sha256()
-        for module in ("cep.percolator", "patterns.lucene", "patterns.analysis"):
+        for path in sorted(Path(__file__).parent.glob("*.py")):  # this package's modules
+            digest.update(path.name.encode() + b"\0")
+            digest.update(path.read_bytes())
+        for module in ("patterns.lucene", "patterns.analysis"):
             source = getattr(importlib.import_module(module), "__file__", None)
             try:
                 digest.update(Path(source).read_bytes() if source else module.encode())
