@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 import cep.percolator as perc_mod
+import cep.percolator.verify as verify_mod
 from cep.cli.percolate import add_arguments, run
 
 
@@ -177,7 +178,7 @@ def test_query_errors_are_reported_per_document(
     def broken(node: Any, view: Any) -> bool:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(perc_mod, "_evaluate", broken)
+    monkeypatch.setattr(verify_mod, "_evaluate", broken)
     write_lines(q, [{"id": "p", "query": '"apple pie"~3'}, {"id": "t", "query": "apple"}])
     assert cli("--queries", str(q), "--input", str(d)) == 0
     captured = capsys.readouterr()

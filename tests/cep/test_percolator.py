@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-import cep.percolator as perc_mod
+import cep.percolator.saved as saved_mod
+import cep.percolator.verify as verify_mod
 from cep.percolator import (
     NoFiltering,
     Percolator,
@@ -310,7 +311,7 @@ def test_failing_query_is_reported_and_never_fails_the_batch(
         qs.register("bad", '"apple pie tart"~2')
         qs.register("ok2", "apple AND n:[1 TO 3]")
     bad_node = p.get("bad").node  # type: ignore[union-attr]
-    real = perc_mod._evaluate
+    real = verify_mod._evaluate
 
     def flaky(node: Any, view: Any) -> bool:
         if node == bad_node:
@@ -318,7 +319,7 @@ def test_failing_query_is_reported_and_never_fails_the_batch(
         return real(node, view)
 
     # (a sloppy phrase of three terms: two-term ones are checked in bulk in vectorised batches)
-    monkeypatch.setattr(perc_mod, "_evaluate", flaky)
+    monkeypatch.setattr(verify_mod, "_evaluate", flaky)
     docs = [{"t": "apple pie tart", "n": 2}, {"t": "pie apple tart"}]
     for qs in (p, base):
         out = qs.percolate_batch(docs)
@@ -541,7 +542,7 @@ def test_saved_index_refuses_damaged_and_foreign_files(
     with pytest.raises(CepError, match=r"cut.bin: the saved index is damaged or cut short \(its "
                                        r"checksum does not match\); write it again"):
         Percolator.load(cut)
-    monkeypatch.setattr(perc_mod, "_FINGERPRINT", ["another build"])
+    monkeypatch.setattr(saved_mod, "_FINGERPRINT", ["another build"])
     with pytest.raises(CepError, match=r"index.bin: this index was written by another version "
                                        r"of cep's percolator.*load the queries instead"):
         Percolator.load(path)

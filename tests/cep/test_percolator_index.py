@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cep.percolator as perc_mod
+import cep.percolator.scanners as scanners_mod
 from cep.percolator import (
     _SCANNERS,
     NoFiltering,
@@ -461,7 +462,7 @@ def test_automaton_config_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="automaton must be 'auto' or one of pyahocorasick, "
                                          "ahocorasick_rs, hyperscan, got 'fast'"):
         PercolatorConfig(automaton="fast")  # type: ignore[arg-type]
-    monkeypatch.setattr(perc_mod, "available_automata", lambda: ["pyahocorasick"])
+    monkeypatch.setattr(scanners_mod, "available_automata", lambda: ["pyahocorasick"])
     p = Percolator(PercolatorConfig(automaton="hyperscan"))
     p.register("q", '"a b"')
     with pytest.raises(CepError, match="automaton 'hyperscan' is not installed: pip install "

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import cep.percolator as perc_mod
+import cep.percolator.verify as verify_mod
 from cep.cli import main
 from cep.durable import DurableConfig, run_durable
 from cep.engine import Engine
@@ -406,14 +406,14 @@ def test_a_failing_query_is_counted_and_reported_never_failing_the_batch(monkeyp
         "    queries:\n      - {id: ok, query: apple}\n      - {id: bad, query: '\"apple pie\"~2'}\n"))
     op = SearchOperator.from_rule(rule)
     bad_node = op.percolator.get("bad").node  # type: ignore[union-attr]
-    real = perc_mod._evaluate
+    real = verify_mod._evaluate
 
     def flaky(node: Any, view: Any) -> bool:
         if node == bad_node:
             raise RuntimeError("internal failure")
         return real(node, view)
 
-    monkeypatch.setattr(perc_mod, "_evaluate", flaky)
+    monkeypatch.setattr(verify_mod, "_evaluate", flaky)
     eng = Engine([rule])
     eng.operators["s"] = op
     out = eng.process([{"id": 1, "t": "apple pie"}, {"id": 2, "t": "pie apple"}, {"id": 3, "t": "pear"}])

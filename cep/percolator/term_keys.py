@@ -1,0 +1,288 @@
+"""The term dictionary: which presearcher keys one document term holds."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, compress, count, islice, repeat
+from typing import Any
+
+import ahocorasick
+import numpy as np
+
+from cep.percolator.arrays import _NONE, _isin_sorted
+from cep.percolator.presearcher import _literal_prefix
+from patterns.lucene import WildcardNode
+
+__all__ = ["_TermKeys"]
+
+
+class _TermKeys:
+    """One field's term dictionary: a document term -> ids of the keys it holds.
+
+    A term holds its own key (``t``), the keys of the prefixes it starts with (``p``) and of the
+    wildcards it matches (``w``). Each distinct term is resolved once, when first seen (one
+    Aho-Corasick pass over the term finds the prefixes and the wildcards' literal prefixes it
+    starts with; only those wildcards are tried), and remembered, so a wildcard costs a dict
+    lookup per document term, like a plain term. Terms first seen long after registration
+    resolve the same way. At most ``limit`` terms are remembered; past that, new terms are
+    resolved at every occurrence.
+
+    Exact phrases are indexed by their first two terms: where the field holds one value,
+    :meth:`phrase_keys` looks up each pair of adjacent terms (and compares the rest of longer
+    phrases).
+
+    Batches read the same answers through term ids (:meth:`key_hits`, :meth:`phrase_hits_ids`):
+    every remembered term has one, its keys sit in CSR arrays, so a batch's terms become key
+    hits in one ``map`` and a few numpy calls; the phrases' words hold the first ids, so an
+    adjacent pair of them is one integer code.
+    """
+
+    __slots__ = ("cache", "ids", "phrases", "_terms", "_prefixes", "_wildcards", "_ready",
+                 "_leads", "_free", "_starts", "_limit", "_keys", "_csr", "_lock", "_nphrase",
+                 "_pair_codes", "_pair_ends")
+
+    def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
+                 wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
+                 limit: int) -> None:
+        self._terms = terms
+        self._prefixes = prefixes
+        self._wildcards = wildcards
+        self._ready = False  # the prefix automaton and wildcard regexes: made when first needed
+        self._leads: Callable[[str], Iterable[tuple[int, Any]]] | None = None
+        self._free: list[tuple[str, Callable[[str], Any], int]] = []
+        self._lock = threading.Lock()  # readers in several threads may remember new terms
+        starts: dict[tuple[str, str], list[tuple[list[str], int]]] = defaultdict(list)
+        for text, k in phrases:
+            first, second, *rest = text.split(" ")
+            starts[(first, second)].append((rest, k))
+        self._starts = {t: tuple(v) for t, v in starts.items()}
+        self.phrases = bool(phrases)
+        self._limit = limit
+        self.cache: dict[str, tuple[int, ...]] = {}
+        self.ids: dict[str, int] = {}  # remembered term -> term id
+        self._keys: list[tuple[int, ...]] = []  # term id -> key ids
+        # The phrases' words take the first term ids (always remembered), so that a pair of
+        # adjacent words is the code ``first * nphrase + second``.
+        words = sorted({w for text, _ in phrases for w in text.split(" ")})
+        for w in words:
+            self._remember(w, self._compute(w))
+        self._nphrase = p = len(words)
+        ids = self.ids
+        self._pair_ends = {ids[a] * p + ids[b]: tuple(([ids[w] for w in rest], k) for rest, k in v)
+                           for (a, b), v in self._starts.items()}
+        self._pair_codes = np.array(sorted(self._pair_ends), dtype=np.int64)
+        self._csr: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(1, dtype=np.int64), _NONE)
+        self._freeze()
+
+    def _prepare(self) -> None:
+        leads: dict[str, tuple[list[int], list[tuple[Callable[[str], Any], int]]]] = {}
+        for text, ks in self._prefixes.items():
+            leads.setdefault(text, ([], []))[0].extend(ks)
+        free: list[tuple[str, Callable[[str], Any], int]] = []
+        for pattern, k in self._wildcards:
+            full = WildcardNode(None, pattern).regex.fullmatch
+            lead = _literal_prefix(pattern)
+            if lead:
+                leads.setdefault(lead, ([], []))[1].append((full, k))
+            else:  # a leading wildcard: filter on its longest literal run instead
+                free.append((max(re.split(r"[*?]", pattern), key=len), full, k))
+        if leads:
+            auto = ahocorasick.Automaton()
+            for lead, value in leads.items():
+                auto.add_word("\x01" + lead, value)  # \x01 starts the term: prefixes only
+            auto.make_automaton()
+            self._leads = auto.iter
+        self._free = free
+        self._ready = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a saved index keeps what was resolved; the automaton and regexes are made again
+        return {name: getattr(self, name) for name in self.__slots__
+                if name not in ("_leads", "_free", "_ready", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._ready = False
+        self._leads = None
+        self._free = []
+        self._lock = threading.Lock()
+
+    def _compute(self, term: str) -> tuple[int, ...]:
+        if not self._ready:
+            self._prepare()
+        out = list(self._terms.get(term, ()))
+        if self._leads is not None:
+            for _, (ks, wild) in self._leads("\x01" + term):
+                out.extend(ks)
+                for full, k in wild:
+                    if full(term) is not None:
+                        out.append(k)
+        for frag, full, k in self._free:
+            if frag in term and full(term) is not None:
+                out.append(k)
+        return tuple(out)
+
+    def _remember(self, term: str, got: tuple[int, ...]) -> None:
+        with self._lock:
+            if term not in self.ids:
+                self._keys.append(got)  # first, so a reader never sees an id without keys
+                self.ids[term] = len(self._keys) - 1
+            self.cache[term] = got
+
+    def _freeze(self) -> None:
+        """Put every remembered term's keys into the CSR arrays batches read (one attribute,
+        replaced whole: a reader in another thread sees the old arrays or the new)."""
+        with self._lock:
+            keys = self._keys[:]
+        counts = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        vals = np.fromiter(chain.from_iterable(keys), dtype=np.int64, count=int(ptr[-1]))
+        if len(keys) > self._csr[0]:
+            self._csr = (len(keys), ptr, vals)
+
+    def prefill(self, terms: Iterable[str]) -> None:
+        """Resolve (and remember) ``terms`` now: a vocabulary known beforehand."""
+        resolve = self.resolve
+        for t in terms:
+            resolve(t)
+        self._freeze()
+
+    def resolve(self, term: str) -> tuple[int, ...]:
+        """The key ids ``term`` holds (remembered).
+
+        Example:
+            >>> tk = _TermKeys({"police": [0]}, {"pol": [1]}, [("pol?ce*", 2), ("*ice", 3)],
+            ...                [], 10)
+            >>> tk.resolve("police"), tk.resolve("polka"), tk.resolve("ice"), tk.cache["polka"]
+            ((0, 1, 2, 3), (1,), (3,), (1,))
+        """
+        got = self.cache.get(term)
+        if got is not None:
+            return got
+        got = self._compute(term)
+        if len(self.cache) < self._limit:
+            self._remember(term, got)
+        return got
+
+    def keys_of(self, terms: list[str]) -> list[tuple[int, ...]]:
+        """Per term, the key ids it holds."""
+        got = list(map(self.cache.get, terms))
+        if None in got:
+            resolve = self.resolve
+            got = [resolve(t) if g is None else g for t, g in zip(terms, got)]
+        return got  # type: ignore[return-value]
+
+    def key_hits(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the terms of a batch: ``(term ids, at, kids)``, the term id of each term (-1 when
+        not remembered) and one ``(index of the term, key id)`` per key a term holds.
+
+        Example:
+            >>> tk = _TermKeys({"police": [0]}, {"pol": [1]}, [], [], 10)
+            >>> [x.tolist() for x in tk.key_hits(["police", "cat", "polka", "police"])]
+            [[0, 1, 2, 0], [0, 0, 2, 3, 3], [0, 1, 1, 0, 1]]
+        """
+        m = len(terms)
+        tids = np.fromiter(map(self.ids.get, terms, repeat(-1)), dtype=np.int64, count=m)
+        lost: dict[int, tuple[int, ...]] = {}  # past the limit: keys by term index
+        unknown = np.flatnonzero(tids < 0)
+        if len(unknown):
+            resolve, ids = self.resolve, self.ids
+            for i in unknown.tolist():
+                got = resolve(terms[i])
+                tid = ids.get(terms[i], -1)
+                if tid < 0:
+                    if got:
+                        lost[i] = got
+                else:
+                    tids[i] = tid
+            frozen = self._csr[0]
+            if len(self._keys) - frozen > max(1024, frozen >> 3):  # amortised: 1/8 growth
+                self._freeze()
+        frozen, ptr, vals = self._csr
+        slow: list[int] = []
+        inside = None  # every term's keys are in the arrays
+        if len(unknown) or len(self._keys) > frozen:
+            inside = np.flatnonzero((tids >= 0) & (tids < frozen))
+            slow = np.flatnonzero(tids >= frozen).tolist()
+        t = tids if inside is None else tids[inside]
+        starts = ptr[t]
+        counts = ptr[t + 1] - starts
+        total = int(counts.sum())
+        offsets = np.cumsum(counts) - counts
+        idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, counts)
+        rows = np.arange(m, dtype=np.int64) if inside is None else inside
+        at = np.repeat(rows, counts)
+        kids = vals[idx]
+        if slow or lost:
+            keys = self._keys
+            extra = [(i, keys[tids[i]]) for i in slow] + list(lost.items())
+            at = np.concatenate([at, np.fromiter(
+                chain.from_iterable([i] * len(ks) for i, ks in extra), dtype=np.int64)])
+            kids = np.concatenate([kids, np.fromiter(
+                chain.from_iterable(ks for _, ks in extra), dtype=np.int64)])
+        return tids, at, kids
+
+    def phrase_hits_ids(self, tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every exact phrase in a run of term ids (from :meth:`key_hits`): ``(index of its
+        first term, key id, length)``.
+
+        Example:
+            >>> tk = _TermKeys({}, {}, [], [("new york", 5), ("new york city", 7)], 9)
+            >>> tids, _, _ = tk.key_hits(["in", "new", "york", "city"])
+            >>> [x.tolist() for x in tk.phrase_hits_ids(tids)]
+            [[1, 1], [5, 7], [2, 3]]
+        """
+        p = self._nphrase
+        if not p or len(tids) < 2:
+            return _NONE, _NONE, _NONE
+        word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
+        first = np.flatnonzero(word[:-1] & word[1:])
+        if not len(first):
+            return _NONE, _NONE, _NONE
+        codes = tids[first] * p + tids[first + 1]
+        first = first[_isin_sorted(codes, self._pair_codes)]
+        if not len(first):
+            return _NONE, _NONE, _NONE
+        at: list[int] = []
+        kids: list[int] = []
+        sizes: list[int] = []
+        ends = self._pair_ends
+        for i, code in zip(first.tolist(), (tids[first] * p + tids[first + 1]).tolist()):
+            for rest, k in ends[code]:
+                if not rest or tids[i + 2:i + 2 + len(rest)].tolist() == rest:
+                    at.append(i)
+                    kids.append(k)
+                    sizes.append(2 + len(rest))
+        return (np.array(at, dtype=np.int64), np.array(kids, dtype=np.int64),
+                np.array(sizes, dtype=np.int64))
+
+    def phrase_keys(self, terms: list[str]) -> list[int]:
+        """Ids of the exact phrases in ``terms``, the terms of one value (adjacent positions).
+
+        Example:
+            >>> tk = _TermKeys({}, {}, [], [("new york", 5), ("york today", 6),
+            ...                             ("new york city", 7)], 9)
+            >>> tk.phrase_keys(["in", "new", "york", "today"])
+            [5, 6]
+        """
+        return self.phrase_hits(terms)[1]
+
+    def phrase_hits(self, terms: list[str]) -> tuple[list[int], list[int], list[int]]:
+        """Every exact phrase in ``terms``: (index of its first term, key id, length)."""
+        at: list[int] = []
+        kids: list[int] = []
+        sizes: list[int] = []
+        starts = self._starts
+        # positions of the adjacent pairs that start a phrase, found in C (compress)
+        for i in compress(count(), map(starts.__contains__, zip(terms, islice(terms, 1, None)))):
+            for rest, k in starts[(terms[i], terms[i + 1])]:
+                if not rest or terms[i + 2:i + 2 + len(rest)] == rest:
+                    at.append(i)
+                    kids.append(k)
+                    sizes.append(2 + len(rest))
+        return at, kids, sizes
