@@ -32,7 +32,7 @@ from cep.analytics.operator import (
     WindowOperator,
     WindowStats,
     _Events,  # noqa: F401
-    _Partial,  # noqa: F401
 )
+from cep.analytics.partials import _Partial  # noqa: F401
 
 __all__ = ["WindowOperator", "WindowStats"]
