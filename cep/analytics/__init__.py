@@ -28,11 +28,8 @@ from __future__ import annotations
 
 # Snapshots written before the package split name ``cep.analytics._Partial`` and
 # ``cep.analytics._Events`` in their pickles: keep both reachable here so they restore.
-from cep.analytics.operator import (
-    WindowOperator,
-    WindowStats,
-    _Events,  # noqa: F401
-)
+from cep.analytics.events import _Events  # noqa: F401
+from cep.analytics.operator import WindowOperator, WindowStats
 from cep.analytics.partials import _Partial  # noqa: F401
 
 __all__ = ["WindowOperator", "WindowStats"]
