@@ -15,7 +15,8 @@ from sketches import CountMinSketch, HyperLogLog, SketchTypeError, TopK, hash128
 from sketches.hyperloglog import ADDR_BITS, hll_coupons
 
 if TYPE_CHECKING:  # type hints only: the operator and SLIDE rows call the kernels
-    from cep.analytics.operator import WindowOperator, _SlideRows
+    from cep.analytics.operator import WindowOperator
+    from cep.analytics.slide import _SlideRows
 
 _HLL_M = float(1 << ADDR_BITS)
 
