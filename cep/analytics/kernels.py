@@ -1,0 +1,780 @@
+"""Aggregate kernels: how each aggregate is prepared from events, reduced into a partial, merged and read."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from cep.analytics.arrays import _NEG, _POS, _REDUCE, _concat_parts, _Groups, _pair_words, _reduce
+from cep.analytics.context import _Ctx
+from patterns.analytics import Aggregate
+from sketches import CountMinSketch, HyperLogLog, SketchTypeError, TopK, hash128
+from sketches.hyperloglog import ADDR_BITS, hll_coupons
+
+if TYPE_CHECKING:  # type hints only: the operator and SLIDE rows call the kernels
+    from cep.analytics.operator import WindowOperator
+    from cep.analytics.slide import _SlideRows
+
+_HLL_M = float(1 << ADDR_BITS)
+
+
+class _Kernel:
+    """How one aggregate is prepared from events, reduced into a partial, merged and read.
+
+    States are plain data (numpy arrays, sketches), so snapshots are pickles of them.
+    """
+
+    agg: Aggregate
+    needs_seen = False
+
+    def __init__(self, agg: Aggregate, op: WindowOperator):
+        self.agg = agg
+        self.op = op
+
+    def prepare(self, vals: np.ndarray) -> tuple[tuple, dict[int, str]]:
+        """Per-event inputs for a batch, and {row: reason} for values of a wrong type."""
+        raise NotImplementedError
+
+    def take(self, inputs: tuple, sel: np.ndarray) -> tuple:
+        return tuple(x[sel] for x in inputs)
+
+    def concat(self, parts: list[tuple]) -> tuple:
+        return tuple(np.concatenate(cols) for cols in zip(*parts))
+
+    def build(self, inputs: tuple, g: _Groups, cells: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def combine(self, parts: list, nout: int) -> Any:
+        raise NotImplementedError
+
+    def result(self, state: Any, n: np.ndarray, cells: np.ndarray, ctx: _Ctx) -> tuple[np.ndarray, Any]:
+        raise NotImplementedError
+
+    def empty(self) -> Any:
+        """The aggregate over no rows (PREV_WINDOW of a key absent from the previous window)."""
+        return None
+
+    def slide(self, inputs: tuple, lo: np.ndarray, hi: np.ndarray, rows: _SlideRows, ctx: _Ctx) -> tuple[np.ndarray, Any]:
+        """The aggregate over rows [lo, hi] (inclusive) of ``inputs``, for each query."""
+        raise NotImplementedError
+
+
+class _Aligned(_Kernel):
+    """Aggregates whose partial is a few arrays with one value per cell, merged by sum/min/max."""
+
+    reducers: tuple[str, ...] = ()
+
+    def build(self, inputs, g, cells):
+        return _reduce(inputs, self.reducers, g)
+
+    def combine(self, parts, nout):
+        out = []
+        for i, r in enumerate(self.reducers):
+            vals, pos = _concat_parts(parts, nout, i)
+            v = np.concatenate(vals) if vals else np.zeros(0)
+            out.append(_REDUCE[r].reduceat(v[np.argsort(pos, kind="stable")], _starts(pos, nout)) if len(v) else v)
+        return tuple(out)
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        state = []
+        for a, r in zip(inputs, self.reducers):
+            if r == "sum":
+                cs = np.concatenate(([0], np.cumsum(a)))
+                state.append(cs[hi + 1] - cs[lo])
+            else:
+                state.append(_range_reduce(a, lo, hi, _REDUCE[r]))
+        return self.result(tuple(state), hi - lo + 1, np.zeros(0, dtype=np.int64), ctx)
+
+
+def _starts(pos: np.ndarray, nout: int) -> np.ndarray:
+    counts = np.bincount(pos, minlength=nout)
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
+def _range_reduce(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, uf) -> np.ndarray:
+    """uf over a[lo..hi] for each query: a sparse table, O(n log n) numpy."""
+    if len(lo) == 0:
+        return a[:0]
+    levels = [a]
+    span = 1
+    while span * 2 <= len(a):
+        prev = levels[-1]
+        levels.append(uf(prev[:-span], prev[span:]))
+        span *= 2
+    length = hi - lo + 1
+    k = np.floor(np.log2(length)).astype(np.int64)
+    out = np.empty(len(lo), dtype=a.dtype)
+    for lv in np.unique(k):
+        sel = k == lv
+        t = levels[lv]
+        out[sel] = uf(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
+    return out
+
+
+def _numbers(vals: np.ndarray, what: str) -> tuple[tuple[np.ndarray, ...], dict[int, str]]:
+    """(int values, float values, is-int, is-float) with NULL as neither; bad rows with a reason."""
+    n = len(vals)
+    ival = np.zeros(n, dtype=np.int64)
+    fval = np.zeros(n, dtype=np.float64)
+    isint = np.zeros(n, dtype=bool)
+    isfloat = np.zeros(n, dtype=bool)
+    bad: dict[int, str] = {}
+    k = vals.dtype.kind
+    if k in "iu":
+        ival[:] = vals
+        isint[:] = True
+    elif k == "f":
+        ok = ~np.isnan(vals)
+        fval[ok] = vals[ok]
+        isfloat = ok
+    elif k == "b":
+        for i in range(n):
+            bad[i] = f"{what}: {bool(vals[i])!r} is a boolean, expected a number"
+    else:
+        for i, v in enumerate(vals.tolist()):
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                bad[i] = f"{what}: {v!r} is a boolean, expected a number"
+            elif isinstance(v, int):
+                if -(2**63) <= v < 2**63:
+                    ival[i] = v
+                    isint[i] = True
+                else:
+                    bad[i] = f"{what}: {v!r} does not fit in 64 bits"
+            elif isinstance(v, float):
+                if v == v:
+                    fval[i] = v
+                    isfloat[i] = True
+            else:
+                bad[i] = f"{what}: {_short(v)} is a {type(v).__name__}, expected a number"
+    return (ival, fval, isint, isfloat), bad
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+class _CountNonNull(_Aligned):
+    reducers = ("sum",)
+
+    def prepare(self, vals):
+        if vals.dtype.kind == "f":
+            return ((~np.isnan(vals)).astype(np.int64),), {}
+        if vals.dtype == object:
+            return ((~pd.isna(vals)).astype(np.int64),), {}
+        return (np.ones(len(vals), dtype=np.int64),), {}
+
+    def result(self, state, n, cells, ctx):
+        return state[0], False
+
+    def empty(self):
+        return 0
+
+
+class _Sum(_Aligned):
+    """SUM and AVG: exact int64 sum of integers plus float64 sum of floats, with counts."""
+
+    reducers = ("sum", "sum", "sum", "sum")
+
+    def prepare(self, vals):
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
+        return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+
+    def result(self, state, n, cells, ctx):
+        isum, fsum, ni, nf = state
+        nn = ni + nf
+        nulls = nn == 0
+        if self.agg.func == "AVG":
+            with np.errstate(all="ignore"):
+                return (isum + fsum) / np.maximum(nn, 1), nulls
+        if not nf.any():
+            return isum, nulls
+        if not ni.any():
+            return fsum, nulls
+        out = (isum + fsum).astype(object)
+        ints = nf == 0
+        out[ints] = isum[ints].astype(object)
+        return out, nulls
+
+
+class _MinMax(_Aligned):
+    """MIN and MAX of numbers (exact for int64) or of strings (the kind of the first value seen)."""
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        big = agg.func == "MAX"
+        self.uf = np.maximum if big else np.minimum
+        self.isent = _NEG if big else _POS
+        self.fsent = -np.inf if big else np.inf
+        r = "max" if big else "min"
+        self.reducers = (r, r, "sum", "sum")
+
+    def kind(self) -> str | None:
+        return self.op.value_kinds.get(self.agg.text)
+
+    def prepare(self, vals):
+        kind = self.kind()
+        if kind is None:
+            kind = _value_kind(vals)
+            if kind is not None:
+                self.op.value_kinds[self.agg.text] = kind
+        if kind == "string":
+            out = np.empty(len(vals), dtype=object)
+            bad = {}
+            for i, v in enumerate(vals.tolist()):
+                if v is None or (isinstance(v, float) and v != v):
+                    continue
+                if isinstance(v, str):
+                    out[i] = v
+                else:
+                    bad[i] = f"{self.agg.text}: {_short(v)} is a {type(v).__name__}; earlier values were strings"
+            return (out,), bad
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
+        if kind == "number":
+            for i, reason in list(bad.items()):
+                if "expected a number" in reason:
+                    bad[i] = reason.replace("expected a number", "earlier values were numbers")
+        ival = np.where(isint, ival, self.isent)
+        fval = np.where(isfloat, fval, self.fsent)
+        return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+
+    def _strings(self) -> bool:
+        return self.kind() == "string"
+
+    def build(self, inputs, g, cells):
+        if len(inputs) == 1:
+            return (_object_best(inputs[0], g.inv, g.ngroups, self.agg.func),)
+        return super().build(inputs, g, cells)
+
+    def combine(self, parts, nout):
+        if any(len(st) == 1 for st, _p, _c in parts):
+            # strings: a partial built before the first value fixed the kind holds no values
+            parts = [(st if len(st) == 1 else (np.full(len(c), None, dtype=object),), p, c) for st, p, c in parts]
+            vals, pos = _concat_parts(parts, nout, 0)
+            return (_object_best(np.concatenate(vals), pos, nout, self.agg.func),)
+        return super().combine(parts, nout)
+
+    def result(self, state, n, cells, ctx):
+        if len(state) == 1:
+            v = state[0]
+            return v, pd.isna(v)
+        ib, fb, ni, nf = state
+        nulls = (ni + nf) == 0
+        if not nf.any():
+            return ib, nulls
+        if not ni.any():
+            return fb, nulls
+        out = np.empty(len(ib), dtype=object)
+        for i in range(len(ib)):
+            if ni[i] and nf[i]:
+                a, b = int(ib[i]), float(fb[i])
+                out[i] = a if (a >= b if self.agg.func == "MAX" else a <= b) else b
+            elif ni[i]:
+                out[i] = int(ib[i])
+            elif nf[i]:
+                out[i] = float(fb[i])
+        return out, nulls
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        if len(inputs) == 1:
+            vals = inputs[0].tolist()
+            pick = max if self.agg.func == "MAX" else min
+            out = np.empty(len(lo), dtype=object)
+            for q, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+                got = [v for v in vals[a : b + 1] if v is not None]
+                out[q] = pick(got) if got else None
+            return out, pd.isna(out)
+        return super().slide(inputs, lo, hi, rows, ctx)
+
+
+def _value_kind(vals: np.ndarray) -> str | None:
+    if vals.dtype.kind in "iuf":
+        return "number"
+    for v in vals.tolist():
+        if v is None or (isinstance(v, float) and v != v):
+            continue
+        return "string" if isinstance(v, str) else "number"
+    return None
+
+
+def _object_best(vals: np.ndarray, codes: np.ndarray, ngroups: int, func: str) -> np.ndarray:
+    out = np.empty(ngroups, dtype=object)
+    if len(vals):
+        s = pd.Series(vals, dtype=object)
+        keep = s.notna().to_numpy()
+        if keep.any():
+            grouped = s[keep].groupby(codes[keep])
+            got = grouped.max() if func == "MAX" else grouped.min()
+            out[got.index.to_numpy()] = got.to_numpy()
+    return out
+
+
+class _FirstSeen(_Aligned):
+    """FIRST_SEEN(x): per cell, the values the key had never brought before (Bloom filter)."""
+
+    reducers = ("sum",)
+    needs_seen = True
+
+    def prepare(self, vals):
+        hb, bad = _hash(vals, self.agg.text, skip_empty=False)
+        h0 = np.zeros(len(vals), dtype=np.uint64)
+        valid = np.zeros(len(vals), dtype=bool)
+        if hb is not None:
+            pos = np.flatnonzero(hb.valid) if hb.valid is not None else np.arange(len(vals))
+            h0[pos] = hb.h0
+            valid[pos] = True
+        return (h0, valid, np.zeros(len(vals), dtype=np.int64)), bad
+
+    def build(self, inputs, g, cells):
+        return _reduce((inputs[2],), self.reducers, g)
+
+    def result(self, state, n, cells, ctx):
+        return state[0], False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        cs = np.concatenate(([0], np.cumsum(inputs[2])))
+        return cs[hi + 1] - cs[lo], False
+
+
+def _hash(vals: np.ndarray, what: str, skip_empty: bool):
+    """hash128 of a column; rows of a type no sketch can hash are reported, not raised."""
+    bad: dict[int, str] = {}
+    try:
+        return hash128(vals, skip_empty=skip_empty), bad
+    except (SketchTypeError, TypeError, ValueError):
+        pass
+    clean = vals.astype(object, copy=True)
+    for i, v in enumerate(vals.tolist()):
+        try:
+            hash128([v])
+        except (SketchTypeError, TypeError, ValueError):
+            bad[i] = f"{what}: {_short(v)} is a {type(v).__name__}; expected a string, number or bytes"
+            clean[i] = None
+    return hash128(clean, skip_empty=skip_empty), bad
+
+
+def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    hb, bad = _hash(vals, what, skip_empty)
+    n = len(vals)
+    h0 = np.zeros(n, dtype=np.uint64)
+    h1 = np.zeros(n, dtype=np.uint64)
+    valid = np.zeros(n, dtype=bool)
+    pos = np.flatnonzero(hb.valid) if hb.valid is not None else np.arange(n)
+    h0[pos] = hb.h0
+    h1[pos] = hb.h1
+    valid[pos] = True
+    return h0, h1, valid, bad
+
+
+class _Entries(_Kernel):
+    """Exact COUNT(DISTINCT x): the sorted set of (cell, 128-bit value hash) per partial."""
+
+    def prepare(self, vals):
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        return (h0, h1, valid), bad
+
+    def build(self, inputs, g, cells):
+        h0, h1, valid = inputs
+        return _unique3(g.inv[valid], h0[valid], h1[valid])
+
+    def combine(self, parts, nout):
+        idx, a, b = [], [], []
+        for (ci, c0, c1), pos, _cells in parts:
+            p = pos[ci]
+            keep = p >= 0
+            idx.append(p[keep])
+            a.append(c0[keep])
+            b.append(c1[keep])
+        return _unique3(np.concatenate(idx), np.concatenate(a), np.concatenate(b))
+
+    def result(self, state, n, cells, ctx):
+        return np.bincount(state[0], minlength=len(n)).astype(np.int64), False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        h0, _h1, valid = inputs
+        out = _slide_counter(h0.view(np.int64), valid, lo, hi, lambda c, q: len(c))
+        return np.asarray(out, dtype=np.int64), False
+
+
+def _unique3(idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted unique (cell, h0, h1) triples.
+
+    One stable sort on a packed word (cell << 32 | high half of h0; timsort merges the sorted
+    runs partials arrive as), then a full sort of the rare blocks whose packed words tie.
+    """
+    n = len(idx)
+    if n == 0:
+        return idx.astype(np.int64), a, b
+    key = (idx.astype(np.uint64) << np.uint64(32)) | (a >> np.uint64(32))
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    eq = key[1:] == key[:-1]
+    if eq.any():
+        tie = np.zeros(n, dtype=bool)
+        tie[1:] |= eq
+        tie[:-1] |= eq
+        t = np.flatnonzero(tie)
+        sub = order[t]
+        order[t] = sub[np.lexsort((b[sub], a[sub], key[t]))]
+    idx, a, b = idx[order], a[order], b[order]
+    keep = np.ones(n, dtype=bool)
+    keep[1:] = (idx[1:] != idx[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return idx[keep].astype(np.int64), a[keep], b[keep]
+
+
+def _slide_counter(ids: np.ndarray, valid: np.ndarray, lo: np.ndarray, hi: np.ndarray, read: Callable) -> list:
+    """read(counter, q) for every query q over rows [lo[q], hi[q]], two pointers per run of queries.
+
+    Queries come sorted by key then time, so lo and hi only move forward within a key; a query
+    whose lo goes back starts a fresh counter.
+    """
+    out = []
+    counter: Counter = Counter()
+    cur_lo, cur_hi = 0, -1
+    ids_l = ids.tolist()
+    valid_l = valid.tolist()
+    for q, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+        if a < cur_lo or a > cur_hi + 1:
+            counter = Counter()
+            cur_lo, cur_hi = a, a - 1
+        while cur_hi < b:
+            cur_hi += 1
+            if valid_l[cur_hi]:
+                counter[ids_l[cur_hi]] += 1
+        while cur_lo < a:
+            if valid_l[cur_lo]:
+                v = ids_l[cur_lo]
+                counter[v] -= 1
+                if not counter[v]:
+                    del counter[v]
+            cur_lo += 1
+        out.append(read(counter, q))
+    return out
+
+
+class _HyperLogLog(_Kernel):
+    """APPROX_COUNT_DISTINCT(x): HyperLogLog sketches of every cell at once.
+
+    A cell's sketch is exactly the :class:`~sketches.HyperLogLog` of its values: sparse, the
+    set of 26-bit addresses with their highest rank (``address << 6 | rank``, the words
+    ``HyperLogLog.to_bytes`` writes), kept for all cells of a partial in one sorted array; dense
+    (past 2**p / 4 addresses), its 2**p registers. Merges take the union of addresses or the
+    register-wise max, as ``HyperLogLog.merge`` does; the estimate is the sketch's own.
+    """
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        self.p = op.spec.sketches.hll_precision
+        self.m = 1 << self.p
+        self.limit = max(self.m // 4, 1)
+
+    def prepare(self, vals):
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True)
+        coupons = np.zeros(len(vals), dtype=np.uint32)
+        if valid.any():
+            coupons[valid] = hll_coupons(h0[valid], h1[valid])
+        return (coupons, valid), bad
+
+    def _sparse(self, idx: np.ndarray, coupons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unique (cell, coupon) keeping the highest rank per (cell, address), sorted."""
+        if len(idx) == 0:
+            return idx.astype(np.int64), coupons.astype(np.uint32)
+        key = (idx.astype(np.uint64) << np.uint64(32)) | coupons.astype(np.uint64)
+        key.sort(kind="stable")  # partials arrive as sorted runs: timsort merges them
+        addr = key >> np.uint64(6)
+        last = np.ones(len(key), dtype=bool)
+        last[:-1] = addr[1:] != addr[:-1]
+        key = key[last]
+        return (key >> np.uint64(32)).astype(np.int64), (key & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+    def _regs(self, coupons: np.ndarray) -> np.ndarray:
+        regs = np.zeros(self.m, dtype=np.uint8)
+        k = coupons.astype(np.int64)
+        np.maximum.at(regs, (k >> 6) & (self.m - 1), (k & 63).astype(np.uint8))
+        return regs
+
+    def _finish(self, idx: np.ndarray, coupons: np.ndarray, dense: dict[int, np.ndarray]):
+        """Move cells past the sparse limit (or already dense) into registers."""
+        if len(idx):
+            counts = np.bincount(idx)
+            over = np.flatnonzero(counts > self.limit)
+            dense_cells = set(dense) | set(over.tolist())
+        else:
+            dense_cells = set(dense)
+        if dense_cells:
+            mark = np.isin(idx, np.fromiter(dense_cells, dtype=np.int64))
+            if mark.any():
+                d_idx, d_c = idx[mark], coupons[mark]
+                starts = np.flatnonzero(np.r_[True, d_idx[1:] != d_idx[:-1]])
+                ends = np.append(starts[1:], len(d_idx))
+                for s, e in zip(starts.tolist(), ends.tolist()):
+                    c = int(d_idx[s])
+                    regs = self._regs(d_c[s:e])
+                    dense[c] = np.maximum(dense[c], regs) if c in dense else regs
+                idx, coupons = idx[~mark], coupons[~mark]
+        return idx, coupons, dense
+
+    def build(self, inputs, g, cells):
+        coupons, valid = inputs
+        idx, cp = self._sparse(g.inv[valid], coupons[valid])
+        return self._finish(idx, cp, {})
+
+    def combine(self, parts, nout):
+        idx, cps = [], []
+        dense: dict[int, np.ndarray] = {}
+        for (ci, cc, dd), pos, _cells in parts:
+            p = pos[ci]
+            keep = p >= 0
+            idx.append(p[keep])
+            cps.append(cc[keep])
+            for c, regs in dd.items():
+                o = int(pos[c])
+                if o >= 0:
+                    dense[o] = np.maximum(dense[o], regs) if o in dense else regs
+        i, c = self._sparse(np.concatenate(idx), np.concatenate(cps))
+        return self._finish(i, c, dense)
+
+    def result(self, state, n, cells, ctx):
+        idx, _cp, dense = state
+        k = np.bincount(idx, minlength=len(n)).astype(np.float64)
+        est = -_HLL_M * np.log1p(-k / _HLL_M)
+        header = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 1))
+        for c, regs in dense.items():
+            est[c] = HyperLogLog.from_bytes(header + regs.tobytes()).estimate()
+        return np.rint(est).astype(np.int64), False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        coupons, valid = inputs
+        # SLIDE windows keep their rows, so the count is exact: distinct non-empty values
+        h = rows.hashes(self)
+        out = _slide_counter(h, valid, lo, hi, lambda c, q: len(c))
+        return np.asarray(out, dtype=np.int64), False
+
+
+class _HllSketch(_HyperLogLog):
+    """HLL_SKETCH(x): each cell's HyperLogLog as an Apache DataSketches HLL image (bytes).
+
+    The state is APPROX_COUNT_DISTINCT's, so the image is ``HyperLogLog.to_datasketches()`` of
+    the very sketch whose estimate APPROX_COUNT_DISTINCT reports: a LIST or SET of coupons while
+    small, HLL_8 registers beyond DataSketches' own promotion point, with lgConfigK = the rule's
+    ``hll_precision``. Spark's ``hll_sketch_estimate``, ``hll_union`` and ``hll_union_agg`` read it.
+    """
+
+    def result(self, state, n, cells, ctx):
+        idx, cp, dense = state
+        out = np.empty(len(n), dtype=object)
+        at = np.arange(len(n))
+        lo, hi = np.searchsorted(idx, at), np.searchsorted(idx, at, side="right")  # idx is sorted
+        sparse = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 0))
+        full = bytes((HyperLogLog.TYPE_BYTE, 1, self.p, 1))
+        for c, a, b in zip(at.tolist(), lo.tolist(), hi.tolist()):
+            regs = dense.get(c)
+            if regs is not None:
+                raw = full + regs.tobytes()
+            else:
+                raw = sparse + (b - a).to_bytes(4, "little") + cp[a:b].astype("<u4").tobytes()
+            out[c] = HyperLogLog.from_bytes(raw).to_datasketches()
+        return out, False
+
+    def empty(self):
+        return None
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        raise AssertionError("the checker refuses HLL_SKETCH in SLIDE windows")
+
+
+class _TopK(_Kernel):
+    """APPROX_TOP_K(x, k): a heavy-hitters sketch (sketches.TopK) per cell."""
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        self.k = int(agg.extra)
+        self.capacity = max(op.spec.sketches.topk_capacity, 4 * self.k)
+
+    def prepare(self, vals):
+        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        out = vals.astype(object) if vals.dtype != object else vals.copy()
+        out[~valid] = None
+        return (out, valid), bad
+
+    def build(self, inputs, g, cells):
+        vals, valid = inputs
+        out: dict[int, TopK] = {}
+        sv = vals[g.order]
+        ends = np.append(g.starts[1:], g.n)
+        for c, (s, e) in enumerate(zip(g.starts.tolist(), ends.tolist())):
+            chunk = sv[s:e]
+            if any(v is not None for v in chunk):
+                t = TopK(self.capacity)
+                t.update(chunk)
+                out[c] = t
+        return out
+
+    def combine(self, parts, nout):
+        out: dict[int, TopK] = {}
+        for state, pos, _cells in parts:
+            for c, t in state.items():
+                o = int(pos[c])
+                if o < 0:
+                    continue
+                if o in out:
+                    out[o].merge(t)
+                else:
+                    out[o] = t.copy()
+        return out
+
+    def result(self, state, n, cells, ctx):
+        out = np.empty(len(n), dtype=object)
+        for i in range(len(n)):
+            t = state.get(i)
+            out[i] = [[v, c] for v, c in t.top(self.k)] if t is not None else []
+        return out, False
+
+    def empty(self):
+        return []
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        vals, valid = inputs
+        h = rows.hashes(self)
+        first: dict[int, Any] = {}
+        for hv, v, ok in zip(h.tolist(), vals.tolist(), valid.tolist()):
+            if ok and hv not in first:
+                first[hv] = v
+        k = self.k
+
+        def read(c: Counter, q: int):
+            top = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            return [[first[hv], cnt] for hv, cnt in top]
+
+        out = np.empty(len(lo), dtype=object)
+        out[:] = _slide_counter(h, valid, lo, hi, read)
+        return out, False
+
+
+class _CountMin(_Kernel):
+    """APPROX_COUNT(x, v): one plain Count-Min sketch per partial over (cell, value) pairs.
+
+    Plain (not conservative) updates make a merge equal to one sketch fed every pane, so the
+    answer does not depend on batching. A cell merged from several (a session that absorbed
+    another) sums the estimates of its parts: still never below the true count.
+    """
+
+    def __init__(self, agg, op):
+        super().__init__(agg, op)
+        cfg = op.spec.sketches
+        self.width, self.depth = cfg.cms_width, cfg.cms_depth
+        self.value = agg.extra
+
+    def prepare(self, vals):
+        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        return (h0, valid), bad
+
+    def build(self, inputs, g, cells):
+        h0, valid = inputs
+        cms = CountMinSketch(self.width, self.depth, conservative=False)
+        if valid.any():
+            cms.update(_pair_words(cells[g.inv[valid]], h0[valid]))
+        return cms, [(cells, np.arange(len(cells), dtype=np.int64))]
+
+    def combine(self, parts, nout):
+        cms = CountMinSketch(self.width, self.depth, conservative=False)
+        maps = []
+        for (c, part_maps), pos, _cells in parts:
+            cms.merge(c)
+            for orig, p in part_maps:
+                q = pos[p]
+                keep = q >= 0
+                maps.append((orig[keep], q[keep]))
+        if not maps:
+            return cms, []
+        o = np.concatenate([m[0] for m in maps])
+        q = np.concatenate([m[1] for m in maps])
+        if not len(o):
+            return cms, []
+        pairs = np.unique(np.stack((o, q)), axis=1)
+        return cms, [(pairs[0], pairs[1])]
+
+    def result(self, state, n, cells, ctx):
+        cms, maps = state
+        values = ctx.eval_per_cell(self.value)
+        vh0, _vh1, vvalid, _bad = _aligned_hashes(values, self.agg.text, skip_empty=False)
+        out = np.zeros(len(n), dtype=np.int64)
+        for orig, q in maps:
+            ok = vvalid[q]
+            if ok.any():
+                est = cms.estimate(_pair_words(orig[ok], vh0[q[ok]]))
+                np.add.at(out, q[ok], est)
+        return out, False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        h0, valid = inputs
+        values = ctx.eval_per_cell(self.value)
+        vh0, _vh1, vvalid, _bad = _aligned_hashes(values, self.agg.text, skip_empty=False)
+        want = np.where(vvalid, vh0.view(np.int64), 0).tolist()
+        okv = vvalid.tolist()
+        out = _slide_counter(h0.view(np.int64), valid, lo, hi, lambda c, q: c.get(want[q], 0) if okv[q] else 0)
+        return np.asarray(out, dtype=np.int64), False
+
+
+class _CountStar(_Kernel):
+    def prepare(self, vals):
+        return (), {}
+
+    def take(self, inputs, sel):
+        return ()
+
+    def concat(self, parts):
+        return ()
+
+    def build(self, inputs, g, cells):
+        return None
+
+    def combine(self, parts, nout):
+        return None
+
+    def result(self, state, n, cells, ctx):
+        return n, False
+
+    def empty(self):
+        return 0
+
+    def slide(self, inputs, lo, hi, rows, ctx):
+        return hi - lo + 1, False
+
+
+_KERNELS: dict[str, type[_Kernel]] = {
+    "COUNT": _CountNonNull,
+    "SUM": _Sum,
+    "AVG": _Sum,
+    "MIN": _MinMax,
+    "MAX": _MinMax,
+    "COUNT_DISTINCT": _Entries,
+    "APPROX_COUNT_DISTINCT": _HyperLogLog,
+    "HLL_SKETCH": _HllSketch,
+    "APPROX_TOP_K": _TopK,
+    "APPROX_COUNT": _CountMin,
+    "FIRST_SEEN": _FirstSeen,
+}
+
+
+def _make_kernel(agg: Aggregate, op: WindowOperator) -> _Kernel:
+    if agg.func == "COUNT" and agg.arg is None:
+        return _CountStar(agg, op)
+    return _KERNELS[agg.func](agg, op)

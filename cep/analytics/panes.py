@@ -1,0 +1,187 @@
+"""TUMBLE and HOP windows: the merge of tumbling panes of width gcd(size, slide), fired per key."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cep.analytics.arrays import _sorted_unique
+from cep.analytics.context import _Ctx
+from cep.analytics.emission import _corrections, _Emission, _trigger
+from cep.analytics.events import _Events
+from cep.analytics.partials import _MAX_CHUNKS, _combine, _member, _Partial
+
+if TYPE_CHECKING:  # type hints only: the operator drives the window engines
+    from cep.analytics.operator import WindowOperator
+
+
+class _Win:
+    """A TUMBLE/HOP window with data, until it is final.
+
+    Firing is per (key, window): ``keys`` are the key ids evaluated on time (those with data
+    when the clock reached the end, and those whose first event came later, which are
+    evaluated at once); later events of those keys are ``dirty`` (corrected at finality),
+    first events of other keys ``fresh`` (evaluated on time at the next advance).
+    """
+
+    __slots__ = ("fired", "emitted", "dirty", "keys", "fresh")
+
+    def __init__(self, fired: bool = False):
+        self.fired = fired
+        self.emitted: dict[int, dict] = {}
+        self.dirty: list[np.ndarray] = []
+        self.keys: np.ndarray | None = None  # sorted; None: every key (restored from an older snapshot)
+        self.fresh: list[np.ndarray] = []
+
+
+class _PaneWindows:
+    """TUMBLE and HOP windows over tumbling panes of width gcd(size, slide)."""
+
+    def __init__(self, op: WindowOperator):
+        w = op.spec.window
+        self.op = op
+        self.size, self.step, self.g = w.size_ms, w.step_ms, w.pane_ms
+        self.prev = 1 if op.spec.prev else 0
+        self.panes: dict[int, list[_Partial]] = {}
+        self.wins: dict[int, _Win] = {}
+
+    # window k covers [k * step, k * step + size)
+    def end(self, k: int) -> int:
+        return k * self.step + self.size
+
+    def windows_of_pane(self, p: int) -> range:
+        start = p * self.g
+        return range((start - self.size) // self.step + 1, start // self.step + 1)
+
+    def panes_of(self, k: int) -> range:
+        s = k * self.step
+        return range(s // self.g, (s + self.size) // self.g)
+
+    def split_before(self, ts: np.ndarray, prior: np.ndarray) -> np.ndarray:
+        """Events that land in a window the clock has already passed: apply them on their own."""
+        first_end = ((ts - self.size) // self.step + 1) * self.step + self.size
+        return first_end <= prior
+
+    def apply(self, ev: _Events, clock_before: int) -> None:
+        if not len(ev):
+            return
+        op = self.op
+        pane = ev.ts // self.g
+        lo, hi = int(pane.min()), int(pane.max())
+        for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
+            sel = pane == p
+            if not sel.any():
+                continue
+            part = op._build(ev.take(sel, op.kernels), ev.kid[sel])
+            chunks = self.panes.setdefault(p, [])
+            chunks.append(part)
+            if len(chunks) > _MAX_CHUNKS:
+                self.panes[p] = [_combine(chunks, op.kernels)]
+            for k in self.windows_of_pane(p):
+                w = self.wins.get(k)
+                if w is None:
+                    w = self.wins[k] = _Win()
+                if w.fired:
+                    if w.keys is None:
+                        w.dirty.append(part.cells)
+                        continue
+                    known = _member(part.cells, w.keys)
+                    w.dirty.append(part.cells[known])
+                    if not known.all():
+                        w.fresh.append(part.cells[~known])
+
+    def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
+        op = self.op
+        out: list[_Emission] = []
+        lat = op.lateness
+        due = sorted(k for k, w in self.wins.items() if (w.fresh or not w.fired) and (final or self.end(k) <= clock))
+        for k in due:
+            e = self.end(k)
+            trig = _trigger(r_all, e, seg_start, final)
+            w = self.wins[k]
+            if w.fired:  # keys whose first events came after the window's end: on time now
+                kids = _sorted_unique(np.concatenate(w.fresh))
+                w.fresh = []
+                rows = self.emit(k, kids)
+                assert w.keys is not None
+                w.keys = _sorted_unique(np.concatenate((w.keys, kids)))
+            else:
+                rows = self.emit(k, None)
+                w.fired = True
+                w.keys = self.keys_of(k)
+            if lat > 0 and not final:
+                w.emitted.update(rows)
+            out.append(_Emission(trig, e, 0, [r for _kid, r in rows]))
+        done = sorted(k for k in self.wins if final or self.end(k) + lat <= clock)
+        for k in done:
+            w = self.wins.pop(k)
+            if w.dirty:
+                # late events landed after the on-time row: re-emit what they changed
+                e = self.end(k) + lat
+                kids = _sorted_unique(np.concatenate(w.dirty))
+                rows = self.emit(k, kids)
+                out.append(_Emission(_trigger(r_all, e, seg_start, final), e, 1, _corrections(kids, rows, w.emitted, op)))
+        if final:
+            self.panes.clear()
+        else:
+            for p in list(self.panes):
+                last = p * self.g // self.step + self.prev
+                if self.end(last) + lat <= clock:
+                    del self.panes[p]
+        return out
+
+    def keys_of(self, k: int) -> np.ndarray:
+        """The sorted key ids with data in window ``k``."""
+        cells = [c.cells for p in self.panes_of(k) for c in self.panes.get(p, ())]
+        return _sorted_unique(np.concatenate(cells)) if cells else np.zeros(0, dtype=np.int64)
+
+    def emit(self, k: int, kids: np.ndarray | None) -> list[tuple[int, dict]]:
+        op = self.op
+        chunks = [c for p in self.panes_of(k) for c in self.panes.get(p, ())]
+        if not chunks:
+            return []
+        part = _combine(chunks, op.kernels, keep=kids)
+        if not len(part.cells):
+            return []
+        prev = None
+        if op.spec.prev:
+            pchunks = [c for p in self.panes_of(k - 1) for c in self.panes.get(p, ())]
+            prev = _combine(pchunks, op.kernels, keep=part.cells) if pchunks else None
+        start = k * self.step
+        wstart = np.full(len(part.cells), start, dtype=np.int64)
+        wend = np.full(len(part.cells), start + self.size, dtype=np.int64)
+        ctx = _Ctx(op, part.cells, wstart, wend)
+        rows = op._evaluate(part, prev, ctx)
+        if not rows:
+            return []
+        kids = part.cells[[i for i, _r in rows]].tolist()
+        return list(zip(kids, [r for _i, r in rows]))
+
+    def live_kids(self) -> set[int]:
+        out: set[int] = set()
+        for chunks in self.panes.values():
+            for c in chunks:
+                out.update(c.cells.tolist())
+        return out
+
+    def next_threshold(self) -> int | None:
+        """The smallest clock at which :meth:`advance` emits or drops something."""
+        lat = self.op.lateness
+        ts = [self.end(k) + (lat if w.fired else 0) for k, w in self.wins.items()]
+        ts += [self.end(p * self.g // self.step + self.prev) + lat for p in self.panes]
+        return min(ts) if ts else None
+
+    def state(self) -> dict:
+        wins = {k: (w.fired, w.emitted, w.dirty, w.keys, w.fresh) for k, w in self.wins.items()}
+        return {"panes": self.panes, "wins": wins}
+
+    def load(self, st: dict) -> None:
+        self.panes = st["panes"]
+        self.wins = {}
+        for k, (fired, emitted, dirty, *per_key) in st["wins"].items():
+            w = _Win(fired)
+            w.emitted, w.dirty = emitted, dirty
+            if per_key:
+                w.keys, w.fresh = per_key
+            self.wins[k] = w
