@@ -730,6 +730,9 @@ def config_from_args(args: Any) -> DurableConfig | str:
         return "--follow needs --state DIR (where offsets and engine state are kept)"
     if len(args.input) != 1:
         return "--state reads one --input: a JSON lines file or a directory of them"
+    if args.input[0] == "-":
+        return ("--state cannot read standard input: a restart must read the input again from its "
+                "checkpointed offset; write the stream to files (a directory with --follow)")
     if args.output in (None, "-"):
         return "--state needs --output FILE: the output is cut back to the last checkpoint at restart"
     fmt = args.output_format or {".csv": "csv", ".parquet": "parquet"}.get(Path(args.output).suffix.lower(), "jsonl")

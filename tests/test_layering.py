@@ -5,9 +5,13 @@ name is its path, ``pkg/sub/__init__.py`` being ``pkg.sub``). How an import beco
 of the module graph:
 
 * **Every import statement counts**: at module level, inside functions and classes, under
-  ``if``/``try`` (``TYPE_CHECKING`` too). A lazy ``from x import y`` inside a function ties the
-  two modules as surely as one at the top; it only moves the failure to the first call.
-  Imports by string (``importlib.import_module``) are not seen.
+  ``if``/``try``. A lazy ``from x import y`` inside a function ties the two modules as surely
+  as one at the top; it only moves the failure to the first call. Imports by string
+  (``importlib.import_module``) are not seen.
+* **Imports under ``if TYPE_CHECKING:``** never run: they count for the layers (a type from a
+  higher layer is still a dependency on it) but not for circles. The parts of an operator
+  (its aggregate kernels and window kinds) take the operator as an argument and name its type
+  in annotations only; the import-linter's ``exclude_type_checking_imports`` draws the same line.
 * **Relative imports** resolve against the importing module's package (``__init__.py`` is its
   own package).
 * ``import a.b.c`` and ``from a.b.c import x`` are an edge to the module ``a.b.c`` only.
@@ -72,6 +76,7 @@ class Import:
     line: int
     top_level: bool  # runs when the module loads (not inside a function)
     resolved: bool
+    type_only: bool = False  # under ``if TYPE_CHECKING:``: never runs
 
     def where(self, root: Path) -> str:
         return f"{self.path.relative_to(root)}:{self.line}"
@@ -89,12 +94,26 @@ def modules_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, Pa
     return out
 
 
-def _walk(node: ast.AST, in_function: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import node below ``node``, and whether it sits inside a function."""
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(node: ast.AST, in_function: bool = False,
+          type_only: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+    """Every import node below ``node``, whether it sits inside a function, and whether it sits
+    under ``if TYPE_CHECKING:`` (its body, not its ``else``)."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.Import, ast.ImportFrom)):
-            yield child, in_function
-        yield from _walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+            yield child, in_function, type_only
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for stmt in child.body:
+                yield from _walk(ast.Module(body=[stmt], type_ignores=[]), in_function, True)
+            for stmt in child.orelse:
+                yield from _walk(ast.Module(body=[stmt], type_ignores=[]), in_function, type_only)
+            continue
+        yield from _walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)),
+                         type_only)
 
 
 def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]:
@@ -104,7 +123,7 @@ def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         own_package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node, in_function in _walk(tree):
+        for node, in_function, type_only in _walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names if a.name.split(".")[0] in packages]
@@ -113,7 +132,7 @@ def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]
                     keep = len(own_package) - (node.level - 1)
                     if keep <= 0:
                         base = "." * node.level + (node.module or "")  # reaches above our packages
-                        out.append(Import(name, base, path, node.lineno, not in_function, False))
+                        out.append(Import(name, base, path, node.lineno, not in_function, False, type_only))
                         continue
                     base = ".".join(own_package[:keep] + (node.module.split(".") if node.module else []))
                 elif node.module is not None and node.module.split(".")[0] in packages:
@@ -124,7 +143,7 @@ def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]
                     sub = f"{base}.{alias.name}"
                     targets.append(sub if sub in modules else base)
             for target in dict.fromkeys(targets):
-                out.append(Import(name, target, path, node.lineno, not in_function, target in modules))
+                out.append(Import(name, target, path, node.lineno, not in_function, target in modules, type_only))
     return out
 
 
@@ -152,7 +171,7 @@ def cycles(imports: list[Import]) -> list[list[str]]:
     each edge that lies on a circle, each circle once (starting at its smallest module name)."""
     graph: dict[str, set[str]] = {}
     for imp in imports:
-        if imp.resolved and imp.importer != imp.target:
+        if imp.resolved and imp.importer != imp.target and not imp.type_only:
             graph.setdefault(imp.importer, set()).add(imp.target)
             graph.setdefault(imp.target, set())
     component = _components(graph)
@@ -360,3 +379,21 @@ def test_the_checker_reports_imports_of_modules_that_do_not_exist(tmp_path: Path
     assert sorted((i.target, i.resolved, i.top_level) for i in imports_of(root)) == [
         ("cep.also_gone", False, False), ("cep.gone", False, True), ("cep.x", True, False),
     ]
+
+
+def test_type_checking_imports_count_for_layers_but_not_for_circles(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        # the operator imports its parts; the parts name the operator's type for annotations only
+        "cep/win/operator.py": "from cep.win.panes import Panes\n",
+        "cep/win/panes.py": ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+                             "if TYPE_CHECKING:\n    from cep.win.operator import Op\nelse:\n    import cep.events\n"),
+        "cep/events.py": "",
+        # a type from a higher layer is still a layer break
+        "patterns/ast.py": "import typing\nif typing.TYPE_CHECKING:\n    from cep.events import Batch\n",
+    })
+    imports = imports_of(root)
+    typed = {(i.importer, i.target, i.type_only) for i in imports}
+    assert ("cep.win.panes", "cep.win.operator", True) in typed
+    assert ("cep.win.panes", "cep.events", False) in typed  # the else branch runs
+    assert cycles(imports) == []
+    assert [(i.importer, i.target) for i in layering_violations(imports)] == [("patterns.ast", "cep.events")]

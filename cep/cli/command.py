@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
     r.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
                    help="event file: JSON lines (default), .csv/.tsv, .parquet or a web-server access log "
-                   "(.log). Repeat for several files, merged in event time; NAME=PATH names a stream: its "
+                   "(.log); '-' reads standard input (JSON lines unless --input-format), processing events as they "
+                   "come. Repeat for several files, merged in event time; NAME=PATH names a stream: its "
                    "events carry 'stream': NAME and a rule's FROM NAME reads only them")
     r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default)")
     r.add_argument("--output-format", choices=("jsonl", "csv", "parquet"), default=None,

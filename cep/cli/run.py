@@ -16,6 +16,7 @@ __all__ = ["cmd_run"]
 
 def cmd_run(args) -> int:
     from cep.engine import Engine, late_warning
+    from cep.events import STDIN
     from patterns.rules import load_rules
 
     if args.state or args.follow:
@@ -32,7 +33,12 @@ def cmd_run(args) -> int:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
     inputs = _parse_inputs(args.input)
+    if sum(path == STDIN for _, path in inputs) > 1:
+        print("cep run: standard input ('-') can be read once only", file=sys.stderr)
+        return EXIT_USAGE
     for _, path in inputs:
+        if path == STDIN:
+            continue
         if not os.path.exists(path):
             print(f"cep run: input file not found: {path}", file=sys.stderr)
             return EXIT_USAGE
@@ -60,8 +66,9 @@ def cmd_run(args) -> int:
         print(f"cep run: {writers}", file=sys.stderr)
         return EXIT_USAGE
     out, late, errs = writers
-    total = sum(os.path.getsize(p) for _, p in inputs)
-    enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000)
+    total = sum(os.path.getsize(p) for _, p in inputs if p != STDIN)
+    enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000
+                                         and all(p != STDIN for _, p in inputs))
     progress = Progress(total, enabled)
     n_events = 0
     n_late = 0

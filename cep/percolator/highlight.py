@@ -38,7 +38,7 @@ def _spans(node: Node, view: _DocView) -> list[Span]:
             def test(x: str) -> bool:
                 return x.startswith(pre)
         else:
-            rx = node.regex  # type: ignore[union-attr]
+            rx = node.matcher  # type: ignore[union-attr]
 
             def test(x: str) -> bool:
                 return rx.fullmatch(x) is not None

@@ -175,7 +175,7 @@ class Presearcher:
         got = self._wildcard_cost.get(pattern)
         if got is None:
             lo, hi = self._prefix_range(_literal_prefix(pattern))
-            full = WildcardNode(None, pattern).regex.fullmatch
+            full = WildcardNode(None, pattern).matcher.fullmatch
             tf = self.term_frequencies or {}
             vocab = self._vocab or []
             got = 0.0

@@ -32,7 +32,6 @@ from cep.percolator.verify import (
     _keys_decide,
     _range_checks,
     _second_keys,
-    _token_search,
 )
 from patterns.lucene import PhraseNode, RangeNode, WildcardNode, iter_nodes
 
@@ -102,7 +101,7 @@ class _Segment:
             if kind == "general":
                 for leaf, _ in iter_nodes(e.node):
                     if isinstance(leaf, WildcardNode):
-                        _token_search(leaf.pattern)  # compile now, not on the first document
+                        leaf.matcher  # compile now, not on the first document
             req = [kid(k) for k in plan.required]
             forbid_lists.append([kid(k) for k in plan.forbidden])
             cl = [[k] for k in req]

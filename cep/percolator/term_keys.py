@@ -83,7 +83,7 @@ class _TermKeys:
             leads.setdefault(text, ([], []))[0].extend(ks)
         free: list[tuple[str, Callable[[str], Any], int]] = []
         for pattern, k in self._wildcards:
-            full = WildcardNode(None, pattern).regex.fullmatch
+            full = WildcardNode(None, pattern).matcher.fullmatch
             lead = _literal_prefix(pattern)
             if lead:
                 leads.setdefault(lead, ([], []))[1].append((full, k))

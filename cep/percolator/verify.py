@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Union
@@ -33,7 +32,7 @@ from patterns.lucene import (
 )
 
 __all__ = ["_doc_check", "_evaluate", "_key_check", "_keys_decide", "_phrase_windows",
-           "_range_checks", "_range_hits", "_second_keys", "_token_search"]
+           "_range_checks", "_range_hits", "_second_keys"]
 
 
 def _phrase_windows(
@@ -106,27 +105,6 @@ def _phrase_windows(
     return out
 
 
-_SEARCH_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _token_search(pattern: str) -> re.Pattern[str]:
-    """A regex that finds a whole token matching the wildcard ``pattern`` in ``view.joined``.
-
-    Example:
-        >>> bool(_token_search("te?m*").search(" a teams b ")), bool(_token_search("te?m").search(" teams "))
-        (True, False)
-    """
-    rx = _SEARCH_CACHE.get(pattern)
-    if rx is None:
-        body = "".join(
-            "[^ \x01]*" if c == "*" else "[^ \x01]" if c == "?" else re.escape(c) for c in pattern
-        )
-        rx = re.compile(f" {body}(?= )")
-        if len(_SEARCH_CACHE) < 200_000:
-            _SEARCH_CACHE[pattern] = rx
-    return rx
-
-
 def _evaluate(node: Node, view: _DocView) -> bool:
     """Does the document match ``node``? The reference semantics."""
     t = type(node)
@@ -164,8 +142,10 @@ def _evaluate(node: Node, view: _DocView) -> bool:
         pre = node.prefix  # type: ignore[union-attr]
         return any(x.startswith(pre) for x in view.termset(node.field))  # type: ignore[union-attr]
     if t is WildcardNode:
-        rx = _token_search(node.pattern)  # type: ignore[union-attr]
-        return rx.search(view.joined(node.field)) is not None  # type: ignore[union-attr]
+        # term by term in linear time: a backtracking regular expression over the joined text
+        # took minutes for 'a*a*a*...c' against one long token
+        full = node.matcher.fullmatch  # type: ignore[union-attr]
+        return any(full(x) for x in view.termset(node.field))  # type: ignore[union-attr]
     if t is RangeNode:
         return _in_range(node, view)  # type: ignore[arg-type]
     if t is ExistsNode:

@@ -1,0 +1,222 @@
+"""The command line on careless input: unsorted files, existing outputs, crashes, standard input,
+byte-order marks, damaged Parquet, and consistent options and messages (issue 13, items 4-6, 13-15)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cep.cli import main
+from patterns.errors import RuleErrors
+from patterns.rules import parse_rules
+
+REPO = Path(__file__).resolve().parents[2]
+TRADING = REPO / "rules" / "trading.yaml"
+BARS = REPO / "rules" / "data" / "sp500_daily_2017_sample.jsonl"
+
+PAIR = """
+rules:
+  - name: pair
+    sql: |
+      SELECT * FROM s MATCH_RECOGNIZE (
+        PARTITION BY k ORDER BY ts MEASURES A.ts AS a, B.ts AS b
+        PATTERN (A B) DEFINE A AS A.v = 1, B AS B.v = 2)
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- item 4: unsorted input
+
+
+def test_an_input_sorted_by_symbol_is_called_out_with_both_fixes(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    by_symbol = tmp_path / "by_symbol.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["symbol"])))
+    assert main(["run", str(TRADING), "--input", str(by_symbol), "-o", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: rule 'v_shape' found" in err and "late" in err
+    assert "sorted by event time" in err and "Sort it" in err and "lateness:" in err
+    late = int(err.split("found ")[1].split(" of")[0].replace(",", ""))
+    assert late > len(rows) / 10
+
+
+def test_a_sorted_input_gets_no_warning(capsys) -> None:
+    assert main(["run", str(TRADING), "--input", str(BARS), "-o", os.devnull]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- item 5: existing outputs
+
+
+def test_a_fresh_state_refuses_an_output_that_holds_rows(tmp_path: Path, capsys) -> None:
+    out = write(tmp_path / "out.jsonl", '{"old": 1}\n' * 22)
+    state = tmp_path / "state"
+    code = main(["run", str(TRADING), "--input", str(BARS), "--state", str(state), "--output", str(out), "-q"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--output {out} already holds 242 bytes" in err and "--overwrite" in err
+    assert out.read_text() == '{"old": 1}\n' * 22  # nothing lost
+    code = main(["run", str(TRADING), "--input", str(BARS), "--state", str(state), "--output", str(out),
+                 "--overwrite", "--finish", "-q"])
+    assert code == 0
+    assert '"old"' not in out.read_text() and len(out.read_text().splitlines()) == 48
+
+
+def test_a_resumed_state_keeps_appending_without_overwrite(tmp_path: Path) -> None:
+    out, state = tmp_path / "out.jsonl", tmp_path / "state"
+    args = ["run", str(TRADING), "--input", str(BARS), "--state", str(state), "--output", str(out), "-q"]
+    assert main(args) == 0
+    assert main(args) == 0  # the checkpoint names this output: not a fresh state
+
+
+# ---------------------------------------------------------------- item 6: no crash exits 1
+
+
+def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, capsys) -> None:
+    from cep.engine import Engine
+
+    def boom(self, *a, **k):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(Engine, "process", boom)
+    assert main(["run", str(TRADING), "--input", str(BARS), "--fail-on-match"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cep run: internal error: ZeroDivisionError: division by zero")
+    assert "Traceback" not in err[0]
+
+
+def test_a_truncated_parquet_file_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    whole = tmp_path / "bars.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), whole)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert main(["run", str(TRADING), "--input", str(cut), "-q"]) == 3
+    err = capsys.readouterr().err
+    assert f"{cut}: not a readable Parquet file" in err and "truncated" in err and "Traceback" not in err
+
+
+def test_a_crash_in_a_subprocess_never_exits_1(tmp_path: Path) -> None:
+    deep = write(tmp_path / "deep.yaml", PAIR.replace("A.v = 1", "(" * 400 + "A.v = 1" + ")" * 400))
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "run", str(deep), "--input", str(BARS),
+                           "--fail-on-match"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "levels deep" in proc.stderr
+
+
+# ---------------------------------------------------------------- item 13: standard input
+
+
+def test_standard_input_emits_each_complex_event_as_it_comes(tmp_path: Path) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    proc = subprocess.Popen([sys.executable, "-m", "cep.cli", "run", str(rules), "--input", "-", "-q"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        got = []
+        for i in range(3):  # the stream stays open: each match must come out before the next event
+            for v in (1, 2):
+                proc.stdin.write((json.dumps({"k": "x", "ts": 10 * i + v, "v": v}) + "\n").encode())
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, "no complex event while standard input stays open"
+            got.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    assert [(r["a"], r["b"]) for r in got] == [(1, 2), (11, 12), (21, 22)]
+
+
+def test_standard_input_as_csv_and_refused_with_state(tmp_path: Path) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    csv_text = "k,ts,v\nx,1,1\nx,2,2\n"
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "run", str(rules), "--input", "-", "--input-format",
+                           "csv", "-q"], input=csv_text, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(x)["b"] for x in proc.stdout.splitlines()] == [2]
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "run", str(rules), "--input", "-", "--state",
+                           str(tmp_path / "st"), "--output", str(tmp_path / "o.jsonl")],
+                          input="", capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "--state cannot read standard input" in proc.stderr
+
+
+# ---------------------------------------------------------------- item 14: byte-order marks
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "tsv"])
+def test_a_byte_order_mark_is_stripped(tmp_path: Path, kind: str, capsys) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    if kind == "jsonl":
+        body = '{"k": "x", "ts": 1, "v": 1}\n{"k": "x", "ts": 2, "v": 2}\n'
+    else:
+        sep = "," if kind == "csv" else "\t"
+        body = "\n".join(sep.join(r) for r in (("k", "ts", "v"), ("x", "1", "1"), ("x", "2", "2"))) + "\n"
+    path = tmp_path / f"events.{kind}"
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    out = tmp_path / "out.jsonl"
+    assert main(["run", str(rules), "--input", str(path), "-o", str(out)]) == 0
+    assert "0 errors" in capsys.readouterr().err
+    assert [json.loads(x)["b"] for x in out.read_text().splitlines()] == [2]
+
+
+def test_a_byte_order_mark_before_an_access_log(tmp_path: Path, capsys) -> None:
+    from cep.events import read_events
+
+    line = b'1.2.3.4 - - [17/May/2015:10:05:03 +0000] "GET / HTTP/1.1" 200 5 "-" "x"\n'
+    path = tmp_path / "access.log"
+    path.write_bytes(b"\xef\xbb\xbf" + line + line)
+    batches = list(read_events(path))
+    assert sum(b.n for b in batches) == 2 and not any(b.bad for b in batches)
+
+
+# ---------------------------------------------------------------- item 15: consistent options and messages
+
+
+def test_version_and_short_options(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as ex:
+        main(["--version"])
+    assert ex.value.code == 0 and capsys.readouterr().out.startswith("cep ")
+    queries = write(tmp_path / "q.jsonl", '{"id": "a", "query": "apple"}\n')
+    docs = write(tmp_path / "d.jsonl", '{"id": 1, "text": "apple pie"}\n')
+    out = tmp_path / "o.jsonl"
+    assert main(["percolate", "--queries", str(queries), "-i", str(docs), "-o", str(out),
+                 "--default-field", "text"]) == 0
+    assert json.loads(out.read_text())["matches"] == ["a"]
+
+
+def test_counts_have_their_nouns(tmp_path: Path, capsys) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    events = write(tmp_path / "e.jsonl", '{"k": "x", "ts": 1, "v": 1}\n{"k": "x", "ts": 2, "v": 2}\nnot json\n')
+    assert main(["run", str(rules), "--input", str(events), "-o", os.devnull]) == 0
+    err = capsys.readouterr().err
+    assert "cep run: 2 events, 1 complex event, 0 late, 1 error" in err
+
+
+def test_max_partial_matches_must_be_a_whole_number() -> None:
+    for bad in ("null", "1.5", "true", "'ten'"):
+        text = PAIR.replace("  - name: pair\n", f"  - name: pair\n    max_partial_matches: {bad}\n")
+        with pytest.raises(RuleErrors) as err:
+            parse_rules(text)
+        assert "max_partial_matches must be at least 1, a whole number such as 10000" in str(err.value), bad
+        assert "int()" not in str(err.value)
+
+
+def test_plural_interval_units_are_refused_as_flink_sql_does() -> None:
+    text = PAIR.replace("PATTERN (A B)", "PATTERN (A B) WITHIN INTERVAL '10' MINUTES")
+    with pytest.raises(RuleErrors) as err:
+        parse_rules(text)
+    assert "SQL interval units are singular" in str(err.value) and "write MINUTE, not MINUTES" in str(err.value)
+    assert parse_rules(text.replace("MINUTES", "MINUTE")).rules[0].compiled.statement.within_ms == 600_000
