@@ -228,14 +228,14 @@ class Engine:
 
     def restore(self, data: bytes) -> None:
         """Restore a snapshot; rules absent from it start empty, rules absent here are dropped."""
-        import pickle
+        from cep.safe_pickle import loads as safe_loads
 
         if not data.startswith(SNAPSHOT_MAGIC) or len(data) < 7 or data[6] != SNAPSHOT_VERSION:
             raise StateVersionError(
                 "not an engine snapshot of this version (expected magic CEPENG and version "
                 f"{SNAPSHOT_VERSION}); start from an empty state or use the engine that wrote it"
             )
-        state = pickle.loads(data[7:])
+        state = safe_loads(data[7:], "engine snapshot")
         for name, blob in state["rules"].items():
             if name in self.operators:
                 self.operators[name].restore(blob)

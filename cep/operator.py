@@ -18,6 +18,7 @@ import numpy as np
 from cep.events import EventBatch, format_time, parse_times
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
+from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
 from patterns.errors import CepError
 
@@ -41,7 +42,7 @@ def load_state(data: bytes, version: int, rule: str) -> dict:
             f"rule {rule!r}: snapshot has state version {got}, this engine reads version "
             f"{version}; replay the input from the start or use the engine that wrote it"
         )
-    return pickle.loads(data[1:])
+    return safe_loads(data[1:], f"rule {rule!r}: snapshot")
 
 
 def late_row(rule: str, batch: EventBatch, i: int, ts: int, watermark: int, lateness: int) -> dict[str, Any]:

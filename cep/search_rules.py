@@ -28,6 +28,8 @@ import numpy as np
 from cep.events import EventBatch, parse_times, to_batch
 from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, late_row
 from cep.percolator import Percolator, PercolatorConfig
+from cep.safe_pickle import UnsafeState
+from cep.safe_pickle import loads as safe_loads
 from patterns.search_rules import ROW_FIELDS, STREAM_FIELD, SearchSpec
 
 __all__ = ["SearchOperator", "SearchStats"]
@@ -254,7 +256,9 @@ class SearchOperator:
         state: Any = None
         if data and data[0] == STATE_VERSION:
             try:
-                state = pickle.loads(data[1:])
+                state = safe_loads(data[1:], f"rule {self.name!r}: snapshot")
+            except UnsafeState:
+                raise
             except Exception:  # another operator's encoding: refused below
                 state = None
         if not isinstance(state, dict) or state.get("kind") != "search":

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from cep.operator import NO_WATERMARK, OperatorOutput
+from cep.safe_pickle import loads as safe_loads
 from spark_udf.core import CORRUPT_COL, STREAM_COL, GroupCore, RuleSpec
 
 __all__ = ["SearchCore", "FileStamp", "file_stamp", "pack_query_sets", "build_search", "stage_core"]
@@ -201,7 +202,7 @@ class SearchCore:
         """This worker's operators for the shipped query sets, built on first use."""
         lives = _WORKER_CACHE.get(self.content_hash)
         if lives is None:
-            sets = pickle.loads(self.query_sets.value)
+            sets = safe_loads(self.query_sets.value, "the shipped query sets")
             lives = {n: _Live(n, spec, lateness, self.stamps.get(n)) for n, (spec, lateness) in sets.items()}
             while len(_WORKER_CACHE) >= _CACHE_SIZE:
                 _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))

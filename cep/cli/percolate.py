@@ -29,10 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         >>> a.default_fields, a.default_operator, a.output
         (['title', 'body', 'tags'], 'AND', '-')
     """
-    parser.add_argument("--queries", required=True, metavar="QUERIES.jsonl",
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--queries", metavar="QUERIES.jsonl",
                         help='query lines: {"id": ..., "query": "...", "metadata": {...}}; or '
-                        "a file written by Percolator.save or save_index (--save-index), "
-                        "which brings its own settings")
+                        "a file written by Percolator.save, which brings its own settings")
+    source.add_argument("--index", metavar="INDEX",
+                        help="a built index written by --save-index (Percolator.save_index): starts "
+                        "without parsing or building; read only from a file you made (it holds "
+                        "Python objects, loaded admitting the percolator's own classes only)")
     parser.add_argument("--input", "-i", required=True, metavar="DOCS.jsonl",
                         help="document lines: JSON objects with an 'id' ('-' reads stdin)")
     parser.add_argument("--output", "-o", default="-", metavar="OUT",
@@ -207,16 +211,20 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         _warn(f"cep percolate: --batch-size must be at least 1, got {args.batch_size}")
         return 2
+    source = args.index or args.queries
     try:
-        saved = saved_config(args.queries)
+        saved = saved_config(source)
         if saved is not None and (args.default_fields or args.default_operator):
-            _warn(f"{args.queries} was written by Percolator.save or save_index and brings its "
+            _warn(f"{source} was written by Percolator.save or save_index and brings its "
                   "own settings: drop --default-field / --default-operator (or give the "
                   "queries as plain JSON lines)")
             return 2
-        if saved is not None and saved[0] == "index":
-            perc = Percolator.load(args.queries)
+        if args.index:
+            perc = Percolator.load_index(args.index)
             loaded, rejected = len(perc), 0
+        elif saved is not None and saved[0] == "index":
+            _warn(f"{args.queries} is a saved index (--save-index), not queries: pass it with --index")
+            return 2
         else:
             config = saved[1] if saved is not None else PercolatorConfig(query=QueryConfig(
                 default_operator=args.default_operator or "OR",
@@ -230,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         _warn(f"cep percolate: cannot load the queries: {exc}")
         return 2
     if loaded == 0:
-        _warn(f"{args.queries}: no query could be loaded ({rejected} rejected); nothing to do")
+        _warn(f"{source}: no query could be loaded ({rejected} rejected); nothing to do")
         return 2
     if args.save_index:
         try:

@@ -4,7 +4,6 @@ verified."""
 from __future__ import annotations
 
 import gc
-import hashlib
 import pickle
 import time
 from collections.abc import Iterable, Mapping
@@ -29,7 +28,7 @@ from cep.percolator.results import (
     _BatchMatches,
     _BatchSlots,
 )
-from cep.percolator.saved import _INDEX_FORMAT, _INDEX_VERSION, _code_fingerprint, _config_to_json
+from cep.percolator.saved import _INDEX_FORMAT, _INDEX_VERSION, _code_fingerprint, _config_to_json, _index_digest
 from cep.percolator.segment import _Segment
 from patterns.errors import CepError
 
@@ -77,14 +76,14 @@ class Percolator(_QuerySet):
         of the queries and the index. Read only index files you wrote: a pickle may run code
         when read; the checksum catches a damaged file, not a forged one. An index is read only
         by the code that wrote it (else :meth:`load` says so): keep the queries too
-        (:meth:`save`), the portable form.
+        (:meth:`save`), the portable form. Read it back with :meth:`load_index`.
 
         Example:
             >>> import os, tempfile
             >>> p = Percolator(); _ = p.register("q", "apple AND pie", {"owner": "ann"})
             >>> path = os.path.join(tempfile.mkdtemp(), "index.bin")
             >>> p.save_index(path)
-            >>> again = Percolator.load(path)
+            >>> again = Percolator.load_index(path)
             >>> again.percolate({"t": "Apple pie"}).ids, again.get("q").metadata["owner"]
             (['q'], 'ann')
         """
@@ -98,9 +97,8 @@ class Percolator(_QuerySet):
                 raise CepError(f"cannot save the index: a query id or metadata value cannot "
                                f"be written ({exc})") from None
         header = {"format": _INDEX_FORMAT, "version": _INDEX_VERSION, "code": _code_fingerprint(),
-                  "queries": len(rows), "bytes": len(payload),
-                  "sha256": hashlib.sha256(payload).hexdigest(),
-                  "config": _config_to_json(self.config)}
+                  "queries": len(rows), "bytes": len(payload), "config": _config_to_json(self.config)}
+        header["sha256"] = _index_digest(header, payload)
         tmp = Path(str(path) + ".tmp")
         with open(tmp, "wb") as fh:
             fh.write(orjson.dumps(header) + b"\n")

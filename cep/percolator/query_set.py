@@ -3,8 +3,6 @@ percolation calls every query set answers."""
 
 from __future__ import annotations
 
-import hashlib
-import pickle
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
@@ -19,6 +17,7 @@ from cep.percolator.presearcher import Presearcher, QueryPlan
 from cep.percolator.query import QueryId, RegisteredQuery
 from cep.percolator.results import BatchResult, DocumentMatches
 from cep.percolator.saved import (
+    _index_digest,
     _FORMAT,
     _INDEX_FORMAT,
     _INDEX_VERSION,
@@ -27,6 +26,8 @@ from cep.percolator.saved import (
     _config_from_json,
     _config_to_json,
 )
+from cep.safe_pickle import UnsafeState
+from cep.safe_pickle import loads as safe_loads
 from patterns.errors import CepError
 from patterns.lucene import Node, compile_query
 
@@ -200,15 +201,17 @@ class _QuerySet:
     @classmethod
     def load(cls, path: str | Path) -> Any:
         """Read a query set written by :meth:`save` (queries are parsed again and the index
-        built on first use), or a built index written by :meth:`Percolator.save_index`."""
+        built on first use). A built index (:meth:`Percolator.save_index`) is refused here:
+        it is read only by :meth:`load_index`, so a file taken for queries never unpickles."""
         with open(path, "rb") as fh:
-            first = fh.readline()
+            first = fh.readline(1 << 26)
             try:
                 header = orjson.loads(first)
             except orjson.JSONDecodeError:
                 header = None
             if isinstance(header, dict) and header.get("format") == _INDEX_FORMAT:
-                return cls._load_index(path, header, fh)
+                raise CepError(f"{path}: this is a saved index (Percolator.save_index), not a query "
+                               "set; read it with Percolator.load_index (cep percolate --index)")
             if not isinstance(header, dict) or header.get("format") != _FORMAT:
                 raise CepError(f"{path}: not a saved percolator query set")
             if header.get("version") != _VERSION:
@@ -224,6 +227,21 @@ class _QuerySet:
         return out
 
     @classmethod
+    def load_index(cls, path: str | Path) -> Any:
+        """Read a built index written by :meth:`Percolator.save_index`: checked against its
+        checksum (header and payload) and the code fingerprint, then unpickled admitting only
+        the percolator's own classes and plain values (:mod:`cep.safe_pickle`)."""
+        with open(path, "rb") as fh:
+            try:
+                header = orjson.loads(fh.readline(1 << 26))
+            except orjson.JSONDecodeError:
+                header = None
+            if not isinstance(header, dict) or header.get("format") != _INDEX_FORMAT:
+                raise CepError(f"{path}: not a saved percolator index (Percolator.save_index); a query "
+                               "set or JSON lines of queries is read with Percolator.load (cep percolate --queries)")
+            return cls._load_index(path, header, fh)
+
+    @classmethod
     def _load_index(cls, path: str | Path, header: dict[str, Any], fh: Any) -> Any:
         if header.get("version") != _INDEX_VERSION or header.get("code") != _code_fingerprint():
             raise CepError(
@@ -232,14 +250,15 @@ class _QuerySet:
                 "instead (Percolator.load on a file written by save(), or register them again) "
                 "and write the index again with save_index()")
         payload = fh.read()
-        if len(payload) != header.get("bytes") or \
-                hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        if len(payload) != header.get("bytes") or _index_digest(header, payload) != header.get("sha256"):
             raise CepError(f"{path}: the saved index is damaged or cut short (its checksum does "
                            "not match); write it again with save_index()")
         out = cls(_config_from_json(header["config"]))
         with _gc_paused(out.config.pause_gc):
             try:
-                state = pickle.loads(payload)  # noqa: S301 - our own file, checked above
+                state = safe_loads(payload, "the saved index")
+            except UnsafeState as exc:
+                raise CepError(f"{path}: {exc}; nothing in it was run") from None
             except Exception as exc:  # same code, other libraries (numpy, Python) than the writer's
                 raise CepError(
                     f"{path}: the saved index cannot be read here ({type(exc).__name__}: {exc}); it was "

@@ -15,13 +15,22 @@ from patterns.errors import CepError
 from patterns.lucene import QueryConfig
 
 __all__ = ["saved_config", "_FORMAT", "_VERSION", "_INDEX_FORMAT", "_INDEX_VERSION",
-           "_code_fingerprint", "_config_to_json", "_config_from_json"]
+           "_code_fingerprint", "_config_to_json", "_config_from_json", "_index_digest"]
 
 
 _FORMAT = "cep-percolator-queries"
 _VERSION = 1
 _INDEX_FORMAT = "cep-percolator-index"
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2  # 2: the checksum covers the header too; loaded by a restricted unpickler
+
+
+def _index_digest(header: dict[str, Any], payload: bytes) -> str:
+    """SHA-256 over the header (all but its own ``sha256``, keys sorted) and the payload: editing
+    either (the settings in the header change every answer) is caught as damage."""
+    head = {k: v for k, v in header.items() if k != "sha256"}
+    digest = hashlib.sha256(orjson.dumps(head, option=orjson.OPT_SORT_KEYS) + b"\n")
+    digest.update(payload)
+    return digest.hexdigest()
 
 
 _FINGERPRINT: list[str] = []

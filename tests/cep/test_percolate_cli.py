@@ -218,25 +218,28 @@ def test_default_field_takes_several_fields(files: tuple[Path, Path],
 
 def test_saved_index_starts_the_same_run(files: tuple[Path, Path], tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """--save-index writes the built index; --queries INDEX gives the same lines, with the
+    """--save-index writes the built index; --index INDEX gives the same lines, with the
     index's own settings (options that would change them are refused)."""
     q, d = files
     index = tmp_path / "queries.index"
     assert cli("--queries", str(q), "--input", str(d), "--default-field", "title",
                "--save-index", str(index)) == 0
     first = capsys.readouterr()
-    assert cli("--queries", str(index), "--input", str(d)) == 0
+    assert cli("--index", str(index), "--input", str(d)) == 0
     again = capsys.readouterr()
     assert out_lines(again.out) == out_lines(first.out)
     assert out_lines(again.out)[0]["matches"] == [2, "apple"]  # default field title, kept
     assert again.err.strip() == ("cep percolate: 4 queries loaded, 0 rejected; 3 documents, "
                                  "0 skipped; 3 matches, 0 query errors")
-    assert cli("--queries", str(index), "--input", str(d), "--default-operator", "AND") == 2
+    assert cli("--index", str(index), "--input", str(d), "--default-operator", "AND") == 2
     assert capsys.readouterr().err.strip() == (
         f"{index} was written by Percolator.save or save_index and brings its own settings: "
         "drop --default-field / --default-operator (or give the queries as plain JSON lines)")
+    assert cli("--queries", str(index), "--input", str(d)) == 2  # never unpickled as queries
+    assert capsys.readouterr().err.strip() == (
+        f"{index} is a saved index (--save-index), not queries: pass it with --index")
     index.write_bytes(index.read_bytes()[:-5])
-    assert cli("--queries", str(index), "--input", str(d)) == 2
+    assert cli("--index", str(index), "--input", str(d)) == 2
     assert capsys.readouterr().err.strip() == (
         f"cep percolate: cannot load the queries: {index}: the saved index is damaged or cut short (its "
         "checksum does not match); write it again with save_index()")

@@ -496,7 +496,7 @@ def test_saved_index_gives_the_same_matches(tmp_path: Path, options: dict[str, A
     assert len(p.snapshot().segments) == 2 and p.snapshot().dead
     path = tmp_path / "index.bin"
     p.save_index(path)
-    q = Percolator.load(path)
+    q = Percolator.load_index(path)
     assert q.config == p.config and q.config.term_frequencies == {"apple": 0.3}
     assert not q._dirty and len(q.snapshot().segments) == 2  # nothing rebuilt
     assert [(x.id, x.query, dict(x.metadata)) for x in q.queries()] == [
@@ -525,7 +525,7 @@ def test_saved_index_loads_into_the_baseline(tmp_path: Path) -> None:
     p.register("a", "apple", {"owner": "ann"})
     path = tmp_path / "index.bin"
     p.save_index(path)
-    b = NoFiltering.load(path)
+    b = NoFiltering.load_index(path)
     assert b.percolate({"t": "apple"}).metadata == {"a": {"owner": "ann"}}
 
 
@@ -541,17 +541,16 @@ def test_saved_index_refuses_damaged_and_foreign_files(
     cut.write_bytes(data[:-10])
     with pytest.raises(CepError, match=r"cut.bin: the saved index is damaged or cut short \(its "
                                        r"checksum does not match\); write it again"):
-        Percolator.load(cut)
+        Percolator.load_index(cut)
     monkeypatch.setattr(saved_mod, "_FINGERPRINT", ["another build"])
     with pytest.raises(CepError, match=r"index.bin: this index was written by another version "
                                        r"of cep's percolator.*load the queries instead"):
-        Percolator.load(path)
+        Percolator.load_index(path)
 
 
 def test_saved_index_unreadable_by_these_libraries_is_refused_clearly(tmp_path: Path) -> None:
     """Same code, other libraries (a numpy or Python whose pickles differ): the checksum and the
     code fingerprint pass, the pickle does not load; the error says so and what to do."""
-    import hashlib
 
     import orjson
 
@@ -560,12 +559,14 @@ def test_saved_index_unreadable_by_these_libraries_is_refused_clearly(tmp_path: 
     path = tmp_path / "index.bin"
     p.save_index(path)
     header = orjson.loads(path.read_bytes().split(b"\n", 1)[0])
-    payload = b"cno_such_module_of_cep\nthing\n."  # a reference to a module this process lacks
-    header.update(bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+    # a reference to a module of the percolator this process lacks
+    payload = b"ccep.percolator.no_such_module_of_cep\nthing\n."
+    header.update(bytes=len(payload))
+    header["sha256"] = saved_mod._index_digest(header, payload)
     path.write_bytes(orjson.dumps(header) + b"\n" + payload)
     with pytest.raises(CepError, match=r"index.bin: the saved index cannot be read here "
                                        r"\(ModuleNotFoundError: .*no_such_module_of_cep.*\).*load the queries"):
-        Percolator.load(path)
+        Percolator.load_index(path)
 
 
 def test_saved_index_needs_picklable_ids_and_metadata(tmp_path: Path) -> None:
