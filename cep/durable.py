@@ -6,16 +6,22 @@
   are ignored, so write ``.name.tmp`` and rename it to add a file). Only JSON lines. A line is
   consumed once its newline is written; a file's unterminated last line is taken only once the
   file is closed (a later file exists) or the run was told the input ends (``--finish``).
-* **Batches** are a function of the input bytes alone: the next ``--batch-size`` lines of one
-  file, shorter only at the end of a closed file, at the end of the input without ``--follow``,
-  or (``--follow``) when a poll finds no full batch. Checkpoints fall on batch boundaries.
+* **Batches** are the next ``--batch-size`` lines of one file, shorter at the end of a closed
+  file, at the end of the input without ``--follow``, and (``--follow``) whenever less is there
+  when the run looks: what has arrived is processed at once. Checkpoints fall on batch boundaries.
+* **Rows leave after every batch**: written and flushed (not fsynced) before the next batch, on
+  their own clock, not the checkpoint's.
 * **Checkpoint.** One file ``STATE/checkpoint`` holds the consumer offsets, the engine snapshot,
   the rule text in force and the byte length of every output file, written together (temporary
   file, fsync, rename, fsync of the directory) every N lines or T seconds, after a reload, and
-  at a clean stop.
+  at a clean stop. ``STATE/cuts`` records where each batch since began and ended, before its rows
+  are written.
 * **Exactly-once output.** Every row carries a deterministic ``_id``; at restart each output file
   is cut back to the length recorded in the checkpoint, and the input is replayed from the
-  offsets recorded with it, so rows written after the checkpoint are replaced, not duplicated.
+  offsets recorded with it, in the batches recorded in ``STATE/cuts``: the rows written after the
+  checkpoint come back byte for byte, so a reader that keeps its byte offset sees each row once.
+  Standard output (``--output -``) cannot be cut back: there the rows after the checkpoint are
+  written again (at-least-once, the same ``_id``s).
 * **Signals.** SIGINT / SIGTERM: finish the batch, checkpoint, exit 0. SIGHUP: reload the rules
   (as ``--watch-rules`` does when the file's modification time changes).
 
@@ -89,7 +95,7 @@ class DurableConfig:
     checkpoint_every: int = 100_000  # input lines between checkpoints
     checkpoint_seconds: float = 30.0  # seconds between checkpoints (checked between batches)
     watch_rules: bool = False  # reload the rules when the file's modification time changes
-    poll_seconds: float = 0.2  # --follow: pause between looks for new data
+    poll_seconds: float = 0.05  # --follow: longest pause between looks for new data (inotify wakes it sooner)
     finish: bool = False  # the input ends here: final watermark, then the state is closed
     max_line_bytes: int = MAX_LINE_BYTES  # a longer line is a bad line, never held whole
     limits: StateLimits = field(default_factory=StateLimits)
@@ -150,7 +156,11 @@ def _safe_repr(v: Any) -> str:
 
 
 class _Sink:
-    """An append-only JSON lines file whose tail after the last checkpoint can be cut off."""
+    """An append-only JSON lines file whose tail after the last checkpoint can be cut off.
+
+    Rows are flushed to the file after every batch (readers see them at once); the file is
+    fsynced only at checkpoints, which record its length.
+    """
 
     def __init__(self, path: str, length: int):
         self.path = path
@@ -169,11 +179,12 @@ class _Sink:
         self.rows = 0
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
-        for row in rows:
-            data = dumps_row(row)
+        data = b"".join(map(dumps_row, rows))
+        if data:
             self.fh.write(data)
+            self.fh.flush()
             self.length += len(data)
-            self.rows += 1
+            self.rows += data.count(b"\n")
 
     def sync(self) -> int:
         self.fh.flush()
@@ -182,6 +193,150 @@ class _Sink:
 
     def close(self) -> None:
         self.fh.close()
+
+
+class _StdoutSink(_Sink):
+    """``--output -``: rows flushed to standard output after every batch; at-least-once.
+
+    Nothing written can be taken back, so a restart writes the rows after the checkpoint again
+    (the same bytes, the same ``_id``s). The recorded length counts bytes written, for the record.
+    """
+
+    def __init__(self, length: int):
+        self.path = "-"
+        self.fh = sys.stdout.buffer
+        self.length = length
+        self.rows = 0
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        try:
+            super().write(rows)
+        except BrokenPipeError:
+            raise _ReaderGone() from None
+
+    def sync(self) -> int:
+        try:
+            self.fh.flush()
+        except BrokenPipeError:
+            raise _ReaderGone() from None
+        return self.length
+
+    def close(self) -> None:
+        try:
+            self.fh.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+class _ReaderGone(Exception):
+    """The reader of standard output went away (``| head``)."""
+
+
+STDOUT = "-"
+
+
+# ------------------------------------------------------------------ cut log
+
+
+class _CutLog:
+    """``STATE/cuts``: where every batch since the checkpoint began and ended, written before its rows.
+
+    A following run takes what is there when it looks, so its batch boundaries depend on timing.
+    Rows are written after every batch, ahead of the checkpoint; a restart cuts its replay at the
+    recorded boundaries, so it writes again exactly the bytes a reader may already have seen. One
+    JSON line per batch, ``[batch number, file, start offset, start line, end offset, end line]``;
+    a checkpoint leaves only the cuts it does not cover.
+    """
+
+    NAME = "cuts"
+
+    def __init__(self, state_dir: str):
+        self.path = os.path.join(state_dir, self.NAME)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def load(self, after: int) -> list[list]:
+        """The recorded cuts of batches ``after + 1``, ``after + 2``, ... (a torn last line ends them)."""
+        try:
+            data = Path(self.path).read_bytes()
+        except OSError:
+            return []
+        out: list[list] = []
+        for raw in data.split(b"\n")[:-1]:
+            try:
+                cut = json.loads(raw)
+            except ValueError:
+                break
+            if not (isinstance(cut, list) and len(cut) == 6 and isinstance(cut[0], int)):
+                break
+            if cut[0] <= after:
+                continue
+            if cut[0] != after + len(out) + 1:
+                break
+            out.append(cut[1:])
+        return out
+
+    def append(self, number: int, cut: list) -> None:
+        os.write(self.fd, json.dumps([number, *cut]).encode() + b"\n")
+
+    def reset(self, first: int, pending: list[list]) -> None:
+        """After a checkpoint: keep only ``pending``, the cuts numbered from ``first`` not replayed yet."""
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"".join(json.dumps([first + i, *c]).encode() + b"\n" for i, c in enumerate(pending)))
+        os.replace(tmp, self.path)
+        os.close(self.fd)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# ------------------------------------------------------------------ waiting for input
+
+
+class _Waiter:
+    """Sleeps until the input directory changes (Linux inotify) or ``timeout`` passes.
+
+    Without inotify (another system, or no watch left) it sleeps ``timeout``: ``--poll``.
+    """
+
+    _MASK = 0x2 | 0x8 | 0x80 | 0x100  # IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
+
+    def __init__(self, path: str):
+        self.fd = -1
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return
+            target = path if os.path.isdir(path) else (os.path.dirname(os.path.abspath(path)) or ".")
+            if libc.inotify_add_watch(fd, os.fsencode(target), self._MASK) < 0:
+                os.close(fd)
+                return
+            self.fd = fd
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def wait(self, timeout: float) -> None:
+        if self.fd < 0:
+            time.sleep(timeout)
+            return
+        import select
+
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            try:
+                while os.read(self.fd, 65536):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 # ------------------------------------------------------------------ checkpoint file
@@ -257,11 +412,14 @@ class LogSource:
     """Lines of a file or of a directory's files in name order, from recorded byte offsets.
 
     ``offsets`` maps a file name to ``[byte offset, lines consumed]`` and is updated as batches
-    are taken; it is what a checkpoint records.
+    are taken; it is what a checkpoint records. ``last_cut`` is the batch just taken, as
+    ``[file name, start offset, start line, end offset, end line]``: what the cut log records.
+    ``replay`` holds cuts to take again, in order, before any other batch (a restart repeats the
+    batches its killed predecessor took after the checkpoint).
     """
 
     def __init__(self, path: str, offsets: dict[str, list[int]], batch_lines: int, follow: bool,
-                 max_line_bytes: int = MAX_LINE_BYTES, warn: TextIO | None = None):
+                 max_line_bytes: int = MAX_LINE_BYTES, warn: TextIO | None = None, scan_seconds: float = 0.2):
         self.path = path
         self.is_dir = os.path.isdir(path)
         self.offsets = offsets
@@ -270,6 +428,15 @@ class LogSource:
         self.max_line = max_line_bytes
         self.finishing = False  # the input ends: an unterminated last line is a line
         self.warn = warn or sys.stderr
+        self.replay: list[list] = []
+        self.replay_dropped = False  # the replay was abandoned (the input no longer fits it)
+        self.last_cut: list | None = None
+        self.last_replayed = False  # the last batch was a replayed cut
+        # --follow: the file the last batch came from is read again without listing the directory,
+        # for at most scan_seconds between listings (so a file appearing before it is not starved)
+        self.hot: str | None = None
+        self.scan_seconds = scan_seconds
+        self.last_scan = 0.0
 
     def names(self) -> list[str]:
         """Files to read, in name order."""
@@ -302,36 +469,91 @@ class LogSource:
         """The next batch and its number of lines, or None when none is ready.
 
         A batch shorter than ``batch_lines`` comes only from the end of a closed file (a later
-        file exists, or the input ends), without ``--follow``, or when ``force`` is set.
+        file exists, or the input ends), without ``--follow``, or when ``force`` is set (a
+        following run sets it: what is there when it looks is processed at once), or as a
+        replayed cut.
         """
+        if self.replay:
+            got = self._replay_next()
+            if got is not None:
+                return got
+        if self.follow and self.hot is not None and time.monotonic() - self.last_scan < self.scan_seconds:
+            got = self._take(self.hot, closed=False, force=force)
+            if got:
+                return got
+        self.last_scan = time.monotonic()
         names = self.names()
         for idx, name in enumerate(names):
-            path = self._file(name)
-            off, line = self.offsets.get(name, [0, 0])
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                continue
-            if size < off:
-                self.warn.write(f"cep run: {path} shrank below the consumed offset {off}; reading it again from the start\n")
-                off, line = 0, 0
-                self.offsets[name] = [0, 0]
-            if size == off:
-                continue
             closed = idx + 1 < len(names) or self.finishing
-            got = self._read(path, off, line, closed)
+            got = self._take(name, closed, force)
             if got is None:
-                continue
-            lines, new_off, new_line = got
-            if not lines:
-                continue
-            if len(lines) < self.batch_lines and not (closed or not self.follow or force):
-                return None  # the newest file may still grow: wait for a full batch
-            self.offsets[name] = [new_off, new_line]
-            return _decode(lines, path, self.max_line), len(lines)
+                return None  # a partial batch of the newest file: wait for more
+            if got:
+                return got
         return None
 
-    def _read(self, path: str, off: int, line: int, closed: bool):
+    def _take(self, name: str, closed: bool, force: bool) -> tuple[EventBatch, int] | tuple[()] | None:
+        """The next batch of one file; ``()`` when it has no line to give, None to wait for more."""
+        path = self._file(name)
+        off, line = self.offsets.get(name, [0, 0])
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return ()
+        if size < off:
+            self.warn.write(f"cep run: {path} shrank below the consumed offset {off}; reading it again from the start\n")
+            off, line = 0, 0
+            self.offsets[name] = [0, 0]
+        if size == off:
+            return ()
+        got = self._read(path, off, line, closed)
+        if got is None:
+            return ()
+        lines, new_off, new_line = got
+        if not lines:
+            return ()
+        if len(lines) < self.batch_lines and not (closed or not self.follow or force):
+            return None  # the newest file may still grow: wait for a full batch
+        self.offsets[name] = [new_off, new_line]
+        self.last_cut = [name, off, line, new_off, new_line]
+        self.last_replayed = False
+        self.hot = name
+        return _decode(lines, path, self.max_line), len(lines)
+
+    def _replay_next(self) -> tuple[EventBatch, int] | None:
+        """The next recorded cut, read again; None (and no more replay) when the input no longer fits it."""
+        name, off, line, end, end_line = self.replay[0]
+        path = self._file(name)
+        why = None
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = -1
+        if self.offsets.get(name, [0, 0]) != [off, line]:
+            why = f"it starts at byte {off} of {path}, the checkpoint at {self.offsets.get(name, [0, 0])[0]}"
+        elif size < end:
+            why = f"{path} holds {size} bytes, the cut ends at byte {end}"
+        else:
+            got = self._read(path, off, line, True, end)
+            if got is None or not got[0] or (got[1], got[2]) != (end, end_line):
+                why = f"{path} no longer has the same lines between bytes {off} and {end}"
+        if why is not None:
+            self.warn.write(f"cep run: the batches recorded after the checkpoint do not fit the input ({why}); "
+                            "cutting batches afresh: rows written after the checkpoint may be rewritten in "
+                            "another order\n")
+            self.replay = []
+            self.replay_dropped = True
+            return None
+        assert got is not None
+        self.replay.pop(0)
+        lines, new_off, new_line = got
+        self.offsets[name] = [new_off, new_line]
+        self.last_cut = [name, off, line, new_off, new_line]
+        self.last_replayed = True
+        self.hot = name
+        return _decode(lines, path, self.max_line), len(lines)
+
+    def _read(self, path: str, off: int, line: int, closed: bool, end: int | None = None):
         lines: list[tuple[int, bytes | None, int]] = []
         limit = self.max_line
         try:
@@ -341,10 +563,12 @@ class LogSource:
         with fh:
             fh.seek(off)
             pos = off
-            while len(lines) < self.batch_lines:
+            while len(lines) < self.batch_lines and (end is None or pos < end):
                 raw = fh.readline(limit + 1)
                 if not raw:
                     break
+                if end is not None and pos + len(raw) > end:
+                    raw = raw[: end - pos]  # a replayed cut took an unterminated tail that has grown since
                 if raw.endswith(b"\n"):
                     line += 1
                     pos += len(raw)
@@ -362,6 +586,8 @@ class LogSource:
                         if chunk.endswith(b"\n"):
                             ended = True
                             break
+                    if end is not None and pos + skipped > end:
+                        skipped = end - pos
                     if not ended and not closed:
                         break  # still being written
                     line += 1
@@ -418,7 +644,7 @@ class _Run:
 
     # -------------------------------------------------------------- setup
     def _outputs(self) -> dict[str, str]:
-        out = {"output": os.path.abspath(self.cfg.output)}
+        out = {"output": STDOUT if self.cfg.output == STDOUT else os.path.abspath(self.cfg.output)}
         if self.cfg.late:
             out["late"] = os.path.abspath(self.cfg.late)
         if self.cfg.errors:
@@ -438,7 +664,7 @@ class _Run:
             rules_err = str(e)
         if ck is None:
             for flag, path in outputs.items():
-                size = os.path.getsize(path) if os.path.isfile(path) else 0
+                size = os.path.getsize(path) if path != STDOUT and os.path.isfile(path) else 0
                 if size and not cfg.overwrite:
                     self.log(f"--{flag} {path} already holds {count_noun(size, 'byte')} and {cfg.state} has no "
                              "checkpoint: a fresh durable run starts its outputs empty and would lose them; move "
@@ -481,18 +707,36 @@ class _Run:
             self.resumed = True
         self.engine.set_row_ids(True)
         self.engine.set_state_limits(cfg.limits)
-        self.sinks = {k: _Sink(p, n) for k, (p, n) in self.meta["outputs"].items()}
+        self.sinks = {k: _StdoutSink(n) if p == STDOUT else _Sink(p, n) for k, (p, n) in self.meta["outputs"].items()}
         self.source = LogSource(cfg.input, self.meta["files"], self.meta["batch_lines"], cfg.follow,
-                                cfg.max_line_bytes, self.err)
+                                cfg.max_line_bytes, self.err, scan_seconds=max(cfg.poll_seconds, 0.05))
+        self.cuts = _CutLog(cfg.state)
+        self.waiter = _Waiter(cfg.input) if cfg.follow else None
         self.rules_sig = _sig(cfg.rules)
         self.rejected: str | None = None
+        self.pending_reload: tuple[str, str] | None = None
+        self.taken: list[list] = []  # cuts of the batches since the checkpoint
+        self.since = 0
+        self.last_ck = time.monotonic()
         if self.resumed:
             done = self.meta["lines"]
+            # batches the killed run took after the checkpoint: cut the replay the same way (the log
+            # is rewritten to hold exactly them, so the cuts of this run follow on)
+            self.source.replay = self.cuts.load(self.meta["batches"])
+            self.cuts.reset(self.meta["batches"] + 1, self.source.replay)
             self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
             if rules_now is None:
                 self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
             elif rules_now != self.meta["rules_text"]:
-                self.reload(rules_now, "the rule file changed since the checkpoint")
+                # after the replay: the killed run processed those batches with the checkpoint's rules
+                self.pending_reload = (rules_now, "the rule file changed since the checkpoint")
+        else:
+            # a first checkpoint before any row: a run killed before its next one restarts from here,
+            # cutting back whatever rows it wrote
+            self.checkpoint()
+        if STDOUT in (p for p, _ in self.meta["outputs"].values()):
+            self.log("rows go to standard output after every batch; after a restart the rows since the last "
+                     "checkpoint are written again (same _id): at-least-once, deduplicate by _id")
         return None
 
     def _check_same(self, outputs: dict[str, str]) -> None:
@@ -533,8 +777,27 @@ class _Run:
         self.meta["checkpoints"] += 1
         self.meta["files"] = self.source.offsets
         write_checkpoint(self.cfg.state, Checkpoint(self.meta, self.engine.snapshot()))
+        self.cuts.reset(self.meta["batches"] + 1, self.source.replay)
+        self.taken = []
         self.since = 0
         self.last_ck = time.monotonic()
+
+    def step(self, got: tuple[EventBatch, int]) -> None:
+        """Process one batch: record its cut, then write (and flush) its rows."""
+        batch, nlines = got
+        src = self.source
+        assert src.last_cut is not None
+        if src.replay_dropped:  # the rest of the recorded cuts no longer count: this run's follow on
+            src.replay_dropped = False
+            self.cuts.reset(self.meta["batches"] - len(self.taken) + 1, self.taken)
+        self.meta["batches"] += 1
+        self.taken.append(src.last_cut)
+        if not src.last_replayed:  # a replayed cut is in the log already
+            self.cuts.append(self.meta["batches"], src.last_cut)
+        self.emit(self.engine.process(batch, self.cfg.stream))
+        self.n_lines += nlines
+        self.meta["lines"] += nlines
+        self.since += nlines
 
     def emit(self, res: Any) -> None:
         fb = self.meta["fallback_ids"]
@@ -593,42 +856,39 @@ class _Run:
             self.log(f"state {cfg.state!r} is finished (end of input); nothing to do")
             self.cfg = DurableConfig(**{**cfg.__dict__, "quiet": True})  # nothing to summarise
             return EXIT_OK
-        idle = False
         while not self.flags.stop:
-            if self.flags.reload:
-                self.flags.reload = False
-                self.reload(None, "SIGHUP")
-            elif cfg.watch_rules:
-                sig = _sig(cfg.rules)
-                if sig != self.rules_sig:
-                    self.rules_sig = sig
-                    self.reload(None, "the rule file changed")
-            got = self.source.next_batch(force=idle)
+            # reloads wait until the replayed batches are done: they ran under the checkpoint's rules
+            if not self.source.replay:
+                if self.pending_reload is not None:
+                    text, why = self.pending_reload
+                    self.pending_reload = None
+                    self.reload(text, why)
+                if self.flags.reload:
+                    self.flags.reload = False
+                    self.reload(None, "SIGHUP")
+                elif cfg.watch_rules:
+                    sig = _sig(cfg.rules)
+                    if sig != self.rules_sig:
+                        self.rules_sig = sig
+                        self.reload(None, "the rule file changed")
+            # following: what is there when we look is a batch, however short (no wait to fill it)
+            got = self.source.next_batch(force=cfg.follow)
             if got is None:
                 if not cfg.follow:
                     break
                 if self.since and time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
                     self.checkpoint()
-                time.sleep(cfg.poll_seconds)
-                idle = True
+                assert self.waiter is not None
+                self.waiter.wait(min(cfg.poll_seconds, max(0.001, cfg.checkpoint_seconds - (time.monotonic() - self.last_ck)))
+                                 if self.since else cfg.poll_seconds)
                 continue
-            idle = False
-            batch, nlines = got
-            self.emit(self.engine.process(batch, cfg.stream))
-            self.n_lines += nlines
-            self.meta["lines"] += nlines
-            self.meta["batches"] += 1
-            self.since += nlines
+            self.step(got)
             if self.since >= cfg.checkpoint_every or time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
                 self.checkpoint()
         if cfg.finish and not self.flags.stop:
             self.source.finishing = True
             while (got := self.source.next_batch(force=True)) is not None:
-                batch, nlines = got
-                self.emit(self.engine.process(batch, cfg.stream))
-                self.n_lines += nlines
-                self.meta["lines"] += nlines
-                self.meta["batches"] += 1
+                self.step(got)
             self.emit(self.engine.finish())
             self.meta["finished"] = True
         self.checkpoint()
@@ -663,6 +923,9 @@ class _Run:
     def close(self) -> None:
         for s in getattr(self, "sinks", {}).values():
             s.close()
+        for x in (getattr(self, "cuts", None), getattr(self, "waiter", None)):
+            if x is not None:
+                x.close()
         lock = getattr(self, "lock", None)
         if lock is not None:
             lock.close()
@@ -712,6 +975,16 @@ def run_durable(cfg: DurableConfig, err: TextIO | None = None) -> int:
         code = run.loop()
         run.summary()
         return code
+    except _ReaderGone:
+        # rows since the last checkpoint may not have reached anyone: no checkpoint, so a restart
+        # writes them again
+        err.write("cep run: the reader of standard output went away; stopped without a checkpoint (a restart "
+                  "writes the rows since the last one again)\n")
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_OK
     except StateMismatch as e:
         err.write(f"cep run: {e}\n")
         return EXIT_USAGE
@@ -733,8 +1006,12 @@ def config_from_args(args: Any) -> DurableConfig | str:
     if args.input[0] == "-":
         return ("--state cannot read standard input: a restart must read the input again from its "
                 "checkpointed offset; write the stream to files (a directory with --follow)")
-    if args.output in (None, "-"):
-        return "--state needs --output FILE: the output is cut back to the last checkpoint at restart"
+    if args.output is None:
+        return "--state needs --output FILE, or '-' for standard output"
+    for flag in ("late", "errors"):
+        if getattr(args, flag, None) == STDOUT:
+            return (f"--{flag} cannot be standard output with --state (only --output can: its rows are written "
+                    "again after a restart); pass a file")
     fmt = args.output_format or {".csv": "csv", ".parquet": "parquet"}.get(Path(args.output).suffix.lower(), "jsonl")
     if fmt != "jsonl" or (args.input_format not in (None, "jsonl")):
         return "--state reads and writes JSON lines only"

@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(.log); '-' reads standard input (JSON lines unless --input-format), processing events as they "
                    "come. Repeat for several files, merged in event time; NAME=PATH names a stream: its "
                    "events carry 'stream': NAME and a rule's FROM NAME reads only them")
-    r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default)")
+    r.add_argument("--output", "-o", default="-", help="where complex events go ('-' for stdout, the default; "
+                   "with --state, stdout is at-least-once: rows since the last checkpoint are written again "
+                   "after a restart)")
     r.add_argument("--output-format", choices=("jsonl", "csv", "parquet"), default=None,
                    help="output format (default: from the output file's ending, else jsonl). JSON lines "
                    "are written as complex events come; CSV and Parquet once, at the end")
@@ -94,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--state", metavar="DIR", help="keep input offsets, engine state and output lengths in DIR; a "
                    "rerun resumes where the last checkpoint left off, with exactly-once output (JSON lines)")
     d.add_argument("--follow", "-f", action="store_true", help="keep reading as files grow or appear in the "
-                   "input directory (name order; dot-files ignored) until SIGINT/SIGTERM (needs --state)")
+                   "input directory (name order; dot-files ignored) until SIGINT/SIGTERM (needs --state); what has "
+                   "arrived is processed at once and its rows are written right away, not at the next checkpoint")
     d.add_argument("--checkpoint-every", type=int, default=100_000, metavar="N",
                    help="checkpoint after N input lines (default 100000)")
     d.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
@@ -105,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--output, --late and --errors empty even when they already hold rows (refused otherwise)")
     d.add_argument("--finish", action="store_true", help="with --state: the input ends here; flush every "
                    "partial match and close the state")
-    d.add_argument("--poll", type=float, default=0.2, metavar="SECONDS", help="--follow: pause between looks "
-                   "for new data (default 0.2)")
+    d.add_argument("--poll", type=float, default=0.05, metavar="SECONDS", help="--follow: longest pause between "
+                   "looks for new data (default 0.05; on Linux a change in the input directory wakes the run at once)")
     lim = r.add_argument_group("bounded state")
     lim.add_argument("--idle-state-ttl", metavar="DURATION", help="a key with no event for DURATION of event time "
                    "ends its session (flushed, state freed); e.g. '1 hour' or milliseconds")
