@@ -1,6 +1,6 @@
 """Event-to-output latency of a durable ``cep run --follow``: write time of an event to its complex event's row.
 
-    python benchmarks/bench_latency.py                         # 1,000 and 50,000 events/s, 40 s each
+    python benchmarks/bench_latency.py                         # 1,000 and 50,000 events/s, dense and sparse output
     python benchmarks/bench_latency.py --code /tmp/old --label before   # the same against another checkout
     python benchmarks/bench_latency.py --quick                 # short runs: checks the script works
 
@@ -18,7 +18,9 @@ reported as ``undelivered`` (they come with the final checkpoint, after the meas
 The rule, ``A B`` per key (``A.v = 1``, then ``B.v = 2`` on the key's next event), completes a
 match with the event that carries B, so nothing waits for a later event or a watermark: what is
 measured is the engine's path from the input file to the output file. The writer knows which
-events complete a match, so the expected count is exact.
+events complete a match, so the expected count is exact. ``--alerts`` sets how many complex
+events per second the data holds: dense output (200/s) and sparse alerts (5/s, the fraud or
+outage case, where an output buffer that flushes when full holds rows back longest).
 
 Writes ``benchmarks/results/latency.json`` (one entry per ``--label``; other labels already in the
 file are kept, so a "before" run from another checkout and an "after" run sit side by side).
@@ -60,11 +62,12 @@ rules:
 class Writer(threading.Thread):
     """Appends ``rate`` events/s to ``path`` in 1 ms ticks; remembers the ``wt`` of each match-completing event."""
 
-    def __init__(self, path: Path, rate: int, seconds: float, keys: int, seed: int):
+    def __init__(self, path: Path, rate: int, seconds: float, keys: int, seed: int, alerts: float):
         super().__init__(daemon=True)
         self.path, self.rate, self.seconds, self.keys = path, rate, seconds, keys
         self.rng = random.Random(seed)
-        self.q = min(0.2, 400.0 / rate)  # P(v = 2): about 200-400 complex events/s at any rate
+        # P(v = 2); v = 1 half the time, so about `alerts` complex events per second
+        self.q = min(0.2, 2.0 * alerts / rate)
         self.completing: list[int] = []  # wt of every event that completes a match
         self.written = 0
         self.started_ns = 0
@@ -152,7 +155,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def measure(code: Path, rate: int, seconds: float, warmup: float, checkpoint_seconds: float, keys: int,
-            seed: int, extra: list[str]) -> dict[str, Any]:
+            seed: int, extra: list[str], alerts: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench_latency_") as tmp:
         d = Path(tmp)
         (d / "rules.yaml").write_text(RULES)
@@ -166,7 +169,7 @@ def measure(code: Path, rate: int, seconds: float, warmup: float, checkpoint_sec
         proc = subprocess.Popen(cmd, cwd=str(code), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         reader = Reader(out)
         reader.start()
-        writer = Writer(logs / "events-000.jsonl", rate, seconds + warmup, keys, seed)
+        writer = Writer(logs / "events-000.jsonl", rate, seconds + warmup, keys, seed, alerts)
         writer.start()
         time.sleep(warmup)
         cpu0 = cpu_seconds(proc.pid)
@@ -196,6 +199,7 @@ def measure(code: Path, rate: int, seconds: float, warmup: float, checkpoint_sec
         late = sum(1 for w in want if w not in first_seen or first_seen[w] > t_stop)
         return {
             "rate_events_per_s": rate,
+            "complex_events_per_s_target": alerts,
             "seconds_measured": seconds,
             "events_written": writer.written,
             "complex_events_expected": len(want),
@@ -215,6 +219,8 @@ def measure(code: Path, rate: int, seconds: float, warmup: float, checkpoint_sec
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rates", default="1000,50000", help="events per second, comma-separated")
+    ap.add_argument("--alerts", default="200,5", help="complex events per second, comma-separated: dense "
+                    "output, and sparse alerts (which an output buffer holds back longest)")
     ap.add_argument("--seconds", type=float, default=40.0, help="measured seconds per rate (after the warm-up)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring (consumer start-up)")
     ap.add_argument("--checkpoint-seconds", type=float, default=30.0)
@@ -222,24 +228,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="after", help="name of this measurement in the JSON file")
     ap.add_argument("--extra", default="", help="more `cep run` options for the consumer, space-separated")
     ap.add_argument("--json", default=str(RESULTS / "latency.json"))
-    ap.add_argument("--quick", action="store_true", help="5 s per rate, checkpoints every 5 s")
+    ap.add_argument("--quick", action="store_true", help="5 s per run, checkpoints every 5 s")
     ap.add_argument("--seed", type=int, default=14)
     args = ap.parse_args(argv)
     if args.quick:
         args.seconds, args.warmup, args.checkpoint_seconds = 5.0, 3.0, 5.0
         args.json = str(RESULTS / "latency_quick.json")
     runs = []
-    for rate in [int(x) for x in args.rates.split(",")]:
-        keys = 100 if rate <= 5000 else 1000
-        load0 = os.getloadavg()
-        r = measure(Path(args.code), rate, args.seconds, args.warmup, args.checkpoint_seconds, keys, args.seed,
-                    args.extra.split())
-        r["load_average_before_after"] = [load0, os.getloadavg()]
-        lat = r["latency_ms"]
-        print(f"{args.label}: {rate:,} events/s: {r['complex_events_seen']:,} of {r['complex_events_expected']:,} "
-              f"complex events; latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, max {lat['max']:.1f} ms; "
-              f"consumer CPU {r['consumer_cpu_seconds_per_second']:.2f} s/s", flush=True)
-        runs.append(r)
+    for alerts in [float(x) for x in args.alerts.split(",")]:
+        for rate in [int(x) for x in args.rates.split(",")]:
+            keys = 100 if rate <= 5000 else 1000
+            load0 = os.getloadavg()
+            r = measure(Path(args.code), rate, args.seconds, args.warmup, args.checkpoint_seconds, keys, args.seed,
+                        args.extra.split(), alerts)
+            r["load_average_before_after"] = [load0, os.getloadavg()]
+            lat = r["latency_ms"]
+            print(f"{args.label}: {rate:,} events/s, ~{alerts:g} complex events/s: {r['complex_events_seen']:,} of "
+                  f"{r['complex_events_expected']:,} seen; latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, "
+                  f"max {lat['max']:.1f} ms; consumer CPU {r['consumer_cpu_seconds_per_second']:.2f} s/s", flush=True)
+            runs.append(r)
     path = Path(args.json)
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     doc.setdefault("runs", {})[args.label] = {

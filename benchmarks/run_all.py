@@ -115,6 +115,7 @@ STEPS: tuple[Step, ...] = (
     # no --quick: a short run instead
     Step("caps", "bench_caps.py", (), ("--events", "20000"), ("caps.json",)),
     Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
+    Step("latency", "bench_latency.py", (), ("--quick",), ("latency.json",), quick_outputs=("latency_quick.json",)),
     Step("soak", "bench_soak.py", (),
          ("--events", "200000", "--keys", "2000", "--ttl", "20000", "--samples", "10",
           "--baseline-events", "100000"),
@@ -426,6 +427,18 @@ def _caps(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def _latency(d: dict[str, Any]) -> list[str]:
+    rows = []
+    for label, run in sorted(d.get("runs", {}).items()):
+        for r in run.get("results", []):
+            lat = r.get("latency_ms", {})
+            rows.append([label, _num(r.get("rate_events_per_s")), _num(r.get("complex_events_per_s_target")),
+                         _num(r.get("complex_events_seen")), _num(lat.get("p50"), 1), _num(lat.get("p99"), 1),
+                         _num(lat.get("max"), 1), _num(r.get("consumer_cpu_seconds_per_second"), 2)])
+    return _table(["code", "events/s", "complex events/s", "seen", "p50 ms", "p99 ms", "max ms",
+                   "consumer CPU s/s"], rows)
+
+
 def _soak(d: dict[str, Any]) -> list[str]:
     p, run, fl = d.get("params", {}), d.get("run", {}), d.get("flatness", {})
     out = [f"{_num(p.get('events'))} events, {_num(p.get('keys'))} live keys, TTL {_num(p.get('ttl_ms'))} ms.", ""]
@@ -490,6 +503,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[str]]], ...
     ("spark", "Spark operators", "spark.json", _spark),
     ("caps", "Partial-match caps", "caps.json", _caps),
     ("real", "Real workloads", "real.json", _real),
+    ("latency", "Event-to-output latency (--follow)", "latency.json", _latency),
     ("soak", "Soak", "soak.json", _soak),
     ("flink_peer", "Flink as a peer", "flink_peer.json", _flink_peer),
     ("flink_diff", "Flink as an oracle", "flink_diff.json", _flink_diff),

@@ -715,15 +715,17 @@ class _Run:
         self.rules_sig = _sig(cfg.rules)
         self.rejected: str | None = None
         self.pending_reload: tuple[str, str] | None = None
-        self.taken: list[list] = []  # cuts of the batches since the checkpoint
+        self.loaded: list[list] = []  # the recorded cuts this run started with, while it replays them
+        self.replayed = 0
         self.since = 0
         self.last_ck = time.monotonic()
         if self.resumed:
             done = self.meta["lines"]
             # batches the killed run took after the checkpoint: cut the replay the same way (the log
             # is rewritten to hold exactly them, so the cuts of this run follow on)
-            self.source.replay = self.cuts.load(self.meta["batches"])
-            self.cuts.reset(self.meta["batches"] + 1, self.source.replay)
+            self.loaded = self.cuts.load(self.meta["batches"])
+            self.source.replay = list(self.loaded)
+            self.cuts.reset(self.meta["batches"] + 1, self.loaded)
             self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
             if rules_now is None:
                 self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
@@ -778,7 +780,8 @@ class _Run:
         self.meta["files"] = self.source.offsets
         write_checkpoint(self.cfg.state, Checkpoint(self.meta, self.engine.snapshot()))
         self.cuts.reset(self.meta["batches"] + 1, self.source.replay)
-        self.taken = []
+        self.loaded = self.loaded[self.replayed :] if self.source.replay else []
+        self.replayed = 0
         self.since = 0
         self.last_ck = time.monotonic()
 
@@ -789,10 +792,12 @@ class _Run:
         assert src.last_cut is not None
         if src.replay_dropped:  # the rest of the recorded cuts no longer count: this run's follow on
             src.replay_dropped = False
-            self.cuts.reset(self.meta["batches"] - len(self.taken) + 1, self.taken)
+            self.cuts.reset(self.meta["batches"] - self.replayed + 1, self.loaded[: self.replayed])
+            self.loaded, self.replayed = [], 0
         self.meta["batches"] += 1
-        self.taken.append(src.last_cut)
-        if not src.last_replayed:  # a replayed cut is in the log already
+        if src.last_replayed:  # in the log already
+            self.replayed += 1
+        else:
             self.cuts.append(self.meta["batches"], src.last_cut)
         self.emit(self.engine.process(batch, self.cfg.stream))
         self.n_lines += nlines

@@ -313,6 +313,23 @@ def test_when_the_input_no_longer_fits_the_cuts_the_new_cuts_follow_the_replayed
     third.close()
 
 
+def test_a_checkpoint_in_the_middle_of_a_replay_keeps_the_cuts_still_to_replay(setup):
+    tmp, logs = setup
+    seen = _killed_run_on_a_growing_file(tmp, logs, seed=50)
+    second = _started(_config(tmp, logs))
+    total = len(second.source.replay)
+    for _ in range(5):
+        second.step(second.source.next_batch(force=True))
+    second.checkpoint()
+    second.close()  # killed after the checkpoint, before the rest of the replay
+    assert read_checkpoint(str(tmp / "st")).meta["batches"] == 5
+    third = _started(_config(tmp, logs))
+    assert len(third.source.replay) == total - 5
+    _drain(third)
+    third.close()
+    assert (tmp / "out.jsonl").read_bytes() == seen
+
+
 def test_a_following_source_takes_what_is_there_and_records_the_cut(tmp_path):
     f = tmp_path / "a.jsonl"
     f.write_text("".join(x + "\n" for x in tick_lines(30, seed=44)))
