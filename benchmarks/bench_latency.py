@@ -210,6 +210,9 @@ def measure(code: Path, rate: int, seconds: float, warmup: float, checkpoint_sec
                 "mean": sum(lat) / len(lat) if lat else None,
             },
             "consumer_cpu_seconds_per_second": (cpu1 - cpu0) / seconds,
+            # the slowest rows: seconds after the measurement began, and latency in ms
+            "slowest": sorted(([round((w - cut) / 1e9, 3), round((first_seen[w] - w) / 1e6, 1)] for w in want
+                               if w in first_seen), key=lambda x: -x[1])[:10],
             "checkpoint_seconds": checkpoint_seconds,
             "keys": keys,
             "extra_args": extra,

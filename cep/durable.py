@@ -191,6 +191,15 @@ class _Sink:
         os.fsync(self.fh.fileno())
         return self.length
 
+    def flush(self) -> int:
+        """Flush what is buffered (not fsync); the length written."""
+        self.fh.flush()
+        return self.length
+
+    def fileno(self) -> int | None:
+        """The descriptor to fsync, or None when there is no file to sync."""
+        return self.fh.fileno()
+
     def close(self) -> None:
         self.fh.close()
 
@@ -220,6 +229,11 @@ class _StdoutSink(_Sink):
         except BrokenPipeError:
             raise _ReaderGone() from None
         return self.length
+
+    flush = sync
+
+    def fileno(self) -> int | None:
+        return None
 
     def close(self) -> None:
         try:
@@ -278,17 +292,67 @@ class _CutLog:
     def append(self, number: int, cut: list) -> None:
         os.write(self.fd, json.dumps([number, *cut]).encode() + b"\n")
 
-    def reset(self, first: int, pending: list[list]) -> None:
-        """After a checkpoint: keep only ``pending``, the cuts numbered from ``first`` not replayed yet."""
+    def keep(self, after: int, upto: int | None = None) -> list[list]:
+        """Rewrite the log to hold only the cuts of batches ``after + 1`` to ``upto`` (all when None)."""
+        cuts = self.load(after)
+        if upto is not None:
+            cuts = cuts[: max(0, upto - after)]
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(b"".join(json.dumps([first + i, *c]).encode() + b"\n" for i, c in enumerate(pending)))
+            f.write(b"".join(json.dumps([after + 1 + i, *c]).encode() + b"\n" for i, c in enumerate(cuts)))
         os.replace(tmp, self.path)
         os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return cuts
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+class _CheckpointWriter:
+    """Makes a checkpoint durable in a thread of its own: fsync the outputs, then write the file.
+
+    The run takes the consistent cut itself (output lengths, offsets, engine snapshot) and goes on
+    processing and writing rows while the disk catches up, so a slow fsync does not hold back the
+    complex events of the next batches. One checkpoint at a time; :meth:`wait` joins it and
+    re-raises what went wrong.
+    """
+
+    def __init__(self, state_dir: str):
+        self.state_dir = state_dir
+        self.thread: Any = None
+        self.error: BaseException | None = None
+        self.batches = 0  # the batches the checkpoint in flight covers
+
+    def start(self, fds: list[int], ck: Checkpoint, batches: int) -> None:
+        import threading
+
+        def work() -> None:
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+                write_checkpoint(self.state_dir, ck)
+            except BaseException as e:  # noqa: BLE001 - handed to the run's thread
+                self.error = e
+
+        self.batches = batches
+        self.thread = threading.Thread(target=work, name="cep-checkpoint", daemon=True)
+        self.thread.start()
+
+    def done(self) -> bool:
+        """A checkpoint finished and was not collected yet."""
+        return self.thread is not None and not self.thread.is_alive()
+
+    def wait(self) -> int | None:
+        """Join the checkpoint in flight; the batches it covers, or None when there was none."""
+        if self.thread is None:
+            return None
+        self.thread.join()
+        self.thread = None
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+        return self.batches
 
 
 # ------------------------------------------------------------------ waiting for input
@@ -715,17 +779,15 @@ class _Run:
         self.rules_sig = _sig(cfg.rules)
         self.rejected: str | None = None
         self.pending_reload: tuple[str, str] | None = None
-        self.loaded: list[list] = []  # the recorded cuts this run started with, while it replays them
-        self.replayed = 0
+        self.ck_batches = self.meta["batches"]  # the batches the last durable checkpoint covers
+        self.writer = _CheckpointWriter(cfg.state)
         self.since = 0
         self.last_ck = time.monotonic()
         if self.resumed:
             done = self.meta["lines"]
             # batches the killed run took after the checkpoint: cut the replay the same way (the log
             # is rewritten to hold exactly them, so the cuts of this run follow on)
-            self.loaded = self.cuts.load(self.meta["batches"])
-            self.source.replay = list(self.loaded)
-            self.cuts.reset(self.meta["batches"] + 1, self.loaded)
+            self.source.replay = self.cuts.keep(self.meta["batches"])
             self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
             if rules_now is None:
                 self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
@@ -773,17 +835,27 @@ class _Run:
             )
 
     # -------------------------------------------------------------- work
-    def checkpoint(self) -> None:
+    def checkpoint(self, background: bool = False) -> None:
+        """Take a consistent cut and make it durable: now, or (``background``) in the writer thread."""
+        self.checkpoint_done()
         for k, s in self.sinks.items():
-            self.meta["outputs"][k][1] = s.sync()
+            self.meta["outputs"][k][1] = s.flush()
         self.meta["checkpoints"] += 1
         self.meta["files"] = self.source.offsets
-        write_checkpoint(self.cfg.state, Checkpoint(self.meta, self.engine.snapshot()))
-        self.cuts.reset(self.meta["batches"] + 1, self.source.replay)
-        self.loaded = self.loaded[self.replayed :] if self.source.replay else []
-        self.replayed = 0
+        ck = Checkpoint(json.loads(json.dumps(self.meta)), self.engine.snapshot())
+        fds = [fd for s in self.sinks.values() if (fd := s.fileno()) is not None]
         self.since = 0
         self.last_ck = time.monotonic()
+        self.writer.start(fds, ck, self.meta["batches"])
+        if not background:
+            self.checkpoint_done()
+
+    def checkpoint_done(self) -> None:
+        """Wait for the checkpoint in flight; once durable, the cut log keeps only what it does not cover."""
+        covered = self.writer.wait()
+        if covered is not None:
+            self.ck_batches = covered
+            self.cuts.keep(covered)
 
     def step(self, got: tuple[EventBatch, int]) -> None:
         """Process one batch: record its cut, then write (and flush) its rows."""
@@ -792,12 +864,10 @@ class _Run:
         assert src.last_cut is not None
         if src.replay_dropped:  # the rest of the recorded cuts no longer count: this run's follow on
             src.replay_dropped = False
-            self.cuts.reset(self.meta["batches"] - self.replayed + 1, self.loaded[: self.replayed])
-            self.loaded, self.replayed = [], 0
+            self.checkpoint_done()
+            self.cuts.keep(self.ck_batches, self.meta["batches"])
         self.meta["batches"] += 1
-        if src.last_replayed:  # in the log already
-            self.replayed += 1
-        else:
+        if not src.last_replayed:  # a replayed cut is in the log already
             self.cuts.append(self.meta["batches"], src.last_cut)
         self.emit(self.engine.process(batch, self.cfg.stream))
         self.n_lines += nlines
@@ -881,15 +951,19 @@ class _Run:
             if got is None:
                 if not cfg.follow:
                     break
+                if self.writer.done():
+                    self.checkpoint_done()
                 if self.since and time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
-                    self.checkpoint()
+                    self.checkpoint(background=True)
                 assert self.waiter is not None
                 self.waiter.wait(min(cfg.poll_seconds, max(0.001, cfg.checkpoint_seconds - (time.monotonic() - self.last_ck)))
                                  if self.since else cfg.poll_seconds)
                 continue
             self.step(got)
+            if self.writer.done():
+                self.checkpoint_done()
             if self.since >= cfg.checkpoint_every or time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
-                self.checkpoint()
+                self.checkpoint(background=True)
         if cfg.finish and not self.flags.stop:
             self.source.finishing = True
             while (got := self.source.next_batch(force=True)) is not None:
@@ -926,6 +1000,9 @@ class _Run:
             )
 
     def close(self) -> None:
+        writer = getattr(self, "writer", None)
+        if writer is not None and writer.thread is not None:
+            writer.thread.join()  # a kill would not wait; a clean end must not cut a checkpoint short
         for s in getattr(self, "sinks", {}).values():
             s.close()
         for x in (getattr(self, "cuts", None), getattr(self, "waiter", None)):

@@ -373,10 +373,47 @@ def test_the_cut_log_keeps_only_what_the_checkpoint_does_not_cover(tmp_path):
     for b in range(1, 6):
         log.append(b, ["a.jsonl", b * 10, b, b * 10 + 10, b + 1])
     assert [c[1] for c in log.load(after=3)] == [40, 50]
-    log.reset(4, [["a.jsonl", 40, 4, 50, 5]])
-    log.append(5, ["a.jsonl", 50, 5, 60, 6])
+    assert [c[1] for c in log.keep(3)] == [40, 50]  # a checkpoint covering batches 1-3
+    log.append(6, ["a.jsonl", 60, 6, 70, 7])
     with open(tmp_path / "cuts", "ab") as fh:
-        fh.write(b'[6, "a.js')  # torn by a kill
-    assert [c[1] for c in log.load(after=3)] == [40, 50]
-    assert log.load(after=5) == []
+        fh.write(b'[7, "a.js')  # torn by a kill
+    assert [c[1] for c in log.load(after=3)] == [40, 50, 60]
+    assert log.load(after=6) == []
+    assert [c[1] for c in log.keep(3, upto=4)] == [40]  # a replay dropped after batch 4
+    assert (tmp_path / "cuts").read_bytes().count(b"\n") == 1
     log.close()
+
+
+def test_a_checkpoint_written_in_the_background_reports_its_failure_to_the_run(tmp_path):
+    from cep.durable import Checkpoint, _CheckpointWriter
+
+    writer = _CheckpointWriter(str(tmp_path / "gone"))  # a state directory that no longer exists
+    writer.start([], Checkpoint({"lines": 1}, b""), batches=3)
+    with pytest.raises(FileNotFoundError):
+        writer.wait()
+    ok = _CheckpointWriter(str(tmp_path))
+    ok.start([], Checkpoint({"lines": 1}, b"x"), batches=3)
+    assert ok.wait() == 3 and read_checkpoint(str(tmp_path)).meta == {"lines": 1}
+    assert ok.wait() is None  # nothing in flight
+
+
+def test_periodic_checkpoints_of_a_following_run_empty_the_cut_log(setup):
+    tmp, logs = setup
+    data = logs / "a.jsonl"
+    lines = [x + "\n" for x in tick_lines(600, seed=51)]
+    data.write_text("".join(lines[:300]))
+    proc = subprocess.Popen(follow_cmd(tmp, logs, str(tmp / "out.jsonl"), "--checkpoint-seconds", "0.2"), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: read_checkpoint(str(tmp / "st")).meta["lines"] == 300 if (tmp / "st" / "checkpoint").exists()
+                 else False, proc=proc)
+        with open(data, "a") as f:
+            f.write("".join(lines[300:]))
+        wait_for(lambda: read_checkpoint(str(tmp / "st")).meta["lines"] == 600, proc=proc)
+        # checkpointed in the background, then the cuts it covers are dropped from the log
+        wait_for(lambda: (tmp / "st" / "cuts").read_bytes() == b"", proc=proc)
+        assert (tmp / "out.jsonl").stat().st_size == read_checkpoint(str(tmp / "st")).meta["outputs"]["output"][1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
