@@ -292,17 +292,42 @@ class _CutLog:
     def append(self, number: int, cut: list) -> None:
         os.write(self.fd, json.dumps([number, *cut]).encode() + b"\n")
 
+    def drop(self, n: int, after: int) -> None:
+        """Drop the first ``n`` cuts, those a checkpoint covering batch ``after`` made useless.
+
+        Cheap (no parsing) for the run's own log, which starts right after the previous
+        checkpoint; anything unexpected falls back to :meth:`keep`.
+        """
+        try:
+            data = Path(self.path).read_bytes()
+        except OSError:
+            data = b""
+        parts = data.split(b"\n", n)
+        tail = parts[n] if len(parts) > n else b""
+        if tail:
+            try:
+                ok = json.loads(tail[: tail.find(b"\n")])[0] == after + 1
+            except (ValueError, TypeError, IndexError, KeyError):
+                ok = False
+            if not ok:
+                self.keep(after)
+                return
+        self._rewrite(tail)
+
+    def _rewrite(self, data: bytes) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.path)
+        os.close(self.fd)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
     def keep(self, after: int, upto: int | None = None) -> list[list]:
         """Rewrite the log to hold only the cuts of batches ``after + 1`` to ``upto`` (all when None)."""
         cuts = self.load(after)
         if upto is not None:
             cuts = cuts[: max(0, upto - after)]
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(b"".join(json.dumps([after + 1 + i, *c]).encode() + b"\n" for i, c in enumerate(cuts)))
-        os.replace(tmp, self.path)
-        os.close(self.fd)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._rewrite(b"".join(json.dumps([after + 1 + i, *c]).encode() + b"\n" for i, c in enumerate(cuts)))
         return cuts
 
     def close(self) -> None:
@@ -854,8 +879,9 @@ class _Run:
         """Wait for the checkpoint in flight; once durable, the cut log keeps only what it does not cover."""
         covered = self.writer.wait()
         if covered is not None:
+            # the log starts at the previous checkpoint's next batch
+            self.cuts.drop(covered - self.ck_batches, covered)
             self.ck_batches = covered
-            self.cuts.keep(covered)
 
     def step(self, got: tuple[EventBatch, int]) -> None:
         """Process one batch: record its cut, then write (and flush) its rows."""

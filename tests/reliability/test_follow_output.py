@@ -379,7 +379,11 @@ def test_the_cut_log_keeps_only_what_the_checkpoint_does_not_cover(tmp_path):
         fh.write(b'[7, "a.js')  # torn by a kill
     assert [c[1] for c in log.load(after=3)] == [40, 50, 60]
     assert log.load(after=6) == []
-    assert [c[1] for c in log.keep(3, upto=4)] == [40]  # a replay dropped after batch 4
+    log.drop(1, after=4)  # a checkpoint covering batch 4 (the log starts at batch 4)
+    assert [c[1] for c in log.load(after=4)] == [50, 60]
+    log.drop(1, after=4)  # not what the log holds: it is parsed instead
+    assert [c[1] for c in log.load(after=4)] == [50, 60]
+    assert [c[1] for c in log.keep(4, upto=5)] == [50]  # a replay dropped after batch 5
     assert (tmp_path / "cuts").read_bytes().count(b"\n") == 1
     log.close()
 
