@@ -40,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, TextIO
+from typing import Any, BinaryIO, Iterable, TextIO
 
 import numpy as np
 import orjson
@@ -165,7 +165,7 @@ class _Sink:
     def __init__(self, path: str, length: int):
         self.path = path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.fh = os.fdopen(fd, "r+b")
+        self.fh: BinaryIO = os.fdopen(fd, "r+b")
         size = os.fstat(fd).st_size
         if size < length:
             self.fh.close()
@@ -567,18 +567,18 @@ class LogSource:
             if got is not None:
                 return got
         if self.follow and self.hot is not None and time.monotonic() - self.last_scan < self.scan_seconds:
-            got = self._take(self.hot, closed=False, force=force)
-            if got:
-                return got
+            taken = self._take(self.hot, closed=False, force=force)
+            if taken:
+                return taken
         self.last_scan = time.monotonic()
         names = self.names()
         for idx, name in enumerate(names):
             closed = idx + 1 < len(names) or self.finishing
-            got = self._take(name, closed, force)
-            if got is None:
+            taken = self._take(name, closed, force)
+            if taken is None:
                 return None  # a partial batch of the newest file: wait for more
-            if got:
-                return got
+            if taken:
+                return taken
         return None
 
     def _take(self, name: str, closed: bool, force: bool) -> tuple[EventBatch, int] | tuple[()] | None:
@@ -1114,13 +1114,12 @@ def config_from_args(args: Any) -> DurableConfig | str:
     if args.input[0] == "-":
         return ("--state cannot read standard input: a restart must read the input again from its "
                 "checkpointed offset; write the stream to files (a directory with --follow)")
-    if args.output is None:
-        return "--state needs --output FILE, or '-' for standard output"
+    output = args.output or STDOUT
     for flag in ("late", "errors"):
         if getattr(args, flag, None) == STDOUT:
             return (f"--{flag} cannot be standard output with --state (only --output can: its rows are written "
                     "again after a restart); pass a file")
-    fmt = args.output_format or {".csv": "csv", ".parquet": "parquet"}.get(Path(args.output).suffix.lower(), "jsonl")
+    fmt = args.output_format or {".csv": "csv", ".parquet": "parquet"}.get(Path(output).suffix.lower(), "jsonl")
     if fmt != "jsonl" or (args.input_format not in (None, "jsonl")):
         return "--state reads and writes JSON lines only"
     try:
@@ -1133,7 +1132,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
     if sep and name and not os.path.exists(spec) and "/" not in name:
         stream, spec = name, path
     return DurableConfig(
-        rules=args.rules, input=spec, state=args.state, output=args.output, late=args.late,
+        rules=args.rules, input=spec, state=args.state, output=output, late=args.late,
         errors=args.errors, stream=stream, follow=args.follow, batch_lines=args.batch_size,
         checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,

@@ -168,7 +168,9 @@ def test_sigkill_while_following_a_live_writer_rewrites_the_same_bytes(setup):
 def _stdout_run(cmd: list[str]) -> tuple[subprocess.Popen, list[bytes], threading.Thread]:
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.extend(iter(proc.stdout.readline, b"")), daemon=True)
+    out = proc.stdout
+    assert out is not None
+    reader = threading.Thread(target=lambda: got.extend(iter(out.readline, b"")), daemon=True)
     reader.start()
     return proc, got, reader
 
@@ -267,7 +269,8 @@ def _killed_run_on_a_growing_file(tmp: Path, logs: Path, seed: int) -> bytes:
         at += n
     _drain(run)
     run.close()
-    assert read_checkpoint(str(tmp / "st")).meta["lines"] == 0
+    ck = read_checkpoint(str(tmp / "st"))
+    assert ck is not None and ck.meta["lines"] == 0
     return (tmp / "out.jsonl").read_bytes()
 
 
