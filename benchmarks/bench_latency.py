@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.extra.split(), alerts)
             r["load_average_before_after"] = [load0, os.getloadavg()]
             lat = r["latency_ms"]
-            print(f"{args.label}: {rate:,} events/s, ~{alerts:g} complex events/s: {r['complex_events_seen']:,} of "
+            per_s = r["complex_events_expected"] / args.seconds
+            print(f"{args.label}: {rate:,} events/s, {per_s:.0f} complex events/s: {r['complex_events_seen']:,} of "
                   f"{r['complex_events_expected']:,} seen; latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, "
                   f"max {lat['max']:.1f} ms; consumer CPU {r['consumer_cpu_seconds_per_second']:.2f} s/s", flush=True)
             runs.append(r)
