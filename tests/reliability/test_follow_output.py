@@ -128,33 +128,42 @@ def test_sigkill_while_following_a_live_writer_rewrites_the_same_bytes(setup):
     writer.start()
     seen = b""  # what a reader of the file has seen before the last kill
     kills = replayed = 0
-    while True:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # the restart cuts the file back to the checkpoint, then writes the same bytes again
-        wait_for(lambda: size() >= len(seen), proc=proc)
-        assert (out.read_bytes() if seen else b"")[: len(seen)] == seen, f"after kill {kills}: rows a reader saw were rewritten differently"
-        if kills == 8:
-            break
-        # then new rows: mostly until several lie past the checkpoint (the case to check), else anywhere
-        wait_for(lambda: size() > len(seen) + 1000, proc=proc)
-        if kills % 4:
-            wait_for(lambda: past_checkpoint() >= 20, proc=proc)
-        time.sleep(rng.uniform(0.0, 0.3))
-        seen = out.read_bytes()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc.stderr.close()
-        kills += 1
-        ck = read_checkpoint(str(tmp / "st"))
-        if len(seen) > ck.meta["outputs"]["output"][1]:
-            replayed += 1
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        while True:
+            # the restart cuts the file back to the checkpoint, then writes the same bytes again
+            wait_for(lambda: size() >= len(seen), proc=proc)
+            assert (out.read_bytes() if seen else b"")[: len(seen)] == seen, (
+                f"after kill {kills}: rows a reader saw were rewritten differently"
+            )
+            if kills == 8:
+                break
+            # then new rows: mostly until several lie past the checkpoint (the case to check), else anywhere
+            wait_for(lambda: size() > len(seen) + 1000, proc=proc)
+            if kills % 4:
+                wait_for(lambda: past_checkpoint() >= 20, proc=proc)
+            time.sleep(rng.uniform(0.0, 0.3))
+            seen = out.read_bytes()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert proc.stderr is not None
+            proc.stderr.close()
+            kills += 1
+            ck = read_checkpoint(str(tmp / "st"))
+            assert ck is not None
+            if len(seen) > ck.meta["outputs"]["output"][1]:
+                replayed += 1
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         writer.join(timeout=120)
         assert writer.done.is_set()
         wait_for(lambda: read_checkpoint(str(tmp / "st")).meta["lines"] == len(lines), proc=proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        err = b""
+        if proc.stderr is not None and not proc.stderr.closed:
+            err = proc.communicate(timeout=30)[1]
+        proc.wait(timeout=30)
     assert proc.returncode == 0, err.decode()
     assert replayed >= 4, replayed  # kills that left rows after the checkpoint: the replay really ran
     got = out.read_bytes().splitlines()
@@ -217,9 +226,15 @@ def test_the_reader_of_standard_output_going_away_stops_without_a_checkpoint(set
     (logs / "a.jsonl").write_text("".join(x + "\n" for x in tick_lines(3000, seed=43)))
     cmd = follow_cmd(tmp, logs, "-", "--checkpoint-seconds", "1000", "--checkpoint-every", "1000000")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout.readline()  # one row, then the reader goes away
-    proc.stdout.close()
-    _, err = proc.communicate(timeout=60)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline()  # one row, then the reader goes away
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 0, err.decode()
     assert b"the reader of standard output went away; stopped without a checkpoint" in err
     assert read_checkpoint(str(tmp / "st")).meta["lines"] == 0
