@@ -599,14 +599,7 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
         return out, ok, reasons
     str_idx: list[int] = []
     for i, v in enumerate(values.tolist()):
-        if isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
-            ms_v = _datetime_ms(v)
-            if ms_v is None:
-                reasons[i] = f"{_short(v)} is not a time (NaT)"
-            else:
-                out[i] = ms_v
-                ok[i] = True
-        elif isinstance(v, bool) or v is None:
+        if isinstance(v, bool) or v is None:
             reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
         elif isinstance(v, int):
             if -(2**63) < v < 2**63:
@@ -622,6 +615,13 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
                 reasons[i] = f"{v!r} is not a finite epoch-millisecond time"
         elif isinstance(v, str):
             str_idx.append(i)
+        elif isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
+            ms_v = _datetime_ms(v)
+            if ms_v is None:
+                reasons[i] = f"{_short(v)} is not a time (NaT)"
+            else:
+                out[i] = ms_v
+                ok[i] = True
         else:
             reasons[i] = f"{_short(v)} is a {type(v).__name__}, not a time"
     if str_idx:
