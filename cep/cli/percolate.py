@@ -12,7 +12,8 @@ from typing import IO, Any
 import orjson
 
 from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
-from patterns.errors import CepError, CepSyntaxError, caret_line
+from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
+from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file
 from patterns.lucene import QueryConfig
 
 __all__ = ["add_arguments", "run", "sort_ids"]
@@ -135,7 +136,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
             elif not isinstance(row.get("metadata", {}), dict):
                 problem = "'metadata' must be a JSON object"
             elif row["id"] in first_line:
-                problem = (f"duplicate query id {row['id']!r} (first on line "
+                problem = (f"duplicate query id {short_repr(row['id'])} (first on line "
                            f"{first_line[row['id']]}); this line is ignored")
             if problem is not None:
                 _warn(f"{where}: skipped query line: {problem}")
@@ -145,7 +146,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
                 perc.register(row["id"], row["query"], row.get("metadata") or {})
             except CepSyntaxError as exc:
                 for e in exc.errors:
-                    _warn(f"{where}: skipped query {row['id']!r}: query column {e.column}: "
+                    _warn(f"{where}: skipped query {short_repr(row['id'])}: query column {e.column}: "
                           f"{e.message}\n{caret_line(e.text, e.line, e.column, e.width)}")
                 rejected += 1
                 continue
@@ -206,6 +207,15 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.batch_size < 1:
         _warn(f"cep percolate: --batch-size must be at least 1, got {args.batch_size}")
+        return 2
+    try:
+        check_regular_file(args.queries, MAX_QUERIES_FILE_BYTES, "queries file",
+                           "split the queries over several files and runs")
+    except FileRefused as exc:
+        _warn(f"cep percolate: {exc}")
+        return 2
+    except OSError as exc:
+        _warn(f"cep percolate: cannot read queries: {exc}")
         return 2
     try:
         saved = saved_config(args.queries)
