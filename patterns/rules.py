@@ -36,7 +36,7 @@ from patterns.files import queries_roots as _queries_roots
 from patterns.match_recognize import parse_interval_ms, parse_statement
 
 __all__ = [
-    "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "read_rule_file",
+    "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "read_rule_file", "construct",
     "RULE_KEYS", "RULE_KINDS", "MAX_RULE_FILE_BYTES", "MAX_ALIAS_EXPANSION", "MAX_YAML_DEPTH",
 ]
 
@@ -301,6 +301,16 @@ def _merge_keys(root: Any) -> None:
             stack.extend(node.value)
 
 
+def construct(node: Any) -> Any:
+    """The Python value of a composed YAML node, by the safe constructor (no Python tags).
+
+    Example:
+        >>> construct(yaml.compose("a: [1, {b: true}]"))
+        {'a': [1, {'b': True}]}
+    """
+    return yaml.constructor.SafeConstructor().construct_document(node)
+
+
 def _compose(text: str) -> Any:
     """The YAML node graph of ``text`` (one document) through :class:`_RuleLoader`."""
     loader = _RuleLoader(text)
@@ -386,7 +396,7 @@ def parse_rules(text: str, file: str | None = None, *,
             continue
         seen[name] = name_node
         try:
-            py = yaml.safe_load(yaml.serialize(item)) or {}
+            py = construct(item) or {}
         except yaml.YAMLError as e:
             errors.append(_node_err(f"rule {name!r}: {getattr(e, 'problem', None) or e}", text, item, file))
             continue

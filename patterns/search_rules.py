@@ -37,6 +37,7 @@ from patterns.analysis import ENGLISH_STOPWORDS, STEMMERS, AnalysisConfig
 from patterns.errors import EXCERPT, CepSyntaxError, SourceError, short_repr
 from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, confine, read_limited
 from patterns.lucene import Node, QueryConfig, compile_query
+from patterns.rules import construct
 
 __all__ = [
     "KEYS",
@@ -303,7 +304,7 @@ class _Queries:
                     continue
                 parts[k.value] = (k, v)
             try:
-                py = yaml.safe_load(yaml.serialize(item)) or {}
+                py = construct(item) or {}
             except yaml.YAMLError as e:  # pragma: no cover - the rule itself loaded
                 chk.err_at(f"{getattr(e, 'problem', None) or e}", item)
                 continue
