@@ -165,8 +165,8 @@ def read_limited(path: str | os.PathLike[str], limit: int, what: str, hint: str,
     fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
-        if regular:
-            _check_stat(st, path, limit, what, hint)
+        if regular or stat.S_ISREG(st.st_mode):
+            _check_stat(st, path, limit, what, hint)  # a regular file's size is known before reading
         elif stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
         chunks: list[bytes] = []

@@ -178,12 +178,19 @@ def test_a_rule_file_past_the_size_limit_is_refused_naming_file_size_and_limit(t
     with time_bound(5.0), pytest.raises(RuleErrors) as exc:
         load_rules(path)
     assert str(exc.value) == (
-        f"{path}:1:1: rule file {path} holds more than {MAX_RULE_FILE_BYTES:,} bytes, past the limit of "
+        f"{path}:1:1: rule file {path} holds {size:,} bytes, past the limit of "
         f"{MAX_RULE_FILE_BYTES:,} bytes (4 MiB); split the rules over several files")
     proc = subprocess.run([sys.executable, "-m", "cep.cli", "check", str(path)], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 2 and f"rule file {path} holds more than" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr == f"{exc.value}\n{path}: 1 error\n"
     assert size > MAX_RULE_FILE_BYTES
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"k": 1, "ts": 1, "v": 2}\n')
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "run", str(path), "--input", str(events), "--state",
+                           str(tmp_path / "st"), "--output", str(tmp_path / "o.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == f"cep run: rule file {path} holds {size:,} bytes, past the " \
+        f"limit of {MAX_RULE_FILE_BYTES:,} bytes (4 MiB); split the rules over several files\n"
     # text given to the API is measured in characters
     with pytest.raises(RuleErrors) as exc:
         parse_rules(path.read_text(), "given.yaml")
