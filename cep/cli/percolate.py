@@ -16,7 +16,10 @@ from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
 from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file
 from patterns.lucene import QueryConfig
 
-__all__ = ["add_arguments", "run", "sort_ids"]
+__all__ = ["add_arguments", "run", "sort_ids", "MAX_INDEX_FILE_BYTES"]
+
+#: The largest saved index ``--queries`` reads (plain or saved queries: patterns.files.MAX_QUERIES_FILE_BYTES).
+MAX_INDEX_FILE_BYTES = 2 << 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,7 +212,13 @@ def run(args: argparse.Namespace) -> int:
         _warn(f"cep percolate: --batch-size must be at least 1, got {args.batch_size}")
         return 2
     try:
-        check_regular_file(args.queries, MAX_QUERIES_FILE_BYTES, "queries file",
+        # a regular file before anything opens it (a FIFO would hang, a device never end) ...
+        check_regular_file(args.queries, sys.maxsize, "queries file", "")
+        saved = saved_config(args.queries)  # reads one line, at most 64 MiB
+        # ... and under the limit of its kind: a saved index is about six times its queries
+        index = saved is not None and saved[0] == "index"
+        check_regular_file(args.queries, MAX_INDEX_FILE_BYTES if index else MAX_QUERIES_FILE_BYTES,
+                           "saved index" if index else "queries file",
                            "split the queries over several files and runs")
     except FileRefused as exc:
         _warn(f"cep percolate: {exc}")
@@ -217,8 +226,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         _warn(f"cep percolate: cannot read queries: {exc}")
         return 2
+    except CepError as exc:
+        _warn(f"cep percolate: cannot load the queries: {exc}")
+        return 2
     try:
-        saved = saved_config(args.queries)
         if saved is not None and (args.default_fields or args.default_operator):
             _warn(f"{args.queries} was written by Percolator.save or save_index and brings its "
                   "own settings: drop --default-field / --default-operator (or give the "

@@ -254,3 +254,21 @@ def test_percolate_still_reads_a_queries_file_anywhere(tmp_path):
     proc = cep("percolate", "--queries", str(q), "--input", str(docs))
     assert proc.returncode == 0 and json.loads(proc.stdout) == {"id": 1, "matches": ["a"]}
     assert "not json" not in proc.stderr and f"{q}:2: skipped query line: invalid JSON" in proc.stderr
+
+
+def test_percolate_allows_a_saved_index_more_room_than_query_lines(tmp_path):
+    from cep.cli.percolate import MAX_INDEX_FILE_BYTES
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": 1, "title": "apple"}\n')
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": "a", "query": "apple"}\n')
+    index = tmp_path / "index"
+    assert cep("percolate", "--queries", str(q), "--input", str(docs), "--save-index", str(index)).returncode == 0
+    with open(index, "r+b") as f:  # the index's own header line, then a sparse tail past the limit
+        f.truncate(MAX_INDEX_FILE_BYTES + 1)
+    proc = cep("percolate", "--queries", str(index), "--input", str(docs))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"cep percolate: saved index {index} holds {MAX_INDEX_FILE_BYTES + 1:,} bytes, past the "
+                           f"limit of {MAX_INDEX_FILE_BYTES:,} bytes (2048 MiB); split the queries over several files "
+                           "and runs\n")
