@@ -594,12 +594,13 @@ class _Run:
             if text is None:
                 self.log(f"rules not reloaded ({why}): {problem}; the old rules keep running")
                 return
-        if queries is None and text == self.meta["rules_text"]:
+        if queries is None and (text == self.meta["rules_text"] or text == self.rejected):
+            # the rule file brings nothing new (or was refused as it is): its queries files may
             queries = self._queries_changed(quick=False)
-            if queries:
-                why = f"{why}: {_queries_why(queries)}"
-        if not queries and (text == self.meta["rules_text"] or text == self.rejected):
-            return
+            if not queries:
+                return
+            text = self.meta["rules_text"]  # the rules in force, with the queries' new content
+            why = f"{why}: {_queries_why(queries)}"
         try:
             ruleset = parse_rules(text, self.cfg.rules, queries_roots=self.cfg.queries_roots)
         except RuleErrors as e:
@@ -613,7 +614,8 @@ class _Run:
             for path in queries or ():  # a refused queries file is not tried again until it changes
                 self.queries_seen[path] = _content_sha(path)
             return
-        self.rejected = None
+        if text != self.meta["rules_text"]:
+            self.rejected = None  # a new rule text runs; a refused one stays refused
         self.meta["rules_text"] = text
         self.meta["rules_path"] = self.rules_path
         self._watch_queries(ruleset)

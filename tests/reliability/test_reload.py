@@ -269,3 +269,34 @@ def test_a_queries_file_touched_without_a_change_does_not_reload(tmp_path):
     assert f"the queries file {qfile.resolve()} changed since the checkpoint; its new content runs" in err.getvalue()
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["id"], r["query_id"]) for r in rows] == [(1, "apple"), (2, "apple"), (3, "crumble")]
+
+
+def test_a_refused_rule_file_does_not_hold_back_a_changed_queries_file(tmp_path):
+    import io
+
+    from cep.durable import DurableConfig, _Run
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(_search_rules())
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(_queries(("apple", "apple")))
+    data = tmp_path / "a.jsonl"
+    _append(data, [{"id": 1, "title": "apple pie"}])
+    err = io.StringIO()
+    run = _Run(DurableConfig(rules=str(rules_file), input=str(data), state=str(tmp_path / "st"),
+                             output=str(tmp_path / "out.jsonl")), err)
+    try:
+        assert run.start() is None
+        rules_file.write_text(_search_rules() + "    nosuch: 1\n")
+        run.reload(None, "SIGHUP")
+        assert "SIGHUP: rules not reloaded, the old rules keep running:" in err.getvalue()
+        qfile.write_text(_queries(("apple", "apple"), ("pear", "pear")))
+        run.reload(None, "SIGHUP")  # the broken rule file as it was: the queries reload with the rules in force
+        assert err.getvalue().endswith(
+            f"cep run: SIGHUP: the queries file {qfile.resolve()} changed: rules reloaded: changed (state reset) s\n")
+        assert [q.id for q in run.engine.rules[0].spec.queries] == ["apple", "pear"]
+        before = err.getvalue()
+        run.reload(None, "SIGHUP")  # nothing new: nothing said
+        assert err.getvalue() == before
+    finally:
+        run.close()
