@@ -17,7 +17,8 @@
   is cut back to the length recorded in the checkpoint, and the input is replayed from the
   offsets recorded with it, so rows written after the checkpoint are replaced, not duplicated.
 * **Signals.** SIGINT / SIGTERM: finish the batch, checkpoint, exit 0. SIGHUP: reload the rules
-  (as ``--watch-rules`` does when the file's modification time changes).
+  (as ``--watch-rules`` does when the rule file's modification time changes, or the content of a
+  search rule's ``queries_file``).
 
 See docs/reliability.md for what is and is not guaranteed.
 """
@@ -42,6 +43,7 @@ import orjson
 from cep.engine import Engine, ReloadReport, StateLimits, late_warning
 from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
 from patterns.errors import CepError, RuleErrors, count_noun
+from patterns.files import command_line_roots
 
 __all__ = [
     "DurableConfig",
@@ -88,13 +90,14 @@ class DurableConfig:
     batch_lines: int = 8192  # input lines per batch (part of the state: fixed for its life)
     checkpoint_every: int = 100_000  # input lines between checkpoints
     checkpoint_seconds: float = 30.0  # seconds between checkpoints (checked between batches)
-    watch_rules: bool = False  # reload the rules when the file's modification time changes
+    watch_rules: bool = False  # reload when the rule file or the content of a rule's queries_file changes
     poll_seconds: float = 0.2  # --follow: pause between looks for new data
     finish: bool = False  # the input ends here: final watermark, then the state is closed
     max_line_bytes: int = MAX_LINE_BYTES  # a longer line is a bad line, never held whole
     limits: StateLimits = field(default_factory=StateLimits)
     quiet: bool = False  # no summary on stderr
     overwrite: bool = False  # a fresh state may cut output files that already hold rows
+    queries_roots: tuple[str, ...] | None = None  # folders a queries_file may be in besides the rule file's (None: $CEP_QUERIES_ROOTS)
 
 
 # ------------------------------------------------------------------ output rows
@@ -431,11 +434,7 @@ class _Run:
         self.lock = _lock(cfg.state)
         ck = read_checkpoint(cfg.state)
         outputs = self._outputs()
-        try:
-            rules_now: str | None = Path(cfg.rules).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            rules_now = None
-            rules_err = str(e)
+        rules_now, rules_err = self._read_rules()
         if ck is None:
             for flag, path in outputs.items():
                 size = os.path.getsize(path) if os.path.isfile(path) else 0
@@ -445,12 +444,12 @@ class _Run:
                              "the file away, choose another file, or pass --overwrite")
                     return EXIT_USAGE
             if rules_now is None:
-                self.log(f"cannot read the rule file {cfg.rules}: {rules_err}")
+                self.log(rules_err)
                 return EXIT_USAGE
             from patterns.rules import parse_rules
 
             try:
-                ruleset = parse_rules(rules_now, cfg.rules)
+                ruleset = parse_rules(rules_now, cfg.rules, queries_roots=cfg.queries_roots)
             except RuleErrors as e:
                 print(str(e), file=self.err)
                 return EXIT_USAGE
@@ -469,6 +468,7 @@ class _Run:
                 "fallback_ids": {},
                 "finished": False,
                 "limits": _limits_meta(cfg.limits),
+                "queries_files": _queries_files(ruleset),
             }
             self.resumed = False
         else:
@@ -476,7 +476,8 @@ class _Run:
             self._check_same(outputs)
             from patterns.rules import parse_rules
 
-            self.engine = Engine(parse_rules(self.meta["rules_text"], self.meta["rules_path"]))
+            ruleset = parse_rules(self.meta["rules_text"], self.meta["rules_path"], queries_roots=cfg.queries_roots)
+            self.engine = Engine(ruleset)
             self.engine.restore(ck.snapshot)
             self.resumed = True
         self.engine.set_row_ids(True)
@@ -486,11 +487,17 @@ class _Run:
                                 cfg.max_line_bytes, self.err)
         self.rules_sig = _sig(cfg.rules)
         self.rejected: str | None = None
+        self._watch_queries(ruleset)
         if self.resumed:
             done = self.meta["lines"]
             self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
+            before = self.meta.get("queries_files", {})
+            for path, sha in self.queries_seen.items():
+                if path in before and before[path] != sha:
+                    self.log(f"the queries file {path} changed since the checkpoint; its new content runs")
+            self.meta["queries_files"] = dict(self.queries_seen)
             if rules_now is None:
-                self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
+                self.log(f"{rules_err}; running the rules of the checkpoint")
             elif rules_now != self.meta["rules_text"]:
                 self.reload(rules_now, "the rule file changed since the checkpoint")
         return None
@@ -552,30 +559,75 @@ class _Run:
         if "errors" in self.sinks:
             self.sinks["errors"].write(res.errors)
 
-    def reload(self, text: str | None, why: str) -> None:
+    def _read_rules(self) -> tuple[str | None, str]:
+        """The rule file's text (bounded: patterns.rules.read_rule_file), or None and why not."""
+        from patterns.rules import read_rule_file
+
+        try:
+            return read_rule_file(self.cfg.rules), ""
+        except RuleErrors as e:
+            return None, e.errors[0].message
+
+    def _watch_queries(self, ruleset: Any) -> None:
+        """Remember the queries files of ``ruleset``'s search rules: path -> content hash as loaded."""
+        self.queries_seen: dict[str, str | None] = _queries_files(ruleset)
+        self.queries_sig = {p: _sig(p) for p in self.queries_seen}
+
+    def _queries_changed(self, quick: bool) -> list[str]:
+        """Queries files whose content differs from what was last loaded or refused.
+
+        ``quick``: look at the content only when the modification time, size or inode changed.
+        """
+        changed = []
+        for path, seen in self.queries_seen.items():
+            if quick:
+                sig = _sig(path)
+                if sig == self.queries_sig.get(path):
+                    continue
+                self.queries_sig[path] = sig
+            if _content_sha(path) != seen:
+                changed.append(path)
+        return changed
+
+    def reload(self, text: str | None, why: str, queries: list[str] | None = None) -> None:
+        """Reload the rules from ``text`` (None: the rule file) when it or a queries file changed.
+
+        ``queries`` names queries files known to have changed: the rules in force are read
+        again with their new content, even when the rule file is unchanged.
+        """
         from patterns.rules import parse_rules
 
         if text is None:
-            try:
-                text = Path(self.cfg.rules).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                self.log(f"rules not reloaded ({why}): cannot read {self.cfg.rules}: {e}; the old rules keep running")
+            text, problem = self._read_rules()
+            if text is None:
+                self.log(f"rules not reloaded ({why}): {problem}; the old rules keep running")
                 return
-        if text == self.meta["rules_text"] or text == self.rejected:
-            return
+        if queries is None and (text == self.meta["rules_text"] or text == self.rejected):
+            # the rule file brings nothing new (or was refused as it is): its queries files may
+            queries = self._queries_changed(quick=False)
+            if not queries:
+                return
+            text = self.meta["rules_text"]  # the rules in force, with the queries' new content
+            why = f"{why}: {_queries_why(queries)}"
         try:
-            ruleset = parse_rules(text, self.cfg.rules)
+            ruleset = parse_rules(text, self.cfg.rules, queries_roots=self.cfg.queries_roots)
         except RuleErrors as e:
             report = ReloadReport(False, errors=[x.format() for x in e.errors])
         else:
             report = self.engine.reload(ruleset)
         self.log(f"{why}: {report.summary()}")
         if not report.accepted:
-            self.rejected = text
+            if text != self.meta["rules_text"]:
+                self.rejected = text
+            for path in queries or ():  # a refused queries file is not tried again until it changes
+                self.queries_seen[path] = _content_sha(path)
             return
-        self.rejected = None
+        if text != self.meta["rules_text"]:
+            self.rejected = None  # a new rule text runs; a refused one stays refused
         self.meta["rules_text"] = text
         self.meta["rules_path"] = self.rules_path
+        self._watch_queries(ruleset)
+        self.meta["queries_files"] = dict(self.queries_seen)
         self.checkpoint()
 
     def loop(self) -> int:
@@ -603,6 +655,9 @@ class _Run:
                 if sig != self.rules_sig:
                     self.rules_sig = sig
                     self.reload(None, "the rule file changed")
+                changed = self._queries_changed(quick=True)
+                if changed:
+                    self.reload(self.meta["rules_text"], _queries_why(changed), changed)
             got = self.source.next_batch(force=idle)
             if got is None:
                 if not cfg.follow:
@@ -670,6 +725,30 @@ class _Run:
 
 def _limits_meta(limits: StateLimits) -> dict[str, int | None]:
     return {k: getattr(limits, k) for k in ("idle_state_ttl_ms", "max_partial_matches_total", "max_buffered_events")}
+
+
+def _queries_files(ruleset: Any) -> dict[str, str | None]:
+    """Every search rule's queries file (absolute, links resolved) -> SHA-256 of the content it was built from."""
+    out: dict[str, str | None] = {}
+    for r in ruleset:
+        path = getattr(r.spec, "queries_file", None)
+        if path:
+            out[path] = getattr(r.spec, "queries_sha256", None)
+    return out
+
+
+def _queries_why(paths: list[str]) -> str:
+    return "the queries file " + ", ".join(paths) + " changed"
+
+
+def _content_sha(path: str) -> str | None:
+    """SHA-256 of a queries file's bytes, read as a search rule reads it; None when it cannot be read."""
+    from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, read_limited
+
+    try:
+        return hashlib.sha256(read_limited(path, MAX_QUERIES_FILE_BYTES, "queries file", "")).hexdigest()
+    except (OSError, FileRefused):
+        return None
 
 
 def _sig(path: str) -> tuple[int, int, int] | None:
@@ -753,6 +832,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
         limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),
+        queries_roots=command_line_roots(getattr(args, "queries_root", None)),
     )
 
 

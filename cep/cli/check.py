@@ -11,12 +11,14 @@ __all__ = ["cmd_check"]
 
 
 def cmd_check(args) -> int:
+    from patterns.files import command_line_roots
     from patterns.rules import load_rules
 
+    roots = command_line_roots(getattr(args, "queries_root", None))
     status = EXIT_OK
     for path in args.rules:
         try:
-            rs = load_rules(path)
+            rs = load_rules(path, queries_roots=roots)
         except RuleErrors as e:
             n = len(e.errors)
             print(str(e), file=sys.stderr)

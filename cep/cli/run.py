@@ -27,8 +27,10 @@ def cmd_run(args) -> int:
             print(f"cep run: {cfg}", file=sys.stderr)
             return EXIT_USAGE
         return durable.run_durable(cfg)
+    from patterns.files import command_line_roots
+
     try:
-        rules = load_rules(args.rules)
+        rules = load_rules(args.rules, queries_roots=command_line_roots(getattr(args, "queries_root", None)))
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE

@@ -35,6 +35,9 @@ BLOCK = "_cep_block"  # the offset of the row's file block
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
+    p.add_argument("--queries-root", action="append", metavar="DIR",
+                   help="a folder whose files a search rule's queries_file may name, besides the rule file's "
+                   "own folder and those in $CEP_QUERIES_ROOTS (repeat for several; docs/reliability.md)")
     p.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
                    help="input path (a directory of files, a file or a glob; for Kafka, leave it out); repeat "
                    "as NAME=PATH for several named streams, as for 'cep run': every row carries 'stream': NAME "
@@ -261,10 +264,11 @@ def run(args: Any) -> int:
               "replace it or --mode append to add to it", file=sys.stderr)
         return EXIT_USAGE
     from patterns.errors import CepError, RuleErrors
+    from patterns.files import command_line_roots
     from patterns.rules import load_rules
 
     try:
-        rules = load_rules(args.rules)
+        rules = load_rules(args.rules, queries_roots=command_line_roots(args.queries_root))
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE

@@ -234,7 +234,7 @@ def test_queries_file_problems_as_a_whole(tmp_path: Path) -> None:
     (tmp_path / "q.jsonl").unlink()
     (tmp_path / "q.jsonl").mkdir()
     (err,) = errors_of(rules.read_text(), str(rules))
-    assert err.message.startswith(f"rule 's': cannot read queries file {tmp_path / 'q.jsonl'}: ")
+    assert err.message == f"rule 's': queries file {tmp_path / 'q.jsonl'} is a directory, not a regular file"
     (tmp_path / "q.jsonl").rmdir()
     (tmp_path / "q.jsonl").write_text("x\n" * (MAX_FILE_ERRORS + 10))
     errs = errors_of(rules.read_text(), str(rules))
