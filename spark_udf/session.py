@@ -127,7 +127,7 @@ def local_session(
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     sc = spark.sparkContext
     if ship_engine is None:
-        ship_engine = not is_local_master(sc.master)
+        ship_engine = not is_local_master(sc.master or master)
     if ship_engine and ENGINE_ZIP_NAME not in (getattr(sc, "_python_includes", None) or []):
         sc.addPyFile(str(engine_zip(private_dir())))
     return spark

@@ -68,7 +68,7 @@ def _log_entries(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             entry = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise SinkLogError(f"{str(path)!r} line {n}: not JSON ({e.msg}): {line[:80]!r}") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise SinkLogError(f"{str(path)!r} line {n}: expected an object with a 'path', found {line[:80]!r}")
@@ -145,7 +145,7 @@ def committed_files(output: str | os.PathLike[str]) -> list[Path]:
                                "job that wrote it did not finish (run a backfill again with --mode overwrite)")
         raise NotASinkError(f"{str(root)!r} is not the output of 'cep spark run' or 'cep spark backfill' (no "
                             "_spark_metadata log, no _SUCCESS)")
-    files = []
+    files: list[Path] = []
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not _hidden(d))
         files.extend(Path(folder) / n for n in sorted(names) if not _hidden(n) and not n.endswith(".crc"))

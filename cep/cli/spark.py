@@ -329,7 +329,7 @@ def run(args: Any) -> int:
         print(f"cep spark backfill: --output {args.output!r} already exists; pass --mode overwrite to "
               "replace it or --mode append to add to it", file=sys.stderr)
         return EXIT_USAGE
-    from patterns.errors import CepError, RuleErrors
+    from patterns.errors import RuleErrors
     from patterns.rules import load_rules
 
     try:
@@ -359,28 +359,53 @@ def run(args: Any) -> int:
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     try:
-        from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
+        from pyspark import SparkContext
+
         from spark_udf.session import DEFAULT_SHUFFLE_PARTITIONS, local_session
 
+        ours = SparkContext._active_spark_context is None  # a session this command starts, it stops
         spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
                               packages=args.packages, conf=conf, ship_engine=args.ship_engine,
                               verbose=args.verbose)
     except Exception as e:  # noqa: BLE001 - a JVM that does not start, a refused setting
         return _fail(cmd, "starting Spark", e, args.verbose)
     clock.lap("Spark start")
+    try:
+        status, summary = _job(cmd, args, spark, rules, inputs, trigger, clock)
+    finally:
+        if ours:  # inside the time the summary reports: on a cluster, releasing the executors takes a while
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - a JVM that is already gone
+                pass
+    if summary is not None and not args.quiet:
+        if ours:
+            clock.lap("Spark stop")
+        head, lines = summary
+        print(f"cep spark {cmd}: {head} in {clock.summary()} -> {args.output}", file=sys.stderr)
+        for line in lines:
+            print(line, file=sys.stderr)
+    return status
+
+
+def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | None, str]], trigger: str | None,
+         clock: _Clock) -> tuple[int, tuple[str, list[str]] | None]:
+    """Plan and run the job on ``spark``: the exit code, and the summary (None after a failure)."""
+    from patterns.errors import CepError
+    from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
+
     frames: dict[str, Any] = {}
-    planning = "planning and arrival-order pass" if cmd == "backfill" else "planning"
     try:
         for name, path in inputs:
             frame, source_col = _read(spark, args, streaming=(cmd == "run"), path=path)
             frames[name or ""] = frame
     except ValueError as e:
         if _from_spark(e):
-            return _fail(cmd, "reading the input", e, args.verbose)
+            return _fail(cmd, "reading the input", e, args.verbose), None
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE, None
     except Exception as e:  # noqa: BLE001 - a path Spark cannot find, a source it cannot load
-        return _fail(cmd, "reading the input", e, args.verbose)
+        return _fail(cmd, "reading the input", e, args.verbose), None
     try:
         source: Any = frame if len(inputs) == 1 and inputs[0][0] is None else frames
         arrival = (SOURCE, BLOCK) if cmd == "backfill" and source_col == SOURCE and args.format in FILE_FORMATS else ()
@@ -390,27 +415,21 @@ def run(args: Any) -> int:
     except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
         if isinstance(e, (ValueError, CepError)) and not _from_spark(e):
             print(f"cep spark {cmd}: {e}", file=sys.stderr)  # the rules or options do not fit the input
-            return EXIT_USAGE
+            return EXIT_USAGE, None
         what = "the arrival-order pass" if cmd == "backfill" else "planning the query"
-        return _fail(cmd, what, e, args.verbose)
-    clock.lap(planning)
+        return _fail(cmd, what, e, args.verbose), None
+    clock.lap("planning and arrival-order pass" if cmd == "backfill" else "planning")
     names = [r.name for r in rules]
     if cmd == "backfill":
         try:
             result.write(args.output, args.output_format, mode=args.mode)
             counts = result.counts()
         except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
-            return _fail(cmd, "the backfill job", e, args.verbose)
+            return _fail(cmd, "the backfill job", e, args.verbose), None
         clock.lap("job")
-        if not args.quiet:
-            print(
-                f"cep spark backfill: {counts['matches']:,} complex events, {counts['late']:,} late, "
-                f"{counts['errors']:,} errors in {clock.summary()} -> {args.output}",
-                file=sys.stderr,
-            )
-            for i, name in enumerate(names):
-                print(f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events", file=sys.stderr)
-        return EXIT_OK
+        head = (f"{counts['matches']:,} complex events, {counts['late']:,} late, {counts['errors']:,} errors")
+        lines = [f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events" for i, name in enumerate(names)]
+        return EXIT_OK, (head, lines)
 
     progress = ProgressCounts(names)
     query = None
@@ -436,18 +455,10 @@ def run(args: Any) -> int:
             except Exception:  # noqa: BLE001 - the counts of a query whose JVM is gone
                 pass
     clock.lap("streaming")
-    if not args.quiet:
-        t = progress.totals
-        print(
-            f"cep spark run: {t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, "
-            f"{t['input_rows']:,} input rows, "
-            f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors "
-            f"in {clock.summary()} -> {args.output}",
-            file=sys.stderr,
-        )
-        for name in names:
-            print(f"  {name}: {progress.per_rule[name]:,} complex events", file=sys.stderr)
-    return status
+    t = progress.totals
+    head = (f"{t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, {t['input_rows']:,} input rows, "
+            f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors")
+    return status, (head, [f"  {name}: {progress.per_rule[name]:,} complex events" for name in names])
 
 
 def main(argv: list[str] | None = None) -> int:
