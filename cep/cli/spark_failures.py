@@ -62,8 +62,8 @@ def _python_error(text: str) -> str | None:
             if nxt[:1].isspace() or not nxt.strip():
                 continue  # the frames and their source lines are indented
             m = _EXC_LINE.match(nxt.strip())
-            if m:
-                return nxt.strip()
+            if m:  # without the module path: PySparkRuntimeError, not pyspark.errors.exceptions.base.PySpark...
+                return re.sub(r"^(?:[a-z_]\w*\.)+(?=\w+:)", "", nxt.strip())
             break
     return None
 

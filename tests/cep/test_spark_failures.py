@@ -70,3 +70,23 @@ def test_check_master_takes_the_forms_spark_accepts() -> None:
     for bad in ("bogus", "local[x]", "spark:/a", "spark", "yarn-client", ""):
         assert check_master(bad) == (f"--master {bad!r}: expected local, local[N], local[*], spark://HOST:PORT, "
                                      "yarn or k8s://https://HOST:PORT"), bad
+
+
+def test_a_worker_of_another_python_version_or_one_that_crashed() -> None:
+    mismatch = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n  File \"w.py\", "
+                "line 1, in main\npyspark.errors.exceptions.base.PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Python "
+                "in worker has different version: 3.10 than that in driver: 3.11, PySpark cannot run with different "
+                "minor versions.")
+    assert describe_failure(RuntimeError(mismatch), "the backfill job") == (
+        "the backfill job failed: PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] "
+        "Python in worker has different version: 3.10 than that in driver: 3.11, PySpark cannot run with different "
+        "minor versions.; the executors' Python is another minor version than this driver's: point PYSPARK_PYTHON at "
+        "the same Python version on every executor")
+    crashed = ("An error occurred while calling o9.collectToPython.\n: org.apache.spark.SparkException: Job aborted due "
+               "to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 "
+               "(TID 3) (h executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly "
+               "(crashed)\n\tat org.apache.spark.api.python.BasePythonRunner")
+    assert describe_failure(RuntimeError(crashed), "the backfill job") == (
+        "the backfill job failed: SparkException: Python worker exited unexpectedly (crashed); a Python worker died "
+        "(often out of memory: raise spark.executor.memory or spark.executor.pyspark.memory, or raise --buckets so a "
+        "call holds fewer keys); rerun with --verbose for Spark's log")

@@ -42,6 +42,12 @@ def test_the_engine_zip_alone_gives_a_python_without_the_engine_every_package(tm
     assert shipped.stdout.strip() == str(z / "spark_udf" / "core.py")
 
 
+def test_a_package_that_cannot_be_found_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ModuleNotFoundError, match=r"cannot ship the engine to Spark: package 'no_such_pkg' is not "
+                       r"importable here"):
+        engine_zip(tmp_path, ("no_such_pkg",))
+
+
 def test_private_files_are_private_and_removed_at_exit(tmp_path: Path) -> None:
     """The log configuration lives in a fresh 0700 folder, not a fixed name in the shared temp folder."""
     temp = tmp_path / "tmp"
