@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -80,8 +81,11 @@ def test_a_command_run_without_activation_starts_its_own_python_for_the_workers(
     (temp / "cep-spark-log4j2.properties").mkdir(parents=True)
     env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": f"{shim}:/usr/bin:/bin", "TMPDIR": str(temp),
            "PYTHONPATH": str(REPO)}
+    java = shutil.which("java")
     if os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    elif java:  # a java found on PATH only: keep it without the rest of PATH
+        env["JAVA_HOME"] = str(Path(java).resolve().parents[1])
     out = tmp_path / "bf"
     done = subprocess.run([sys.executable, "-m", "cep.cli", "spark", "backfill", str(RULES), "--input", str(BARS),
                            "--output", str(out), "--master", "local[1]", "--shuffle-partitions", "2",
