@@ -345,17 +345,16 @@ def run(args: Any) -> int:
         bad_master = check_master(args.master)
         if bad_master:
             raise ValueError(bad_master)
-        if args.format.lower() in FILE_FORMATS:
+        for flag, value in (("--buckets", args.buckets), ("--search-buckets", args.search_buckets)):
+            if value < 1:
+                raise ValueError(f"{flag} must be at least 1, found {value}")
+        if args.format.lower() in FILE_FORMATS:  # the options first, then the file system
             for _, path in inputs:
                 if _missing_input(path):
                     raise ValueError(f"--input {path!r} does not exist")
     except ValueError as e:
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    for flag, value in (("--buckets", args.buckets), ("--search-buckets", args.search_buckets)):
-        if value < 1:
-            print(f"cep spark {cmd}: {flag} must be at least 1, found {value}", file=sys.stderr)
-            return EXIT_USAGE
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     try:
