@@ -15,7 +15,7 @@ __all__ = ["cmd_run"]
 
 
 def cmd_run(args) -> int:
-    from cep.engine import Engine, late_warning
+    from cep.engine import Engine, late_warning, with_time_unit
     from cep.events import STDIN
     from patterns.rules import load_rules
 
@@ -28,7 +28,7 @@ def cmd_run(args) -> int:
             return EXIT_USAGE
         return durable.run_durable(cfg)
     try:
-        rules = load_rules(args.rules)
+        rules = with_time_unit(load_rules(args.rules), args.time_unit)
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
@@ -76,6 +76,8 @@ def cmd_run(args) -> int:
 
     def sink(res) -> None:
         nonlocal n_late, n_err
+        for w in res.warnings:  # even with --quiet: the answer is likely wrong
+            print(f"cep run: {w}", file=sys.stderr, flush=True)
         out.write(res.matches)
         n_late += len(res.late)
         n_err += len(res.errors)
