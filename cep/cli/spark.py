@@ -307,6 +307,10 @@ def run(args: Any) -> int:
     names = [r.name for r in rules]
     started = time.monotonic()
     if cmd == "backfill":
+        from spark_udf.api import time_unit_warnings
+
+        for w in time_unit_warnings(source, rules):  # the first rows only: one small job, even with --quiet
+            print(f"cep spark backfill: {w}", file=sys.stderr)
         try:
             result.write(args.output, args.output_format, mode=args.mode)
             counts = result.counts()
