@@ -742,7 +742,7 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
     if values.dtype.kind == "f":
         out, ok = _scale_floats(values, unit)
         for i in np.flatnonzero(~ok):
-            reasons[i] = f"{values[i]!r} is not a finite epoch-{noun} time"
+            reasons[i] = f"{values[i].item()!r} is not a finite epoch-{noun} time"
         return out, ok, reasons
     if values.dtype.kind == "M":
         ms_obj = datetime64_to_ms(values)
