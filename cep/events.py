@@ -752,6 +752,7 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
             reasons[i] = "missing (NaT)"
         return out, ok, reasons
     str_idx: list[int] = []
+    mul, div = _SCALE[unit]
     for i, v in enumerate(values.tolist()):
         if isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
             ms_v = _datetime_ms(v)
@@ -763,16 +764,16 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
         elif isinstance(v, bool) or v is None:
             reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
         elif isinstance(v, int):
-            got = _int_ms(v, unit)
-            if got is not None:
-                out[i] = got
+            ms_i = v if mul == div else v * mul // div
+            if -_MS_LIMIT < ms_i < _MS_LIMIT:
+                out[i] = ms_i
                 ok[i] = True
             else:
                 reasons[i] = f"{v!r} is out of range for epoch {words}"
         elif isinstance(v, float):
-            got_f, fits = _scale_floats(np.array([v]), unit)
-            if fits[0]:
-                out[i] = got_f[0]
+            x = v if mul == div else v * mul / div
+            if math.isfinite(x) and abs(x) < _MS_LIMIT:
+                out[i] = int(x) if mul == div else math.floor(np.round(x, 3))  # as _scale_floats
                 ok[i] = True
             else:
                 reasons[i] = f"{v!r} is not a finite epoch-{noun} time"
