@@ -299,7 +299,7 @@ def time_unit_warnings(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSe
     field, once, before the backfill runs (never per batch). A stream has no first rows on the
     driver: it is not looked at (an empty list); check a sample with ``cep run`` or a backfill.
     """
-    from cep.events import batch_from_pandas
+    from cep.events import batch_from_records
 
     frames = [frame] if isinstance(frame, DataFrame) else list(frame.values())
     if not frames or any(f.isStreaming for f in frames):
@@ -316,7 +316,8 @@ def time_unit_warnings(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSe
         for f in frames:
             if tf not in f.columns or isinstance(f.schema[tf].dataType, (T.TimestampType, T.TimestampNTZType, T.DateType)):
                 continue
-            hint = unit_hint(batch_from_pandas(f.select(F.col(_q(tf))).limit(sample).toPandas()), tf, unit)
+            first = [{tf: row[0]} for row in f.select(F.col(_q(tf))).limit(sample).collect()]
+            hint = unit_hint(batch_from_records(first), tf, unit)
             if hint is not None:
                 out.append(hint.message(names))
                 break
