@@ -94,7 +94,7 @@ class EventBatch:
     def take(self, idx: np.ndarray) -> EventBatch:
         """The rows at ``idx``, keeping their line numbers (bad lines stay with this batch)."""
         lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
-        conv = {k: m if m is True else m[idx] for k, m in self.epoch_ms.items()}
+        conv = {k: m[idx] if isinstance(m, np.ndarray) else m for k, m in self.epoch_ms.items()}
         return EventBatch({k: c[idx] for k, c in self.columns.items()}, len(idx), lines, self.source, epoch_ms=conv)
 
 
@@ -628,8 +628,8 @@ def parse_times(
             idx = np.flatnonzero(converted)
             ms2, ok2, why2 = _parse_times_unbounded(values[idx], "ms")
             out[idx], ok[idx] = ms2, ok2
-            for j, i in enumerate(idx.tolist()):
-                reasons[i] = why2[j]
+            for j, row in enumerate(idx.tolist()):
+                reasons[row] = why2[j]
     bad = ok & ((out < MIN_EVENT_TIME_MS) | (out >= MAX_EVENT_TIME_MS))
     for i in np.flatnonzero(bad):
         v = _short(values[i].item() if isinstance(values[i], np.generic) else values[i])
@@ -642,13 +642,13 @@ def parse_times(
     if now_ms is not None and max_future_skew_ms is not None:
         ahead = ok & (out > now_ms + max_future_skew_ms)
         if ahead.any():
-            for i in np.flatnonzero(ahead):
-                reasons[i] = future_reason(values[i], int(out[i]), now_ms, max_future_skew_ms)
+            for a in np.flatnonzero(ahead).tolist():
+                reasons[a] = _future_reason(values[a], int(out[a]), now_ms, max_future_skew_ms)
             ok = ok & ~ahead
     return out, ok, reasons
 
 
-def future_reason(value: Any, ms: int, now_ms: int, skew_ms: int) -> str:
+def _future_reason(value: Any, ms: int, now_ms: int, skew_ms: int) -> str:
     """Why an event time ahead of the clock is refused, and what to do about it."""
     v = _short(value.item() if isinstance(value, np.generic) else value)
     return (f"event time in the future: {v} ({format_time(ms)}) is more than {format_duration(skew_ms)} ahead of the clock "

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import DEFAULT_MAX_FUTURE_SKEW_MS, Clock, EventBatch, UnitHint, event_times, format_time, unit_hint
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    format_time,
+    unit_hint,
+)
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.seen import SeenFilter, key_hashes

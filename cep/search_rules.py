@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import DEFAULT_MAX_FUTURE_SKEW_MS, Clock, EventBatch, UnitHint, event_times, to_batch, unit_hint
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    to_batch,
+    unit_hint,
+)
 from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, late_row
 from cep.percolator import Percolator, PercolatorConfig
 from patterns.search_rules import ROW_FIELDS, STREAM_FIELD, SearchSpec

@@ -31,7 +31,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from cep.events import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, Clock, FixedClock, unit_hint, wall_clock_ms
+from cep.events import (
+    MAX_EVENT_TIME_MS,
+    MIN_EVENT_TIME_MS,
+    Clock,
+    FixedClock,
+    unit_hint,
+    wall_clock_ms,
+)
 from patterns.errors import CepError
 from patterns.rules import Rule, RuleSet, load_rules
 from spark_udf.core import (
@@ -52,7 +59,14 @@ from spark_udf.core import (
 )
 from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
 from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
-from spark_udf.schema import INTEGRAL, NUMERIC, PROBLEM_FIELDS, RESERVED_PREFIX, TIME_TYPES, Envelope
+from spark_udf.schema import (
+    INTEGRAL,
+    NUMERIC,
+    PROBLEM_FIELDS,
+    RESERVED_PREFIX,
+    TIME_TYPES,
+    Envelope,
+)
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
 
 __all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings"]

@@ -30,7 +30,14 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from cep.events import DEFAULT_MAX_FUTURE_SKEW_MS, Clock, EventBatch, batch_from_pandas, event_times, parse_times
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    batch_from_pandas,
+    event_times,
+    parse_times,
+)
 from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
 from patterns.search_rules import STREAM_FIELD
 from spark_udf.keyed import KEYED_KINDS, KeyedOperator

@@ -11,7 +11,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from spark_udf.core import PRIOR_COL, SEQ_COL, TimeReading, annotate_arrival, arrival_plan, segment_maxima
+from spark_udf.core import (
+    PRIOR_COL,
+    SEQ_COL,
+    TimeReading,
+    annotate_arrival,
+    arrival_plan,
+    segment_maxima,
+)
 from spark_udf.schema import Envelope
 
 __all__ = ["types_by_name", "envelope_schema", "arrival_watermarks"]

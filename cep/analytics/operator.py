@@ -19,7 +19,15 @@ from cep.analytics.panes import _PaneWindows
 from cep.analytics.partials import _Partial
 from cep.analytics.session import _SessionWindows
 from cep.analytics.slide import _SlideWindows
-from cep.events import DEFAULT_MAX_FUTURE_SKEW_MS, Clock, EventBatch, UnitHint, event_times, to_batch, unit_hint
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    to_batch,
+    unit_hint,
+)
 from cep.expressions import ColumnarUnsupported, _compile_common, compile_columnar, truthy
 from cep.operator import (
     OperatorCounts,

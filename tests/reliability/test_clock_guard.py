@@ -23,7 +23,6 @@ from cep.engine import Engine
 from cep.events import FixedClock, batch_from_records, event_times, parse_times
 from patterns.errors import RuleErrors
 from patterns.rules import load_rules, parse_rules
-from tests.spark_udf.conftest import spark  # noqa: F401 - the shared session, for the Spark tests here
 
 REPO = Path(__file__).resolve().parents[2]
 BARS = REPO / "rules" / "data" / "sp500_daily_2017_sample.jsonl"

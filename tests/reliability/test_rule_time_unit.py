@@ -28,7 +28,6 @@ from cep.engine import Engine, with_time_unit
 from cep.events import batch_from_records, parse_times, read_events, unit_hint
 from patterns.errors import RuleErrors
 from patterns.rules import load_rules, parse_rules
-from tests.spark_udf.conftest import spark  # noqa: F401 - the shared session, for the Spark tests here
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "rules" / "data" / "nasa_http_sample.jsonl"  # times in epoch ms
@@ -155,6 +154,13 @@ def test_merged_inputs_of_timestamps_and_seconds_keep_their_time_order(tmp_path:
 
 
 # ------------------------------------------------------------------ rule files and the command line
+
+
+def test_an_unknown_unit_in_the_api_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"^unknown time unit 'min'; expected one of s, ms, us, ns$"):
+        parse_times(np.array([1]), "min")
+    with pytest.raises(ValueError, match=r"^unknown time unit 'min'; expected one of s, ms, us, ns$"):
+        with_time_unit(load_rules(WEBLOGS), "min")
 
 
 def test_time_unit_in_a_rule_file() -> None:
