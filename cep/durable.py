@@ -40,7 +40,7 @@ from typing import Any, Iterable, TextIO
 import numpy as np
 import orjson
 
-from cep.engine import Engine, ReloadReport, StateLimits, late_warning
+from cep.engine import Engine, ReloadReport, StateLimits, late_warning, with_time_unit
 from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
 from patterns.errors import CepError, RuleErrors, count_noun
 from patterns.files import command_line_roots
@@ -98,6 +98,7 @@ class DurableConfig:
     quiet: bool = False  # no summary on stderr
     overwrite: bool = False  # a fresh state may cut output files that already hold rows
     queries_roots: tuple[str, ...] | None = None  # folders a queries_file may be in besides the rule file's (None: $CEP_QUERIES_ROOTS)
+    time_unit: str | None = None  # --time-unit: every rule's unit of numeric event times (None: the rules')
 
 
 # ------------------------------------------------------------------ output rows
@@ -453,7 +454,7 @@ class _Run:
             except RuleErrors as e:
                 print(str(e), file=self.err)
                 return EXIT_USAGE
-            self.engine = Engine(ruleset, streams=[cfg.stream] if cfg.stream else None)
+            self.engine = Engine(with_time_unit(ruleset, cfg.time_unit), streams=[cfg.stream] if cfg.stream else None)
             self.meta: dict[str, Any] = {
                 "input": os.path.abspath(cfg.input),
                 "stream": cfg.stream,
@@ -469,6 +470,7 @@ class _Run:
                 "finished": False,
                 "limits": _limits_meta(cfg.limits),
                 "queries_files": _queries_files(ruleset),
+                "time_unit": cfg.time_unit,
             }
             self.resumed = False
         else:
@@ -477,7 +479,7 @@ class _Run:
             from patterns.rules import parse_rules
 
             ruleset = parse_rules(self.meta["rules_text"], self.meta["rules_path"], queries_roots=cfg.queries_roots)
-            self.engine = Engine(ruleset)
+            self.engine = Engine(with_time_unit(ruleset, cfg.time_unit))
             self.engine.restore(ck.snapshot)
             self.resumed = True
         self.engine.set_row_ids(True)
@@ -528,6 +530,13 @@ class _Run:
                 f"{_limits_meta(self.cfg.limits)} (they decide which rows are emitted); pass the same "
                 "--idle-state-ttl / --max-partial-matches-total / --max-buffered-events or a new --state"
             )
+        if m.get("time_unit") != self.cfg.time_unit:
+            def unit(u: str | None) -> str:
+                return f"--time-unit {u}" if u else "no --time-unit"
+            raise StateMismatch(
+                f"state {self.cfg.state!r} was written with {unit(m.get('time_unit'))}, this run asks for "
+                f"{unit(self.cfg.time_unit)} (it decides every event's time); pass the same or a new --state"
+            )
         if m.get("stream") != self.cfg.stream:
             raise StateMismatch(
                 f"state {self.cfg.state!r} names its stream {m.get('stream')!r}, this run {self.cfg.stream!r}"
@@ -544,6 +553,8 @@ class _Run:
         self.last_ck = time.monotonic()
 
     def emit(self, res: Any) -> None:
+        for w in res.warnings:  # even with --quiet: the answer is likely wrong
+            self.log(w)
         fb = self.meta["fallback_ids"]
         for row in res.matches:
             if "_id" not in row:  # rule kinds without their own ids: rule and row number
@@ -614,7 +625,7 @@ class _Run:
         except RuleErrors as e:
             report = ReloadReport(False, errors=[x.format() for x in e.errors])
         else:
-            report = self.engine.reload(ruleset)
+            report = self.engine.reload(with_time_unit(ruleset, self.cfg.time_unit))
         self.log(f"{why}: {report.summary()}")
         if not report.accepted:
             if text != self.meta["rules_text"]:
@@ -833,6 +844,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
         limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),
         queries_roots=command_line_roots(getattr(args, "queries_root", None)),
+        time_unit=getattr(args, "time_unit", None),
     )
 
 

@@ -6,6 +6,8 @@ A YAML rule file::
       - name: v_shape                # unique; names every output row
         description: free text
         lateness: 5 minutes          # allowed lateness (default 0)
+        time_unit: s                 # numeric event times are epoch seconds (default ms)
+        max_future_skew: 1 day       # later than the clock by more: an error (default; none: off)
         max_partial_matches: 10000   # per key and attempt; more are dropped and counted
         sql: |
           SELECT * FROM bars MATCH_RECOGNIZE ( ... )
@@ -38,6 +40,7 @@ from patterns.match_recognize import parse_interval_ms, parse_statement
 __all__ = [
     "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "read_rule_file", "construct",
     "RULE_KEYS", "RULE_KINDS", "MAX_RULE_FILE_BYTES", "MAX_ALIAS_EXPANSION", "MAX_YAML_DEPTH",
+    "TIME_UNITS", "DEFAULT_MAX_FUTURE_SKEW_MS",
 ]
 
 #: What the aliases of one rule file may stand for in all, counted as characters of YAML: each
@@ -54,6 +57,8 @@ COMMON_KEYS = {
     "kind": "pattern (the default), analytics or search",
     "description": "free text",
     "lateness": "allowed lateness: milliseconds or text such as '5 minutes' (default 0)",
+    "time_unit": "unit of numeric event times: s, ms (the default), us or ns",
+    "max_future_skew": "how far an event time may be ahead of the wall clock (default 1 day; none: no limit)",
     "enabled": "false to keep a rule in the file without running it",
 }
 PATTERN_KEYS = {
@@ -62,6 +67,13 @@ PATTERN_KEYS = {
     "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
 }
 RULE_KEYS = {**COMMON_KEYS, **PATTERN_KEYS}
+
+TIME_UNITS = ("s", "ms", "us", "ns")
+"""Units of numeric event times (a rule's ``time_unit``): epoch seconds, milliseconds (the
+default), microseconds or nanoseconds. ISO-8601 strings, dates and datetimes carry their own."""
+
+DEFAULT_MAX_FUTURE_SKEW_MS = 86_400_000
+"""How far (ms) an event time may run ahead of the wall clock before it is refused (one day)."""
 
 # kind -> module that defines KEYS (dict of key -> description) and parse(src: RuleSource)
 RULE_KINDS = {"pattern": "patterns.rules", "analytics": "patterns.analytics", "search": "patterns.search_rules"}
@@ -163,6 +175,8 @@ class Rule:
     description: str = ""
     kind: str = "pattern"
     spec: Any = None  # the compiled form of a non-pattern rule (analytics, search)
+    time_unit: str = "ms"  # unit of numeric event times (numbers and numeric strings)
+    max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS  # None: no future guard
 
     @property
     def stream(self) -> str:
@@ -217,6 +231,33 @@ def _ms(value: Any, what: str) -> int:
                 f"{what}: cannot read {value!r} as an interval; write milliseconds or text such as '5 minutes'"
             ) from None
     raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {short_repr(value)}")
+
+
+def _event_time_options(src: RuleSource, opts: dict[str, Any]) -> list[SourceError]:
+    """``time_unit`` and ``max_future_skew`` of one rule into ``opts``; the errors of bad values."""
+    errors: list[SourceError] = []
+    py, name = src.data, src.name
+    if "time_unit" in py:
+        unit = py["time_unit"]
+        if unit in TIME_UNITS:
+            opts["time_unit"] = unit
+        else:
+            errors.append(src.error(
+                f"rule {name!r}: time_unit must be one of {', '.join(TIME_UNITS)} (the unit of numeric event "
+                f"times: epoch seconds, milliseconds, microseconds, nanoseconds), found {unit!r}", "time_unit"))
+    if "max_future_skew" in py:
+        skew = py["max_future_skew"]
+        if isinstance(skew, str) and skew.strip().lower() == "none":
+            opts["max_future_skew_ms"] = None
+        else:
+            try:
+                if skew is None:
+                    raise ValueError(f"rule {name!r}: max_future_skew is empty; write an interval such as "
+                                     "'1 day', or none to accept event times however far ahead of the clock")
+                opts["max_future_skew_ms"] = _ms(skew, f"rule {name!r}: max_future_skew")
+            except ValueError as e:
+                errors.append(src.error(str(e), "max_future_skew"))
+    return errors
 
 
 class _Refused(yaml.YAMLError):
@@ -434,6 +475,7 @@ def parse_rules(text: str, file: str | None = None, *,
                 opts["lateness_ms"] = _ms(py["lateness"], f"rule {name!r}: lateness")
             except ValueError as e:
                 errors.append(src.error(str(e), "lateness"))
+        errors.extend(_event_time_options(src, opts))
         result, errs = parse_kind(src)
         errors.extend(errs)
         if result is None or errs:

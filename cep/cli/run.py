@@ -15,7 +15,7 @@ __all__ = ["cmd_run"]
 
 
 def cmd_run(args) -> int:
-    from cep.engine import Engine, late_warning
+    from cep.engine import Engine, late_warning, with_time_unit
     from cep.events import STDIN
     from patterns.rules import load_rules
 
@@ -30,7 +30,8 @@ def cmd_run(args) -> int:
     from patterns.files import command_line_roots
 
     try:
-        rules = load_rules(args.rules, queries_roots=command_line_roots(getattr(args, "queries_root", None)))
+        rules = with_time_unit(load_rules(args.rules, queries_roots=command_line_roots(getattr(args, "queries_root", None))),
+                               args.time_unit)
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
@@ -78,6 +79,8 @@ def cmd_run(args) -> int:
 
     def sink(res) -> None:
         nonlocal n_late, n_err
+        for w in res.warnings:  # even with --quiet: the answer is likely wrong
+            print(f"cep run: {w}", file=sys.stderr, flush=True)
         out.write(res.matches)
         n_late += len(res.late)
         n_err += len(res.errors)

@@ -424,6 +424,10 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
     clock.lap("planning and arrival-order pass" if cmd == "backfill" else "planning")
     names = [r.name for r in rules]
     if cmd == "backfill":
+        from spark_udf.api import time_unit_warnings
+
+        for w in time_unit_warnings(source, rules):  # the first rows only: one small job, even with --quiet
+            print(f"cep spark backfill: {w}", file=sys.stderr)
         try:
             result.write(args.output, args.output_format, mode=args.mode)
             counts = result.counts()

@@ -336,8 +336,8 @@ def test_the_shipped_query_sets_rebuild_the_same_index() -> None:
     sets = pickle.loads(blob)
     events = headlines()[:400]
     for r in rules:
-        spec, lateness = sets[r.name]
-        live = _Live(r.name, spec, lateness, None)
+        spec, lateness, unit, skew = sets[r.name]
+        live = _Live(r.name, spec, lateness, None, unit, skew)
         got = Counter((m["rule"], m["id"], str(m["query_id"])) for m in live.op.process(events).matches)
         assert got == embedded_search_rows([r], events)
 
