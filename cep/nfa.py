@@ -63,8 +63,10 @@ class KeyState:
     __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts", "deferred")
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []  # rows [base, nrows) of the partition
+        self.rows: list[tuple] = []  # rows [base, base + len(rows)) of the partition
         self.base = 0
+        # rows of the partition stepped so far; inside a step it already counts the whole
+        # segment while rows are appended in runs of 64, so base + len(rows) may be smaller
         self.nrows = 0
         self.attempts: list[Attempt] = []  # lists, not deques: an empty deque costs 760 bytes
         self.resume = 0  # first row at which a new match may start (after a skip)

@@ -590,8 +590,10 @@ class PatternOperator:
         def emit(st: KeyState, best: Node, number: int | None = None) -> None:
             if number is None:
                 number = st.match_number
-                if a.max_next and (st.deferred or best.rno + a.max_next >= st.nrows):
-                    # NEXT(...) in a measure reads rows after the match: wait until they exist
+                if a.max_next and (st.deferred or best.rno + a.max_next >= st.base + len(st.rows)):
+                    # NEXT(...) in a measure reads rows after the match: wait until they are in
+                    # st.rows. Not st.nrows: a step counts its whole segment there first but
+                    # appends the rows in runs of 64, so a row already counted may be missing yet
                     st.deferred.append((best, number))
                     return
             rows = a.match_rows(st, best, number)
@@ -607,7 +609,7 @@ class PatternOperator:
     def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
         need = self.automaton.max_next
-        while st.deferred and (final or st.deferred[0][0].rno + need < st.nrows):
+        while st.deferred and (final or st.deferred[0][0].rno + need < st.base + len(st.rows)):
             best, number = st.deferred.pop(0)
             emit(st, best, number)
 
