@@ -119,9 +119,12 @@ class PatternOperator:
         lateness_ms: int = 0,
         max_partial_matches: int = 10_000,
         on_cap: str = "drop_oldest",
+        max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches, on_cap=on_cap)
+        self.automaton = PatternAutomaton(
+            compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
+        )
         a = self.automaton
         self.lateness = int(lateness_ms)
         self.time_col = a.mr.order_by
@@ -161,6 +164,7 @@ class PatternOperator:
             lateness_ms=rule.lateness_ms,
             max_partial_matches=rule.max_partial_matches,
             on_cap=rule.on_cap,
+            max_steps_per_event=getattr(rule, "max_steps_per_event", None),
         )
 
     # ------------------------------------------------------------------ public API
@@ -253,7 +257,8 @@ class PatternOperator:
         if empty is None:
             a = self.automaton
             fresh = type(self)(a.cp, name=self.name, lateness_ms=self.lateness,
-                               max_partial_matches=a.max_partial_matches, on_cap=a.on_cap)
+                               max_partial_matches=a.max_partial_matches, on_cap=a.on_cap,
+                               max_steps_per_event=a.max_steps_per_event)
             empty = self._empty_snapshot = fresh.snapshot()
         self.restore(empty)
 
