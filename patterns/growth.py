@@ -16,7 +16,8 @@ same row, i.e. unless their conditions are provably exclusive (:func:`exclusive`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import weakref
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,6 +37,9 @@ __all__ = ["Growth", "find_growth", "growth_warning", "exclusive", "MAX_LOOP_STA
 MAX_LOOP_STATES = 200
 """Loops with more row-consuming states than this are not analysed (the product would hold
 their square); such a pattern gets no warning."""
+
+MAX_PRODUCT_EDGES = 2_000_000
+"""Product transitions walked per loop before the analysis gives up (no warning)."""
 
 
 GROWING_PATTERN_STEPS = 64
@@ -58,6 +62,9 @@ class Growth:
     """A variable whose condition looks back at the match, which is why runs are not merged."""
 
 
+_FOUND: weakref.WeakKeyDictionary[CompiledPattern, Growth | None] = weakref.WeakKeyDictionary()
+
+
 def find_growth(cp: CompiledPattern) -> Growth | None:
     """The unbounded group whose partial matches can multiply with every row, or None.
 
@@ -75,6 +82,14 @@ def find_growth(cp: CompiledPattern) -> Growth | None:
         >>> growth("(A|B)* C", "A AS A.x > 0, C AS C.x < 0") is None  # runs are merged
         True
     """
+    if cp in _FOUND:  # (the rule file's check and the operator ask about the same pattern)
+        return _FOUND[cp]
+    found = _find_growth(cp)
+    _FOUND[cp] = found
+    return found
+
+
+def _find_growth(cp: CompiledPattern) -> Growth | None:
     var_names, subsets = cp.program.var_names, cp.subsets
     looks_back = None
     local: dict[int, list[A.Expr]] = {}
@@ -95,18 +110,10 @@ def find_growth(cp: CompiledPattern) -> Growth | None:
     for p in var_pcs:
         succ[p] = [q for q in _closure_pcs(ins, ins[p][2]) if ins[q][0] == OP_VAR]
 
-    compat_cache: dict[tuple[int, int], bool] = {}
-
-    def compat(v: int, w: int) -> bool:
-        if v == w:
-            return True
-        key = (v, w) if v < w else (w, v)
-        got = compat_cache.get(key)
-        if got is None:
-            got = not exclusive(local.get(v, []), var_names[v], local.get(w, []), var_names[w], subsets,
-                                {n: i for i, n in enumerate(var_names)})
-            compat_cache[key] = got
-        return got
+    ids = {n: i for i, n in enumerate(var_names)}
+    nv = len(var_names)
+    same_row = [[v == w or not exclusive(local.get(v, []), var_names[v], local.get(w, []), var_names[w], subsets, ids)
+                 for w in range(nv)] for v in range(nv)]
 
     for scc in _sccs(var_pcs, succ):
         members = set(scc)
@@ -114,16 +121,20 @@ def find_growth(cp: CompiledPattern) -> Growth | None:
             continue  # no cycle
         if len(scc) > MAX_LOOP_STATES:
             continue
-        same_row = lambda p, q: compat(ins[p][1], ins[q][1])  # noqa: E731
+        var = {p: ins[p][1] for p in scc}
         inner = {p: [q for q in succ[p] if q in members] for p in scc}
-        if _ambiguous_cycle(scc, inner, same_row) is None:
+        if _ambiguous_cycle(scc, inner, var, same_row) is None:
             continue
         # name the smallest loop whose own states already multiply the runs
         for group, start, end in sorted(loops, key=lambda x: x[2] - x[1]):
             part = [p for p in scc if start <= p < end]
             if not part:
                 continue
-            witness = _ambiguous_cycle(part, {p: [q for q in inner[p] if start <= q < end] for p in part}, same_row)
+            if len(part) == len(scc):
+                sub = inner
+            else:
+                sub = {p: [q for q in inner[p] if start <= q < end] for p in part}
+            witness = _ambiguous_cycle(part, sub, var, same_row)
             if witness is not None:
                 r, s = witness
                 return Growth(group, (var_names[ins[r][1]], var_names[ins[s][1]]), looks_back)
@@ -209,25 +220,64 @@ def _sccs(nodes: list[N], succ: dict[N, list[N]]) -> list[list[N]]:
 
 
 def _ambiguous_cycle(
-    scc: list[int], succ: dict[int, list[int]], compat: Callable[[int, int], bool]
+    scc: list[int], succ: dict[int, list[int]], var: dict[int, int], same_row: list[list[bool]]
 ) -> tuple[int, int] | None:
     """Two different states two runs can be in at once, on a cycle back to one shared state.
 
-    The product automaton restricted to these states: a node (p, q) is a pair of states that
-    two runs of one start row may occupy after the same rows. Returns such a (p, q) from a
-    product component holding both a pair of equal and a pair of different states.
+    In the product automaton of these states, a node (p, q) is a pair of states that two runs of
+    one start row may occupy after the same rows. A pair of different states reachable from an
+    equal pair and leading back to one lies on a cycle through an equal pair (the states form one
+    component, so equal pairs reach each other along the diagonal). ``same_row[v][w]``: variables
+    v and w can both hold on one row. Gives up (None) past :data:`MAX_PRODUCT_EDGES`.
     """
-    nodes = [(p, q) for p in scc for q in scc if compat(p, q)]
-    psucc: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    node_set = set(nodes)
-    for p, q in nodes:
-        psucc[(p, q)] = [(a, b) for a in succ[p] for b in succ[q] if (a, b) in node_set]
-    for comp in _sccs(nodes, psucc):
-        diag = any(p == q for p, q in comp)
-        off = min(((min(p, q), max(p, q)) for p, q in comp if p != q), default=None)
-        if diag and off is not None:
-            return off
-    return None
+    def step(p: int, q: int) -> list[tuple[int, int]]:
+        sq = succ[q]
+        return [(a, b) for a in succ[p] for ok in (same_row[var[a]],) for b in sq if ok[var[b]]]
+
+    diagonal = sorted((p, p) for p in scc)
+    # first the pairs where two runs part: most growing loops close again within a few rows
+    left = [MAX_PRODUCT_EDGES // 10]  # (shared by every try)
+    for p, _ in diagonal:
+        for x in step(p, p):
+            if x[0] != x[1] and _meets(x, step, left):
+                return (min(x), max(x))
+    edges = 0
+    pred: dict[tuple[int, int], list[tuple[int, int]]] = {x: [] for x in diagonal}
+    todo = list(diagonal)
+    while todo:
+        x = todo.pop()
+        nxt = step(*x)
+        edges += len(nxt)
+        if edges > MAX_PRODUCT_EDGES:
+            return None
+        for y in nxt:
+            if y not in pred:
+                pred[y] = []
+                todo.append(y)
+            pred[y].append(x)
+    back = set(diagonal)
+    todo = list(diagonal)
+    while todo:
+        for x in pred[todo.pop()]:
+            if x not in back:
+                back.add(x)
+                todo.append(x)
+    return min(((min(p, q), max(p, q)) for p, q in back if p != q), default=None)
+
+
+def _meets(start: tuple[int, int], step, left: list[int]) -> bool:
+    """Whether two runs in the states ``start`` can be in one state again (``left[0]``: steps to spend)."""
+    seen = {start}
+    todo = [start]
+    while todo and left[0] > 0:
+        for y in step(*todo.pop()):
+            left[0] -= 1
+            if y[0] == y[1]:
+                return True
+            if y not in seen:
+                seen.add(y)
+                todo.append(y)
+    return False
 
 
 # ------------------------------------------------------------------ exclusive conditions
