@@ -52,6 +52,8 @@ class Counts:
     partial_matches_dropped: int
     cap_hits: int
     eval_errors: int
+    budget_dropped: int = 0  # partial matches dropped by the work budget (max_steps_per_event)
+    budget_hits: int = 0  # events after which the work budget dropped some
 
 
 LATE_WARNING_SHARE = 0.1
@@ -134,7 +136,8 @@ def rule_fingerprint(rule: Rule) -> tuple:
         hash(spec)
     except TypeError:
         spec = repr(spec)
-    return (rule.kind, text, spec, rule.lateness_ms, rule.max_partial_matches, rule.on_cap, rule.time_unit)
+    return (rule.kind, text, spec, rule.lateness_ms, rule.max_partial_matches, rule.on_cap, rule.time_unit,
+            getattr(rule, "max_steps_per_event", None))
 
 
 def with_time_unit(rules: RuleSet | Iterable[Rule], unit: str | None) -> RuleSet:
@@ -259,6 +262,7 @@ class Engine:
                 c.read, c.processed, c.late, c.errors, c.buffered, s.matches,
                 getattr(s, "partial_matches_peak", 0), getattr(s, "partial_matches_dropped", 0),
                 getattr(s, "cap_hits", 0), getattr(s, "eval_errors", 0),
+                getattr(s, "budget_dropped", 0), getattr(s, "budget_hits", 0),
             )
         return res
 

@@ -431,9 +431,8 @@ def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
 
 
 def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     if str(path) == STDIN:
         raise CepError("Parquet cannot be read from standard input (it needs to seek): pass the file's path")

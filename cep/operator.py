@@ -131,9 +131,12 @@ class PatternOperator:
         on_cap: str = "drop_oldest",
         time_unit: str = "ms",
         max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS,
+        max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches, on_cap=on_cap)
+        self.automaton = PatternAutomaton(
+            compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
+        )
         a = self.automaton
         self.lateness = int(lateness_ms)
         self.time_col = a.mr.order_by
@@ -180,6 +183,7 @@ class PatternOperator:
             on_cap=rule.on_cap,
             time_unit=rule.time_unit,
             max_future_skew_ms=rule.max_future_skew_ms,
+            max_steps_per_event=getattr(rule, "max_steps_per_event", None),
         )
 
     # ------------------------------------------------------------------ public API
@@ -273,7 +277,8 @@ class PatternOperator:
             a = self.automaton
             fresh = type(self)(a.cp, name=self.name, lateness_ms=self.lateness,
                                max_partial_matches=a.max_partial_matches, on_cap=a.on_cap,
-                               time_unit=self.time_unit, max_future_skew_ms=self.max_future_skew_ms)
+                               time_unit=self.time_unit, max_future_skew_ms=self.max_future_skew_ms,
+                               max_steps_per_event=a.max_steps_per_event)
             empty = self._empty_snapshot = fresh.snapshot()
         self.restore(empty)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 __all__ = [
     "CepError",
     "SourceError",
+    "SourceWarning",
     "CepSyntaxError",
     "RuleError",
     "RuleErrors",
@@ -119,12 +120,28 @@ class SourceError:
         ln, col = line_col(self.text, self.offset)
         return col + self.block_indent + (self.col_offset if ln == 1 else 0)
 
+    label = ""  # put before the message (a class attribute, not a field)
+
     def format(self) -> str:
         ln, col = line_col(self.text, self.offset)
         where = f"{self.file or '<text>'}:{self.line}:{self.column}"
         if not self.text:
-            return f"{where}: {self.message}"
-        return f"{where}: {self.message}\n{caret_line(self.text, ln, col, self.width, self.window)}"
+            return f"{where}: {self.label}{self.message}"
+        return f"{where}: {self.label}{self.message}\n{caret_line(self.text, ln, col, self.width, self.window)}"
+
+
+@dataclass(frozen=True)
+class SourceWarning(SourceError):
+    """A valid rule that will likely not behave as its author expects: reported, never refused.
+
+    Example:
+        >>> print(SourceWarning("this group can grow", "PATTERN ((A|B)* C)", 8, 7, "r.sql").format())
+        r.sql:1:9: warning: this group can grow
+        PATTERN ((A|B)* C)
+                ^^^^^^^
+    """
+
+    label = "warning: "
 
 
 class CepSyntaxError(CepError):

@@ -32,9 +32,10 @@ from typing import Any, Iterable
 import yaml
 
 from patterns.compiler import CompiledPattern, compile_statement
-from patterns.errors import CepSyntaxError, RuleErrors, SourceError, short_repr
+from patterns.errors import CepSyntaxError, RuleErrors, SourceError, SourceWarning, short_repr
 from patterns.files import MAX_RULE_FILE_BYTES, FileRefused, read_limited
 from patterns.files import queries_roots as _queries_roots
+from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
 
 __all__ = [
@@ -65,6 +66,8 @@ PATTERN_KEYS = {
     "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
     "max_partial_matches": "cap on live partial matches per key, and per start row (default 10000)",
     "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
+    "max_steps_per_event": "work budget: partial matches one event may advance on its key (default: none, "
+                           "or 64 for a pattern cep check warns about); more are dropped and counted",
 }
 RULE_KEYS = {**COMMON_KEYS, **PATTERN_KEYS}
 
@@ -148,6 +151,13 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
                                     f"such as 10000; found {val!r}", "max_partial_matches"))
         else:
             extra["max_partial_matches"] = val
+    if "max_steps_per_event" in py:
+        val = py["max_steps_per_event"]
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            errors.append(src.error(f"rule {name!r}: max_steps_per_event must be at least 1, a whole number "
+                                    f"such as 1000; found {val!r}", "max_steps_per_event"))
+        else:
+            extra["max_steps_per_event"] = val
     if "on_cap" in py:
         if py["on_cap"] not in ("drop_oldest", "skip_key"):
             errors.append(src.error(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {short_repr(py['on_cap'])}", "on_cap"))
@@ -159,6 +169,9 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
         compiled = compile_statement(mr, src.file, line_off, col_off, indent)
     except CepSyntaxError as e:
         return None, errors + src.text_errors("sql", e)
+    growth = find_growth(compiled)
+    if growth is not None:
+        extra["warnings"] = (growth_warning(name, growth, sql, src.file, line_off, col_off, indent),)
     return (compiled, None, extra), errors
 
 
@@ -172,11 +185,13 @@ class Rule:
     lateness_ms: int = 0
     max_partial_matches: int = 10_000
     on_cap: str = "drop_oldest"
+    max_steps_per_event: int | None = None  # None: the default budget (see cep.nfa.GROWING_PATTERN_STEPS)
     description: str = ""
     kind: str = "pattern"
     spec: Any = None  # the compiled form of a non-pattern rule (analytics, search)
     time_unit: str = "ms"  # unit of numeric event times (numbers and numeric strings)
     max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS  # None: no future guard
+    warnings: tuple[SourceWarning, ...] = field(default=(), compare=False)  # valid, but see cep check
 
     @property
     def stream(self) -> str:
@@ -203,6 +218,11 @@ class RuleSet:
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
 
+    @property
+    def warnings(self) -> list[SourceWarning]:
+        """What ``cep check`` warns about in these rules (they run all the same)."""
+        return [w for r in self.rules for w in r.warnings]
+
 
 def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Rule:
     """Parse and compile one MATCH_RECOGNIZE statement into a rule.
@@ -213,7 +233,10 @@ def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Ru
         ('rule', 's')
     """
     mr = parse_statement(sql, file)
-    return Rule(name, compile_statement(mr, file), sql)
+    compiled = compile_statement(mr, file)
+    growth = find_growth(compiled)
+    warnings = (growth_warning(name, growth, sql, file),) if growth is not None else ()
+    return Rule(name, compiled, sql, warnings=warnings)
 
 
 def _ms(value: Any, what: str) -> int:

@@ -1,4 +1,4 @@
-"""``cep check``: validate rule files and list every error."""
+"""``cep check``: validate rule files and list every error (and every warning, which does not fail)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def cmd_check(args) -> int:
             print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
             status = EXIT_USAGE
             continue
-        print(f"{path}: ok, {len(rs)} rule{'s' if len(rs) != 1 else ''} ({', '.join(rs.names())})")
+        for w in rs.warnings:
+            print(w.format(), file=sys.stderr)
+        nw = len(rs.warnings)
+        print(f"{path}: ok, {len(rs)} rule{'s' if len(rs) != 1 else ''} ({', '.join(rs.names())})"
+              + (f", {nw} warning{'s' if nw != 1 else ''}" if nw else ""))
     return status
 

@@ -35,6 +35,9 @@ def cmd_run(args) -> int:
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
+    if not args.quiet:
+        for w in rules.warnings:  # what cep check warns about: the rules run all the same
+            print(w.format(), file=sys.stderr)
     inputs = _parse_inputs(args.input)
     if sum(path == STDIN for _, path in inputs) > 1:
         print("cep run: standard input ('-') can be read once only", file=sys.stderr)
@@ -121,6 +124,7 @@ def cmd_run(args) -> int:
                 # over every key, before the final flush ended them; only pattern rules have them
                 + (f", partial matches open at the end {open_at_end[name]:,}" if name in open_at_end else "")
                 + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")
+                + (f", partial matches dropped by the work budget {c.budget_dropped:,}" if c.budget_dropped else "")
                 + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
             )
