@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import textwrap
 
-from spark_udf.shipping import ENGINE_PACKAGES
 
 __all__ = ["first_cause", "describe_failure", "check_master"]
 
@@ -117,6 +116,8 @@ def first_cause(e: BaseException) -> str:
 
 
 def _what_to_do(text: str, cause: str) -> str:
+    from spark_udf.shipping import ENGINE_PACKAGES  # inside: cep loads spark_udf only to run a job
+
     m = re.search(r"No module named '([\w.]+)'", cause)
     if m:
         top = m.group(1).split(".")[0]
