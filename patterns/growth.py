@@ -16,7 +16,6 @@ same row, i.e. unless their conditions are provably exclusive (:func:`exclusive`
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,9 +61,6 @@ class Growth:
     """A variable whose condition looks back at the match, which is why runs are not merged."""
 
 
-_FOUND: weakref.WeakKeyDictionary[CompiledPattern, Growth | None] = weakref.WeakKeyDictionary()
-
-
 def find_growth(cp: CompiledPattern) -> Growth | None:
     """The unbounded group whose partial matches can multiply with every row, or None.
 
@@ -82,11 +78,13 @@ def find_growth(cp: CompiledPattern) -> Growth | None:
         >>> growth("(A|B)* C", "A AS A.x > 0, C AS C.x < 0") is None  # runs are merged
         True
     """
-    if cp in _FOUND:  # (the rule file's check and the operator ask about the same pattern)
-        return _FOUND[cp]
-    found = _find_growth(cp)
-    _FOUND[cp] = found
-    return found
+    # the rule file's check and the operator ask about the same object: keep the answer on it (by
+    # identity: equal statements with other text have their carets elsewhere)
+    cached = cp.__dict__.get("_growth")
+    if cached is None:
+        cached = (_find_growth(cp),)
+        object.__setattr__(cp, "_growth", cached)
+    return cached[0]
 
 
 def _find_growth(cp: CompiledPattern) -> Growth | None:

@@ -111,6 +111,15 @@ def test_a_bare_sql_rule_is_warned_about_too() -> None:
     assert w.format().splitlines()[1:] == ["        PATTERN ((A|B)* C)", "                 ^^^^^^"]
 
 
+def test_each_rule_text_gets_its_own_caret() -> None:
+    # the same statement laid out differently: equal compiled patterns, carets in different places
+    one = parse_rule_text("SELECT * FROM s MATCH_RECOGNIZE (ORDER BY ts PATTERN ((A|B)* C) DEFINE A AS SUM(A.x) >= 0)")
+    two = parse_rule_text("SELECT * FROM s MATCH_RECOGNIZE (ORDER BY ts\n   PATTERN   ((A|B)* C) DEFINE A AS SUM(A.x) >= 0)")
+    assert one.compiled == two.compiled
+    assert (one.warnings[0].line, one.warnings[0].column) == (1, 55)
+    assert (two.warnings[0].line, two.warnings[0].column) == (2, 15)
+
+
 def test_one_variable_at_two_places_of_a_loop_is_named_once() -> None:
     rule = parse_rule_text(
         "SELECT * FROM s MATCH_RECOGNIZE (ORDER BY ts PATTERN ((A A*)* C) DEFINE A AS SUM(A.x) >= 0, C AS C.x < 0)")
