@@ -355,7 +355,7 @@ def bench_save_load(p: Percolator, config: PercolatorConfig, docs: list[dict[str
         p.save_index(ipath)
         isave = _since(t)
         t = _clock()
-        loaded = Percolator.load(ipath)
+        loaded = Percolator.load_index(ipath)
         iload = _since(t)
         same_index = ([r.ids for r in loaded.percolate_batch(docs).results] == want
                       and [loaded.percolate(d).ids for d in docs[:300]] == want[:300])

@@ -123,6 +123,10 @@ def run_rules(rules: RuleSet, batches: list[EventBatch]) -> tuple[float, float, 
     return time.perf_counter() - w0, time.process_time() - c0, rows, eng
 
 
+def rules_kind(rules: RuleSet, name: str) -> str:
+    return next(r.kind for r in rules if r.name == name)
+
+
 def rebatch(batches: list[EventBatch], size: int) -> list[EventBatch]:
     """The same events cut into batches of another size (bad lines stay with their batch)."""
     out: list[EventBatch] = []
@@ -162,7 +166,11 @@ def bench(name: str, size: int) -> dict[str, Any]:
             "events_per_cpu_s": round(events / max(cpu, 1e-9)),
             "events_per_s_wall": round(events / max(wall, 1e-9)),
             "complex_events": len(rows),
-            "per_rule": {k: {"matches": c["matches"], "late": c["late"], "errors": c["errors"]} for k, c in counts.items()},
+            "per_rule": {k: {"matches": c["matches"], "late": c["late"], "errors": c["errors"],
+                             # pattern rules: the most partial matches one key held, and any drops
+                             **({x: c[x] for x in ("partial_matches_peak", "partial_matches_dropped", "budget_dropped")}
+                                if rules_kind(rules, k) == "pattern" else {})}
+                         for k, c in counts.items()},
             "counts_add_up": adds_up,
             "same_rows_in_batches_of_997": same,
         })

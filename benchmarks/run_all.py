@@ -113,7 +113,8 @@ STEPS: tuple[Step, ...] = (
     Step("spark", "bench_spark.py", (), ("--quick",), ("spark.json", "spark.png"), needs=_need_spark,
          quick_outputs=("spark_quick.json", "spark_quick.png")),
     # no --quick: a short run instead
-    Step("caps", "bench_caps.py", (), ("--events", "20000"), ("caps.json",)),
+    Step("caps", "bench_caps.py", (), ("--events", "20000", "--budget-events", "20000", "--baseline-events", "200"),
+         ("caps.json",)),
     Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
     Step("latency", "bench_latency.py", (), ("--quick",), ("latency.json",), quick_outputs=("latency_quick.json",)),
     Step("soak", "bench_soak.py", (),
@@ -424,6 +425,21 @@ def _caps(d: dict[str, Any]) -> list[str]:
                      _num(r.get("events_per_second"))])
     out = _table(["pattern", "events", "cap", "peak live partial matches", "cap hits", "dropped", "peak RSS MiB",
                    "events/s"], rows)
+    budget = d.get("budget") or {}
+    if budget:
+        rows = []
+        runs = [("default budget", budget.get("with_budget") or {}), ("no budget", budget.get("without_budget") or {})]
+        runs += [(f"budget {r.get('max_steps_per_event')}", r) for r in budget.get("sweep", [])]
+        for label, r in runs:
+            rows.append([f"alternation_in_loop, {label}", _num(r.get("events")), _num(r.get("max_steps_per_event")),
+                         _num(r.get("peak_live_partial_matches_per_key")), _num(r.get("budget_dropped")),
+                         _num(r.get("partial_matches_dropped")), _num(r.get("peak_rss_mb"), 1),
+                         _num(r.get("events_per_cpu_second"))])
+        when = f", run {budget['date']}" if budget.get("date") else ""
+        out += ["", f"Work budget (alternation_in_loop, one key; events per CPU second{when}):", ""]
+        out += _table(["pattern", "events", "max_steps_per_event", "peak partial matches per key",
+                       "dropped by the budget", "dropped at the cap", "peak RSS MiB", "events/cpu-s"], rows)
+        out += ["", f"Ratio with / without the budget: {_num(budget.get('ratio'), 1)}."]
     return out
 
 

@@ -23,7 +23,8 @@
   Standard output (``--output -``) cannot be cut back: there the rows after the checkpoint are
   written again (at-least-once, the same ``_id``s).
 * **Signals.** SIGINT / SIGTERM: finish the batch, checkpoint, exit 0. SIGHUP: reload the rules
-  (as ``--watch-rules`` does when the file's modification time changes).
+  (as ``--watch-rules`` does when the rule file's modification time changes, or the content of a
+  search rule's ``queries_file``).
 
 See docs/reliability.md for what is and is not guaranteed.
 """
@@ -45,9 +46,10 @@ from typing import Any, BinaryIO, Iterable, TextIO
 import numpy as np
 import orjson
 
-from cep.engine import Engine, ReloadReport, StateLimits, late_warning
+from cep.engine import Engine, ReloadReport, StateLimits, late_warning, with_time_unit
 from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
 from patterns.errors import CepError, RuleErrors, count_noun
+from patterns.files import command_line_roots
 
 __all__ = [
     "DurableConfig",
@@ -94,13 +96,15 @@ class DurableConfig:
     batch_lines: int = 8192  # input lines per batch (part of the state: fixed for its life)
     checkpoint_every: int = 100_000  # input lines between checkpoints
     checkpoint_seconds: float = 30.0  # seconds between checkpoints (checked between batches)
-    watch_rules: bool = False  # reload the rules when the file's modification time changes
+    watch_rules: bool = False  # reload when the rule file or the content of a rule's queries_file changes
     poll_seconds: float = 0.05  # --follow: longest pause between looks for new data (inotify wakes it sooner)
     finish: bool = False  # the input ends here: final watermark, then the state is closed
     max_line_bytes: int = MAX_LINE_BYTES  # a longer line is a bad line, never held whole
     limits: StateLimits = field(default_factory=StateLimits)
     quiet: bool = False  # no summary on stderr
     overwrite: bool = False  # a fresh state may cut output files that already hold rows
+    queries_roots: tuple[str, ...] | None = None  # folders a queries_file may be in besides the rule file's (None: $CEP_QUERIES_ROOTS)
+    time_unit: str | None = None  # --time-unit: every rule's unit of numeric event times (None: the rules')
 
 
 # ------------------------------------------------------------------ output rows
@@ -746,11 +750,7 @@ class _Run:
         self.lock = _lock(cfg.state)
         ck = read_checkpoint(cfg.state)
         outputs = self._outputs()
-        try:
-            rules_now: str | None = Path(cfg.rules).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            rules_now = None
-            rules_err = str(e)
+        rules_now, rules_err = self._read_rules()
         if ck is None:
             for flag, path in outputs.items():
                 size = os.path.getsize(path) if path != STDOUT and os.path.isfile(path) else 0
@@ -760,16 +760,16 @@ class _Run:
                              "the file away, choose another file, or pass --overwrite")
                     return EXIT_USAGE
             if rules_now is None:
-                self.log(f"cannot read the rule file {cfg.rules}: {rules_err}")
+                self.log(rules_err)
                 return EXIT_USAGE
             from patterns.rules import parse_rules
 
             try:
-                ruleset = parse_rules(rules_now, cfg.rules)
+                ruleset = parse_rules(rules_now, cfg.rules, queries_roots=cfg.queries_roots)
             except RuleErrors as e:
                 print(str(e), file=self.err)
                 return EXIT_USAGE
-            self.engine = Engine(ruleset, streams=[cfg.stream] if cfg.stream else None)
+            self.engine = Engine(with_time_unit(ruleset, cfg.time_unit), streams=[cfg.stream] if cfg.stream else None)
             self.meta: dict[str, Any] = {
                 "input": os.path.abspath(cfg.input),
                 "stream": cfg.stream,
@@ -784,6 +784,8 @@ class _Run:
                 "fallback_ids": {},
                 "finished": False,
                 "limits": _limits_meta(cfg.limits),
+                "queries_files": _queries_files(ruleset),
+                "time_unit": cfg.time_unit,
             }
             self.resumed = False
         else:
@@ -791,7 +793,8 @@ class _Run:
             self._check_same(outputs)
             from patterns.rules import parse_rules
 
-            self.engine = Engine(parse_rules(self.meta["rules_text"], self.meta["rules_path"]))
+            ruleset = parse_rules(self.meta["rules_text"], self.meta["rules_path"], queries_roots=cfg.queries_roots)
+            self.engine = Engine(with_time_unit(ruleset, cfg.time_unit))
             self.engine.restore(ck.snapshot)
             self.resumed = True
         self.engine.set_row_ids(True)
@@ -808,14 +811,20 @@ class _Run:
         self.writer = _CheckpointWriter(cfg.state)
         self.since = 0
         self.last_ck = time.monotonic()
+        self._watch_queries(ruleset)
         if self.resumed:
             done = self.meta["lines"]
             # batches the killed run took after the checkpoint: cut the replay the same way (the log
             # is rewritten to hold exactly them, so the cuts of this run follow on)
             self.source.replay = self.cuts.keep(self.meta["batches"])
             self.log(f"resuming from the checkpoint in {cfg.state} ({done:,} lines consumed)")
+            before = self.meta.get("queries_files", {})
+            for path, sha in self.queries_seen.items():
+                if path in before and before[path] != sha:
+                    self.log(f"the queries file {path} changed since the checkpoint; its new content runs")
+            self.meta["queries_files"] = dict(self.queries_seen)
             if rules_now is None:
-                self.log(f"cannot read the rule file {cfg.rules} ({rules_err}); running the rules of the checkpoint")
+                self.log(f"{rules_err}; running the rules of the checkpoint")
             elif rules_now != self.meta["rules_text"]:
                 # after the replay: the killed run processed those batches with the checkpoint's rules
                 self.pending_reload = (rules_now, "the rule file changed since the checkpoint")
@@ -853,6 +862,13 @@ class _Run:
                 f"state {self.cfg.state!r} was written with state limits {m.get('limits')}, this run asks for "
                 f"{_limits_meta(self.cfg.limits)} (they decide which rows are emitted); pass the same "
                 "--idle-state-ttl / --max-partial-matches-total / --max-buffered-events or a new --state"
+            )
+        if m.get("time_unit") != self.cfg.time_unit:
+            def unit(u: str | None) -> str:
+                return f"--time-unit {u}" if u else "no --time-unit"
+            raise StateMismatch(
+                f"state {self.cfg.state!r} was written with {unit(m.get('time_unit'))}, this run asks for "
+                f"{unit(self.cfg.time_unit)} (it decides every event's time); pass the same or a new --state"
             )
         if m.get("stream") != self.cfg.stream:
             raise StateMismatch(
@@ -901,6 +917,8 @@ class _Run:
         self.since += nlines
 
     def emit(self, res: Any) -> None:
+        for w in res.warnings:  # even with --quiet: the answer is likely wrong
+            self.log(w)
         fb = self.meta["fallback_ids"]
         for row in res.matches:
             if "_id" not in row:  # rule kinds without their own ids: rule and row number
@@ -916,30 +934,75 @@ class _Run:
         if "errors" in self.sinks:
             self.sinks["errors"].write(res.errors)
 
-    def reload(self, text: str | None, why: str) -> None:
+    def _read_rules(self) -> tuple[str | None, str]:
+        """The rule file's text (bounded: patterns.rules.read_rule_file), or None and why not."""
+        from patterns.rules import read_rule_file
+
+        try:
+            return read_rule_file(self.cfg.rules), ""
+        except RuleErrors as e:
+            return None, e.errors[0].message
+
+    def _watch_queries(self, ruleset: Any) -> None:
+        """Remember the queries files of ``ruleset``'s search rules: path -> content hash as loaded."""
+        self.queries_seen: dict[str, str | None] = _queries_files(ruleset)
+        self.queries_sig = {p: _sig(p) for p in self.queries_seen}
+
+    def _queries_changed(self, quick: bool) -> list[str]:
+        """Queries files whose content differs from what was last loaded or refused.
+
+        ``quick``: look at the content only when the modification time, size or inode changed.
+        """
+        changed = []
+        for path, seen in self.queries_seen.items():
+            if quick:
+                sig = _sig(path)
+                if sig == self.queries_sig.get(path):
+                    continue
+                self.queries_sig[path] = sig
+            if _content_sha(path) != seen:
+                changed.append(path)
+        return changed
+
+    def reload(self, text: str | None, why: str, queries: list[str] | None = None) -> None:
+        """Reload the rules from ``text`` (None: the rule file) when it or a queries file changed.
+
+        ``queries`` names queries files known to have changed: the rules in force are read
+        again with their new content, even when the rule file is unchanged.
+        """
         from patterns.rules import parse_rules
 
         if text is None:
-            try:
-                text = Path(self.cfg.rules).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                self.log(f"rules not reloaded ({why}): cannot read {self.cfg.rules}: {e}; the old rules keep running")
+            text, problem = self._read_rules()
+            if text is None:
+                self.log(f"rules not reloaded ({why}): {problem}; the old rules keep running")
                 return
-        if text == self.meta["rules_text"] or text == self.rejected:
-            return
+        if queries is None and (text == self.meta["rules_text"] or text == self.rejected):
+            # the rule file brings nothing new (or was refused as it is): its queries files may
+            queries = self._queries_changed(quick=False)
+            if not queries:
+                return
+            text = self.meta["rules_text"]  # the rules in force, with the queries' new content
+            why = f"{why}: {_queries_why(queries)}"
         try:
-            ruleset = parse_rules(text, self.cfg.rules)
+            ruleset = parse_rules(text, self.cfg.rules, queries_roots=self.cfg.queries_roots)
         except RuleErrors as e:
             report = ReloadReport(False, errors=[x.format() for x in e.errors])
         else:
-            report = self.engine.reload(ruleset)
+            report = self.engine.reload(with_time_unit(ruleset, self.cfg.time_unit))
         self.log(f"{why}: {report.summary()}")
         if not report.accepted:
-            self.rejected = text
+            if text != self.meta["rules_text"]:
+                self.rejected = text
+            for path in queries or ():  # a refused queries file is not tried again until it changes
+                self.queries_seen[path] = _content_sha(path)
             return
-        self.rejected = None
+        if text != self.meta["rules_text"]:
+            self.rejected = None  # a new rule text runs; a refused one stays refused
         self.meta["rules_text"] = text
         self.meta["rules_path"] = self.rules_path
+        self._watch_queries(ruleset)
+        self.meta["queries_files"] = dict(self.queries_seen)
         self.checkpoint()
 
     def loop(self) -> int:
@@ -972,6 +1035,9 @@ class _Run:
                     if sig != self.rules_sig:
                         self.rules_sig = sig
                         self.reload(None, "the rule file changed")
+                    changed = self._queries_changed(quick=True)
+                    if changed:
+                        self.reload(self.meta["rules_text"], _queries_why(changed), changed)
             # following: what is there when we look is a batch, however short (no wait to fill it)
             got = self.source.next_batch(force=cfg.follow)
             if got is None:
@@ -1041,6 +1107,30 @@ class _Run:
 
 def _limits_meta(limits: StateLimits) -> dict[str, int | None]:
     return {k: getattr(limits, k) for k in ("idle_state_ttl_ms", "max_partial_matches_total", "max_buffered_events")}
+
+
+def _queries_files(ruleset: Any) -> dict[str, str | None]:
+    """Every search rule's queries file (absolute, links resolved) -> SHA-256 of the content it was built from."""
+    out: dict[str, str | None] = {}
+    for r in ruleset:
+        path = getattr(r.spec, "queries_file", None)
+        if path:
+            out[path] = getattr(r.spec, "queries_sha256", None)
+    return out
+
+
+def _queries_why(paths: list[str]) -> str:
+    return "the queries file " + ", ".join(paths) + " changed"
+
+
+def _content_sha(path: str) -> str | None:
+    """SHA-256 of a queries file's bytes, read as a search rule reads it; None when it cannot be read."""
+    from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, read_limited
+
+    try:
+        return hashlib.sha256(read_limited(path, MAX_QUERIES_FILE_BYTES, "queries file", "")).hexdigest()
+    except (OSError, FileRefused):
+        return None
 
 
 def _sig(path: str) -> tuple[int, int, int] | None:
@@ -1137,6 +1227,8 @@ def config_from_args(args: Any) -> DurableConfig | str:
         checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
         limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),
+        queries_roots=command_line_roots(getattr(args, "queries_root", None)),
+        time_unit=getattr(args, "time_unit", None),
     )
 
 

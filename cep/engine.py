@@ -24,12 +24,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from cep.events import EventBatch, to_batch
+from cep.events import Clock, EventBatch, UnitHint, to_batch
 from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
-    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning"]
+    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "with_time_unit"]
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -52,6 +52,8 @@ class Counts:
     partial_matches_dropped: int
     cap_hits: int
     eval_errors: int
+    budget_dropped: int = 0  # partial matches dropped by the work budget (max_steps_per_event)
+    budget_hits: int = 0  # events after which the work budget dropped some
 
 
 LATE_WARNING_SHARE = 0.1
@@ -134,7 +136,32 @@ def rule_fingerprint(rule: Rule) -> tuple:
         hash(spec)
     except TypeError:
         spec = repr(spec)
-    return (rule.kind, text, spec, rule.lateness_ms, rule.max_partial_matches, rule.on_cap)
+    return (rule.kind, text, spec, rule.lateness_ms, rule.max_partial_matches, rule.on_cap, rule.time_unit,
+            getattr(rule, "max_steps_per_event", None))
+
+
+def with_time_unit(rules: RuleSet | Iterable[Rule], unit: str | None) -> RuleSet:
+    """The rules with every rule's ``time_unit`` set to ``unit`` (None: as the rules say).
+
+    ``cep run --time-unit``: the same rule file over inputs whose numeric times differ in unit
+    (a sample in milliseconds, the full log in seconds).
+
+    Example:
+        >>> from patterns.rules import parse_rule_text
+        >>> [r.time_unit for r in with_time_unit([parse_rule_text("SELECT * FROM t MATCH_RECOGNIZE "
+        ...     "(ORDER BY ts PATTERN (A) DEFINE A AS x > 1)")], "s")]
+        ['s']
+    """
+    from dataclasses import replace
+
+    from patterns.rules import TIME_UNITS
+
+    path = getattr(rules, "path", None)
+    if unit is None:
+        return rules if isinstance(rules, RuleSet) else RuleSet(tuple(rules), path)
+    if unit not in TIME_UNITS:
+        raise ValueError(f"unknown time unit {unit!r}; expected one of {', '.join(TIME_UNITS)}")
+    return RuleSet(tuple(replace(r, time_unit=unit) for r in rules), path)
 
 
 def make_operator(rule: Rule) -> Any:
@@ -150,15 +177,19 @@ class Engine:
 
     A rule reads the input stream its ``FROM`` names when the engine has a stream of that name;
     otherwise it reads every stream (events carry their stream's name in the ``stream`` field).
+    ``clock`` is the wall clock the rules' future guard reads (epoch ms; default the machine's).
     """
 
-    def __init__(self, rules: RuleSet | Iterable[Rule] | str, streams: Iterable[str] | None = None):
+    def __init__(self, rules: RuleSet | Iterable[Rule] | str, streams: Iterable[str] | None = None,
+                 clock: Clock | None = None):
         if isinstance(rules, str):
             rules = load_rules(rules)
         self.rules = list(rules)
         self.streams = set(streams or ())
+        self.clock = clock
         self.operators: dict[str, Any] = {r.name: make_operator(r) for r in self.rules}
         self.bad_lines = 0
+        self._configure(self.operators.values())
 
     def _reads(self, rule: Rule, stream: str | None) -> bool:
         if stream is None or rule.stream not in self.streams:
@@ -189,7 +220,23 @@ class Engine:
                     parts[rule.stream] = batch.take(np.flatnonzero(tags == rule.stream))
                 part = parts[rule.stream]
             out.extend(self.operators[rule.name].process(part))
+        if self._unit_pending:
+            out.warnings.extend(self._unit_warnings())
         return out
+
+    def _unit_warnings(self) -> list[str]:
+        """The unit checks that rules made on their first batch since the last call, one line per
+        field and units (the rules named in it)."""
+        groups: dict[tuple[str, str, str], tuple[float, list[str]]] = {}
+        for name in [n for n in self.operators if n in self._unit_pending]:
+            op = self.operators[name]
+            if not getattr(op, "unit_checked", True):
+                continue
+            self._unit_pending.discard(name)
+            hint = getattr(op, "unit_hint", None)
+            if hint is not None:
+                groups.setdefault((hint.field, hint.unit, hint.looks_like), (hint.median, []))[1].append(name)
+        return [UnitHint(*key, median).message(names) for key, (median, names) in groups.items()]
 
     def finish(self) -> EngineOutput:
         """End of input: flush every rule (final watermark)."""
@@ -215,6 +262,7 @@ class Engine:
                 c.read, c.processed, c.late, c.errors, c.buffered, s.matches,
                 getattr(s, "partial_matches_peak", 0), getattr(s, "partial_matches_dropped", 0),
                 getattr(s, "cap_hits", 0), getattr(s, "eval_errors", 0),
+                getattr(s, "budget_dropped", 0), getattr(s, "budget_hits", 0),
             )
         return res
 
@@ -300,7 +348,11 @@ class Engine:
     def _configure(self, ops: Iterable[Any]) -> None:
         row_ids = getattr(self, "_row_ids", False)
         limits = getattr(self, "_limits", None)
+        # rules whose first batch's times are still to be looked at for a wrong unit
+        self._unit_pending = {n for n, op in self.operators.items() if not getattr(op, "unit_checked", True)}
         for op in ops:
+            if hasattr(op, "clock"):
+                op.clock = self.clock
             if hasattr(op, "row_ids"):
                 op.row_ids = row_ids
             if limits is not None and hasattr(op, "idle_state_ttl_ms"):

@@ -8,15 +8,17 @@ import io
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import orjson
 
 from patterns.errors import CepError
+from patterns.rules import DEFAULT_MAX_FUTURE_SKEW_MS, TIME_UNITS
 
 __all__ = [
     "EventBatch",
@@ -27,7 +29,16 @@ __all__ = [
     "to_batch",
     "read_events",
     "parse_times",
+    "event_times",
+    "unit_hint",
+    "UnitHint",
+    "TIME_UNITS",
+    "DEFAULT_MAX_FUTURE_SKEW_MS",
+    "Clock",
+    "FixedClock",
+    "wall_clock_ms",
     "format_time",
+    "format_duration",
 ]
 
 
@@ -56,6 +67,9 @@ class EventBatch:
     lines: np.ndarray | None = None
     source: str | None = None
     bad: list[BadLine] = field(default_factory=list)
+    # columns (True) or rows of columns (a mask) that hold epoch ms converted from date/time
+    # values (pandas, Arrow, access logs): a rule's time_unit does not apply to them
+    epoch_ms: dict[str, np.ndarray | bool] = field(default_factory=dict)
 
     def column(self, name: str) -> np.ndarray:
         """The column ``name``, or an all-NULL column when the batch has no such field."""
@@ -80,7 +94,8 @@ class EventBatch:
     def take(self, idx: np.ndarray) -> EventBatch:
         """The rows at ``idx``, keeping their line numbers (bad lines stay with this batch)."""
         lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
-        return EventBatch({k: c[idx] for k, c in self.columns.items()}, len(idx), lines, self.source)
+        conv = {k: m[idx] if isinstance(m, np.ndarray) else m for k, m in self.epoch_ms.items()}
+        return EventBatch({k: c[idx] for k, c in self.columns.items()}, len(idx), lines, self.source, epoch_ms=conv)
 
 
 def batch_from_records(
@@ -137,6 +152,7 @@ def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
     import pandas as pd
 
     cols: dict[str, np.ndarray] = {}
+    conv: dict[str, np.ndarray | bool] = {}
     for name in df.columns:
         s = df[name]
         arr = s.to_numpy()
@@ -149,12 +165,13 @@ def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
             if isinstance(s.dtype, pd.DatetimeTZDtype):
                 arr = s.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
             arr = datetime64_to_ms(arr)
+            conv[str(name)] = True
         elif arr.dtype == object:
             arr = arr.copy()
             mask = s.isna().to_numpy()
             arr[mask] = None
         cols[str(name)] = arr
-    return EventBatch(cols, len(df), None, source)
+    return EventBatch(cols, len(df), None, source, epoch_ms=conv)
 
 
 def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
@@ -162,10 +179,12 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
     import pyarrow as pa
 
     cols: dict[str, np.ndarray] = {}
+    conv: dict[str, np.ndarray | bool] = {}
     for name, col in zip(table.schema.names, table.columns):
         t = col.type
         if pa.types.is_timestamp(t) or pa.types.is_date(t):
             cols[name] = _arrow_time_ms(col)
+            conv[name] = True
             continue
         if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             arr = np.asarray(col.to_pylist(), dtype=object) if col.null_count or not pa.types.is_boolean(col.type) else col.to_numpy(zero_copy_only=False)
@@ -176,7 +195,7 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
         else:
             arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
         cols[name] = arr
-    return EventBatch(cols, table.num_rows, None, source)
+    return EventBatch(cols, table.num_rows, None, source, epoch_ms=conv)
 
 
 _MS_PER_UNIT = {"D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
@@ -412,9 +431,8 @@ def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
 
 
 def _parquet_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     if str(path) == STDIN:
         raise CepError("Parquet cannot be read from standard input (it needs to seek): pass the file's path")
@@ -512,7 +530,9 @@ def _access_log_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
             else:
                 yield lineno, ev
 
-    return _batched(parsed(), batch_size, src)
+    for b in _batched(parsed(), batch_size, src):
+        b.epoch_ms["time"] = True  # parsed from the log's date: milliseconds whatever the rule's time_unit
+        yield b
 
 
 def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None) -> Iterator[EventBatch]:
@@ -541,16 +561,74 @@ def read_events(path: str | Path, batch_size: int = 8192, fmt: str | None = None
 MIN_EVENT_TIME_MS = -2_208_988_800_000  # 1900-01-01T00:00:00Z
 MAX_EVENT_TIME_MS = 7_258_118_400_000  # 2200-01-01T00:00:00Z
 
+_SCALE = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}  # ms = value * mul / div
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+_UNIT_NOUN = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+_MS_LIMIT = 9_200_000_000_000_000  # |epoch ms| below this fits int64 with room (year 291,000)
 
-def parse_times(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+Clock = Callable[[], int]
+"""A wall clock: a function returning the time now as epoch milliseconds."""
+
+
+def wall_clock_ms() -> int:
+    """The machine's wall clock as epoch milliseconds (the future guard's default clock)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class FixedClock:
+    """A clock that always reads ``ms``: tests, and the one reading every task of a Spark backfill shares.
+
+    Example:
+        >>> FixedClock(1_000)()
+        1000
+    """
+
+    ms: int
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def parse_times(
+    values: np.ndarray,
+    unit: str = "ms",
+    *,
+    converted: np.ndarray | bool | None = None,
+    now_ms: int | None = None,
+    max_future_skew_ms: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
     """Event times as int64 epoch milliseconds, from 1900 (inclusive) to 2200 (exclusive).
+
+    Numbers and numeric strings are read in ``unit`` (``s``, ``ms``, ``us`` or ``ns``); ISO-8601
+    strings, dates and datetimes carry their own unit, and so do the rows ``converted`` marks
+    (True: every row) as epoch ms already converted from date/time values. With ``now_ms`` and
+    ``max_future_skew_ms``, a time more than the skew ahead of ``now_ms`` is refused too (the
+    future guard: one such event would move the watermark past every real event). Returns
+    ``(ms, ok, reasons)``; ``reasons[i]`` says why value ``i`` is not usable.
 
     Example:
         >>> ms, ok, why = parse_times(np.array([1000, "9999-12-31"], dtype=object))
         >>> ok.tolist(), why[1]
         ([True, False], "'9999-12-31' is after 2200-01-01T00:00:00.000Z, the latest accepted event time")
+        >>> parse_times(np.array([807256800, 807256800.5]), "s")[0].tolist()
+        [807256800000, 807256800500]
+        >>> ms, ok, why = parse_times(np.array([5_000_000, 90_000_000]), now_ms=0, max_future_skew_ms=86_400_000)
+        >>> ok.tolist(), why[1][:80]
+        ([True, False], 'event time in the future: 90000000 (1970-01-02T01:00:00.000Z) is more than 1 day')
     """
-    out, ok, reasons = _parse_times_unbounded(values)
+    if unit not in _SCALE:
+        raise ValueError(f"unknown time unit {unit!r}; expected one of {', '.join(TIME_UNITS)}")
+    if converted is True or unit == "ms":
+        out, ok, reasons = _parse_times_unbounded(values, "ms")
+    else:
+        out, ok, reasons = _parse_times_unbounded(values, unit)
+        if converted is not None and converted is not False and np.any(converted):
+            idx = np.flatnonzero(converted)
+            ms2, ok2, why2 = _parse_times_unbounded(values[idx], "ms")
+            out[idx], ok[idx] = ms2, ok2
+            for j, row in enumerate(idx.tolist()):
+                reasons[row] = why2[j]
     bad = ok & ((out < MIN_EVENT_TIME_MS) | (out >= MAX_EVENT_TIME_MS))
     for i in np.flatnonzero(bad):
         v = _short(values[i].item() if isinstance(values[i], np.generic) else values[i])
@@ -560,15 +638,90 @@ def parse_times(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | 
             reasons[i] = f"{v} is after {format_time(MAX_EVENT_TIME_MS)}, the latest accepted event time"
     if bad.any():
         ok = ok & ~bad
+    if now_ms is not None and max_future_skew_ms is not None:
+        ahead = ok & (out > now_ms + max_future_skew_ms)
+        if ahead.any():
+            for a in np.flatnonzero(ahead).tolist():
+                reasons[a] = _future_reason(values[a], int(out[a]), now_ms, max_future_skew_ms)
+            ok = ok & ~ahead
     return out, ok, reasons
 
 
-def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-    """Event times as int64 epoch milliseconds.
+def _future_reason(value: Any, ms: int, now_ms: int, skew_ms: int) -> str:
+    """Why an event time ahead of the clock is refused, and what to do about it."""
+    v = _short(value.item() if isinstance(value, np.generic) else value)
+    return (f"event time in the future: {v} ({format_time(ms)}) is more than {format_duration(skew_ms)} ahead of the clock "
+            f"({format_time(now_ms)}): check the event's time and the rule's time_unit; for data dated in the "
+            "future (a synthetic replay) raise the rule's max_future_skew or set it to none")
 
-    Accepts numbers (epoch milliseconds) and ISO-8601 strings (a date, or a date and time with an
-    optional offset; no offset means UTC). Returns ``(ms, ok, reasons)`` where ``reasons[i]``
-    explains a value that is not a time.
+
+def event_times(
+    batch: EventBatch,
+    field: str,
+    unit: str = "ms",
+    max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS,
+    clock: Clock | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """A rule's event times in one batch, judged as every operator judges them (:func:`parse_times`).
+
+    ``clock`` (default :func:`wall_clock_ms`) is read once per batch for the future guard;
+    ``max_future_skew_ms=None`` turns the guard off.
+
+    Example:
+        >>> b = batch_from_records([{"ts": 1_000}, {"ts": "2199-12-31"}])
+        >>> ms, ok, why = event_times(b, "ts", clock=FixedClock(0))
+        >>> ok.tolist(), why[1][:60]
+        ([True, False], "event time in the future: '2199-12-31' (2199-12-31T00:00:00.")
+    """
+    now = None
+    if max_future_skew_ms is not None:
+        now = (clock or wall_clock_ms)()
+    return parse_times(batch.column(field), unit, converted=batch.epoch_ms.get(field), now_ms=now,
+                       max_future_skew_ms=max_future_skew_ms)
+
+
+def _scale_ints(raw: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """Integers in ``unit`` as epoch ms (division rounds towards the past) and which fit."""
+    mul, div = _SCALE[unit]
+    if raw.dtype.kind == "u":
+        fits = raw < np.uint64(_MS_LIMIT // mul)
+        raw = np.where(fits, raw, 0).astype(np.int64)
+    else:
+        raw = raw.astype(np.int64, copy=False)
+        fits = np.abs(raw) < _MS_LIMIT // mul if mul > 1 else raw > np.iinfo(np.int64).min
+    if mul > 1:
+        return np.where(fits, raw, 0) * mul, fits
+    return (raw // div if div > 1 else raw.copy()), fits
+
+
+def _scale_floats(raw: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """Floats in ``unit`` as epoch ms and which are finite and in range.
+
+    Milliseconds are truncated; other units are rounded to the microsecond first (807256800.123 s
+    is 807256800123 ms, not ...122 through binary rounding), then floored.
+    """
+    mul, div = _SCALE[unit]
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = raw if unit == "ms" else raw * mul / div
+        fits = np.isfinite(x) & (np.abs(x) < _MS_LIMIT)
+        y = np.where(fits, x, 0.0)
+        if unit != "ms":
+            y = np.floor(np.round(y, 3))
+    return y.astype(np.int64), fits
+
+
+def _int_ms(v: int, unit: str) -> int | None:
+    mul, div = _SCALE[unit]
+    ms = v * mul // div
+    return ms if -_MS_LIMIT < ms < _MS_LIMIT else None
+
+
+def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Event times as int64 epoch milliseconds, numbers and numeric strings read in ``unit``.
+
+    Accepts numbers and ISO-8601 strings (a date, or a date and time with an optional offset;
+    no offset means UTC). Returns ``(ms, ok, reasons)`` where ``reasons[i]`` explains a value
+    that is not a time.
 
     Example:
         >>> ms, ok, _ = parse_times(np.array([1000, "1970-01-01T00:00:02Z", "x"], dtype=object))
@@ -579,16 +732,16 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     out = np.zeros(n, dtype=np.int64)
     ok = np.zeros(n, dtype=bool)
     reasons: list[str | None] = [None] * n
+    words, noun = _UNIT_WORDS[unit], _UNIT_NOUN[unit]
     if values.dtype.kind in "iu":
-        out[:] = values
-        ok[:] = True
+        out, ok = _scale_ints(values, unit)
+        for i in np.flatnonzero(~ok):
+            reasons[i] = f"{values[i].item()!r} is out of range for epoch {words}"
         return out, ok, reasons
     if values.dtype.kind == "f":
-        fin = np.isfinite(values) & (np.abs(values) < 9.2e15)
-        out[fin] = values[fin].astype(np.int64)
-        ok[:] = fin
-        for i in np.flatnonzero(~fin):
-            reasons[i] = f"{values[i]!r} is not a finite epoch-millisecond time"
+        out, ok = _scale_floats(values, unit)
+        for i in np.flatnonzero(~ok):
+            reasons[i] = f"{values[i].item()!r} is not a finite epoch-{noun} time"
         return out, ok, reasons
     if values.dtype.kind == "M":
         ms_obj = datetime64_to_ms(values)
@@ -598,30 +751,33 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
             reasons[i] = "missing (NaT)"
         return out, ok, reasons
     str_idx: list[int] = []
+    mul, div = _SCALE[unit]
     for i, v in enumerate(values.tolist()):
-        if isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
+        if isinstance(v, bool) or v is None:
+            reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
+        elif isinstance(v, int):
+            ms_i = v if mul == div else v * mul // div
+            if -_MS_LIMIT < ms_i < _MS_LIMIT:
+                out[i] = ms_i
+                ok[i] = True
+            else:
+                reasons[i] = f"{v!r} is out of range for epoch {words}"
+        elif isinstance(v, float):
+            x = v if mul == div else v * mul / div
+            if math.isfinite(x) and abs(x) < _MS_LIMIT:
+                out[i] = int(x) if mul == div else math.floor(np.round(x, 3))  # as _scale_floats
+                ok[i] = True
+            else:
+                reasons[i] = f"{v!r} is not a finite epoch-{noun} time"
+        elif isinstance(v, str):
+            str_idx.append(i)
+        elif isinstance(v, (_dt.datetime, _dt.date, np.datetime64)):
             ms_v = _datetime_ms(v)
             if ms_v is None:
                 reasons[i] = f"{_short(v)} is not a time (NaT)"
             else:
                 out[i] = ms_v
                 ok[i] = True
-        elif isinstance(v, bool) or v is None:
-            reasons[i] = "missing (null)" if v is None else f"{v!r} is a boolean, not a time"
-        elif isinstance(v, int):
-            if -(2**63) < v < 2**63:
-                out[i] = v
-                ok[i] = True
-            else:
-                reasons[i] = f"{v!r} is out of range for epoch milliseconds"
-        elif isinstance(v, float):
-            if math.isfinite(v) and abs(v) < 9.2e15:
-                out[i] = int(v)
-                ok[i] = True
-            else:
-                reasons[i] = f"{v!r} is not a finite epoch-millisecond time"
-        elif isinstance(v, str):
-            str_idx.append(i)
         else:
             reasons[i] = f"{_short(v)} is a {type(v).__name__}, not a time"
     if str_idx:
@@ -635,14 +791,105 @@ def _parse_times_unbounded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
             if na[j]:
                 s = strs[j]
                 if s.strip().lstrip("-").isdigit():
-                    out[i] = int(s)
-                    ok[i] = True
+                    got = _int_ms(int(s), unit)
+                    if got is not None:
+                        out[i] = got
+                        ok[i] = True
+                    else:
+                        reasons[i] = f"{_short(s)} is out of range for epoch {words}"
                 else:
-                    reasons[i] = f"{_short(s)} is neither epoch milliseconds nor an ISO-8601 time"
+                    reasons[i] = f"{_short(s)} is neither epoch {words} nor an ISO-8601 time"
             else:
                 out[i] = ms[j]
                 ok[i] = True
     return out, ok, reasons
+
+
+# where a median read in the rule's unit says "wrong unit", and where another unit's reading is believable
+_YEAR_1971 = 31_536_000_000
+_YEAR_1990 = 631_152_000_000
+_YEAR_2100 = 4_102_444_800_000
+
+
+@dataclass(frozen=True)
+class UnitHint:
+    """Numeric event times that look like another unit than the one a rule reads them in."""
+
+    field: str
+    unit: str  # the rule's time_unit
+    looks_like: str  # the unit that puts them between 1990 and 2100
+    median: float  # of the numeric values checked
+
+    def message(self, rules: Iterable[str]) -> str:
+        """The warning, naming the rules that read the field in the wrong unit.
+
+        Example:
+            >>> print(UnitHint("time", "ms", "s", 807256800.0).message(["per_hour"]))
+            warning: rule 'per_hour' reads the numeric event times in 'time' as epoch milliseconds, but they look like epoch seconds: their median 807,256,800 read as milliseconds is 1970-01-10T08:14:16.800Z, read as seconds 1995-08-01T06:00:00.000Z. If they are seconds, set 'time_unit: s' on the rule (cep run: --time-unit s); docs/semantics.md, "Event time"
+        """
+        names = list(rules)
+        who = (f"rule {names[0]!r}" if len(names) == 1
+               else "rules " + ", ".join(repr(n) for n in names))
+        read = _hint_ms(self.median, self.unit)
+        other = _hint_ms(self.median, self.looks_like)
+        as_read = format_time(int(read)) if MIN_EVENT_TIME_MS <= read < MAX_EVENT_TIME_MS else "out of range (before 1900 or after 2200)"
+        words, other_words = _UNIT_WORDS[self.unit], _UNIT_WORDS[self.looks_like]
+        verb = "reads" if len(names) == 1 else "read"
+        return (f"warning: {who} {verb} the numeric event times in {self.field!r} as epoch {words}, but they "
+                f"look like epoch {other_words}: their median {self.median:,.0f} read as {words} is {as_read}, "
+                f"read as {other_words} {format_time(int(other))}. If they are {other_words}, set "
+                f"'time_unit: {self.looks_like}' on the rule (cep run: --time-unit {self.looks_like}); "
+                'docs/semantics.md, "Event time"')
+
+
+def _hint_ms(value: float, unit: str) -> float:
+    mul, div = _SCALE[unit]
+    return value * mul / div
+
+
+def unit_hint(batch: EventBatch, field: str, unit: str = "ms", sample: int = 10_000) -> UnitHint | None:
+    """Whether a batch's numeric event times look like another unit than ``unit`` (one look per rule).
+
+    The median of the first ``sample`` numeric values (numbers and numeric strings; converted
+    date/time rows and ISO strings are left out) is wrong when, read in ``unit``, it falls in 1970
+    (seconds read as milliseconds) or outside 1900-2200 (microseconds or nanoseconds read as
+    milliseconds), and another unit reads it between 1990 and 2100.
+
+    Example:
+        >>> unit_hint(batch_from_records([{"time": 807256800}, {"time": 807256801}]), "time")
+        UnitHint(field='time', unit='ms', looks_like='s', median=807256800.0)
+        >>> unit_hint(batch_from_records([{"time": 807256800000}]), "time") is None
+        True
+    """
+    conv = batch.epoch_ms.get(field)
+    if conv is True:
+        return None
+    col = batch.column(field)[:sample]
+    if conv is not None and conv is not False:
+        col = col[~np.asarray(conv)[:sample]]
+    if col.dtype.kind in "iuf":
+        nums = col.astype(np.float64)
+    else:
+        picked = []
+        for v in col.tolist():
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, (int, float)):
+                picked.append(float(v))
+            elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
+                picked.append(float(v))
+        nums = np.asarray(picked, dtype=np.float64)
+    nums = nums[np.isfinite(nums)]
+    if not len(nums):
+        return None
+    median = float(np.sort(nums)[(len(nums) - 1) // 2])  # the lower median: one of the values
+    read = _hint_ms(median, unit)
+    if not (0 <= read < _YEAR_1971 or read < MIN_EVENT_TIME_MS or read >= MAX_EVENT_TIME_MS):
+        return None
+    for other in TIME_UNITS:
+        if other != unit and _YEAR_1990 <= _hint_ms(median, other) < _YEAR_2100:
+            return UnitHint(field, unit, other, median)
+    return None
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -668,6 +915,20 @@ def _short_text(text: str, limit: int = 200) -> str:
 def _short(v: Any) -> str:
     r = repr(v)
     return r if len(r) <= 60 else r[:57] + "..."
+
+
+def format_duration(ms: int) -> str:
+    """A duration in the largest whole unit that states it exactly, for messages.
+
+    Example:
+        >>> format_duration(86_400_000), format_duration(7_200_000), format_duration(90_000), format_duration(1_500)
+        ('1 day', '2 hours', '90 seconds', '1500 ms')
+    """
+    for size, word in ((86_400_000, "day"), (3_600_000, "hour"), (60_000, "minute"), (1_000, "second")):
+        if ms and ms % size == 0:
+            n = ms // size
+            return f"{n} {word}" + ("" if n == 1 else "s")
+    return f"{ms} ms"
 
 
 def format_time(ms: int) -> str:

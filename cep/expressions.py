@@ -198,6 +198,17 @@ class AggSpec:
             return v
         return min(state, v) if f == "MIN" else max(state, v)
 
+    def finalizer(self) -> Callable[[Any], Any]:
+        """``final`` specialised to this aggregate's function (conditions call it per partial match)."""
+        f = self.func
+        if f == "SUM":
+            return lambda state: state[0] if state[1] else None
+        if f == "AVG":
+            return lambda state: state[0] / state[1] if state[1] else None
+        if f == "COUNT":
+            return lambda state: state
+        return self.final
+
     def final(self, state):
         f = self.func
         if f == "SUM":
@@ -273,6 +284,19 @@ def _compile_common(x: A.Expr, c: Callable[[A.Expr], Callable]) -> Callable:
         return lambda ctx: op(lf(ctx), rf(ctx))
     if isinstance(x, A.Compare):
         lf, rf, o = c(x.left), c(x.right), x.op
+        if isinstance(x.right, A.Literal) and isinstance(x.right.value, (int, float)) and not isinstance(x.right.value, bool):
+            # against a number (the common case): _sql_cmp without its checks on the right side
+            cmp, b = _CMP[o], x.right.value
+
+            def vs_number(ctx):
+                a = lf(ctx)
+                if a is None:
+                    return None
+                if isinstance(a, str):
+                    raise TypeError(f"cannot compare {a!r} with {b!r}: a string and a number")
+                return cmp(a, b)
+
+            return vs_number
         return lambda ctx: _sql_cmp(o, lf(ctx), rf(ctx))
     if isinstance(x, A.Logical):
         fs = [c(a) for a in x.args]
@@ -517,10 +541,10 @@ def compile_match_expr(e: A.Expr, layout: Layout, define_var: int | None = None)
         if isinstance(x, A.Agg):
             vars_ = layout.var_set(x.var) if x.var is not None else (arg_vars(x.arg) if x.arg is not None else None)
             slot = layout.agg_slot(x.func, vars_, x.arg)
-            spec = layout.aggs[slot]
+            fin = layout.aggs[slot].finalizer()
             if x.semantics == "FINAL":
-                return lambda ctx: spec.final(ctx.final.aggs[slot])
-            return lambda ctx: spec.final(ctx.node.aggs[slot])
+                return lambda ctx: fin(ctx.final.aggs[slot])
+            return lambda ctx: fin(ctx.node.aggs[slot])
         if isinstance(x, A.Classifier):
             if x.var is None:
                 if x.semantics == "FINAL":

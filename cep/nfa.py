@@ -24,6 +24,7 @@ from cep.expressions import (
 )
 from patterns import ast as A
 from patterns.compiler import OP_MATCH, CompiledPattern
+from patterns.growth import GROWING_PATTERN_STEPS, find_growth
 
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 
@@ -31,6 +32,7 @@ __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 # Drop later attempts that sit in the head attempt's automaton state (see _step_key_dfa); a
 # switch so benchmarks and tests can measure and check the engine without it.
 MERGE_EQUIVALENT_ATTEMPTS = True
+
 
 
 class Attempt:
@@ -84,6 +86,8 @@ class StepStats:
     partial_matches_peak: int = 0
     partial_matches_dropped: int = 0
     cap_hits: int = 0
+    budget_dropped: int = 0  # partial matches dropped because the next row would step too many
+    budget_hits: int = 0  # rows after which the work budget dropped partial matches
     eval_errors: int = 0
     skip_errors: int = 0
     seconds_ingest: float = 0.0  # time fields, keys, lateness, buffering
@@ -102,6 +106,7 @@ class PatternAutomaton:
         extra_columns: list[str] | None = None,
         max_partial_matches: int = 10_000,
         on_cap: str = "drop_oldest",
+        max_steps_per_event: int | None = None,
     ):
         mr = cp.statement
         self.cp = cp
@@ -112,9 +117,24 @@ class PatternAutomaton:
         self.nvars = len(self.var_names)
         self.max_partial_matches = max_partial_matches
         self.on_cap = on_cap
+        self.max_steps_per_event = max_steps_per_event  # as given (None: the default)
+        # the work budget: partial matches one row of a key may step (None: only the cap bounds it)
+        self.growth = find_growth(cp)
+        self.max_steps: int | None = (
+            max_steps_per_event if max_steps_per_event is not None
+            else GROWING_PATTERN_STEPS if self.growth is not None else None
+        )
         # closure[pc]: VAR / MATCH instructions reachable from pc without consuming a row, in
         # preference order; a pc reached twice is the same run with less preference, so dropped.
         self.closure = [self._closure(pc) for pc in range(len(self.ins))]
+        # moves[pc] for a VAR instruction: (variable, excluded, the runs a row taken there goes
+        # on to, in preference order, and whether it completes a match, which outranks the rest)
+        self.moves: list[tuple[int, bool, tuple[int, ...], bool] | None] = [None] * len(self.ins)
+        for pc, x in enumerate(self.ins):
+            if x[0] == 0:  # OP_VAR
+                after = self.closure[x[2]]
+                stop = next((i for i, q in enumerate(after) if self.ins[q][0] == OP_MATCH), len(after))
+                self.moves[pc] = (x[1], x[3], after[:stop], stop < len(after))
         self.start_closure = self.closure[0]
         self.start_bits = 0
         for v in prog.start_vars:
@@ -178,6 +198,10 @@ class PatternAutomaton:
         self.agg_updates: list[tuple[tuple[int, Any], ...]] = [
             tuple((i, a) for i, a in enumerate(self.aggs) if a.vars is None or v in a.vars) for v in range(self.nvars)
         ]
+        # ... as one function per variable: (aggregate states, row) -> states after the row
+        self.agg_steps: list[Callable[[tuple, tuple], tuple] | None] = [
+            _aggs_step(upd, len(self.aggs)) for upd in self.agg_updates
+        ]
         self.columns = layout.columns
         self.npartition = len(mr.partition_by)
         self.all_rows = mr.rows_per_match == "ALL"
@@ -218,9 +242,9 @@ class PatternAutomaton:
             else:
                 aggs = parent.aggs
                 n = parent.n + 1
-            upd = self.agg_updates[vid]
-            if upd:
-                aggs = self._updated(aggs, upd, row)
+            step = self.agg_steps[vid]
+            if step is not None:
+                aggs = step(aggs, row)
             return Node(rno, vid, parent, n, None, None, aggs, excl)
         if parent is None:
             last = tuple(rno if v == vid else -1 for v in range(self.nvars))
@@ -234,19 +258,10 @@ class PatternAutomaton:
             first = pf if pf[vid] >= 0 else pf[:vid] + (rno,) + pf[vid + 1 :]
             aggs = parent.aggs
             n = parent.n + 1
-        upd = self.agg_updates[vid]
-        if upd:
-            aggs = self._updated(aggs, upd, row)
+        step = self.agg_steps[vid]
+        if step is not None:
+            aggs = step(aggs, row)
         return Node(rno, vid, parent, n, last, first, aggs, excl)
-
-    @staticmethod
-    def _updated(aggs: tuple, upd: tuple[tuple[int, Any], ...], row: tuple) -> tuple:
-        if len(upd) == len(aggs):
-            return tuple([a.update(s, row) for (_, a), s in zip(upd, aggs)])
-        out = list(aggs)
-        for i, a in upd:
-            out[i] = a.update(out[i], row)
-        return tuple(out)
 
     # ------------------------------------------------------------------ stepping
     def step_key(
@@ -278,13 +293,11 @@ class PatternAutomaton:
         max_back = self.max_back
         rows = st.rows
         mat = s  # batch rows [s, mat) are materialised in st.rows
-        ins = self.ins
-        closure = self.closure
         start_bits = self.start_bits
         hist = self.hist
         within = self.within
-        dedup = self.history_free
         past_last = self.skip.mode == "PAST_LAST_ROW"
+        budget = self.max_steps
         j = s
         ci = 0
         ncand = len(candidates) if candidates is not None else 0
@@ -313,12 +326,12 @@ class PatternAutomaton:
                 if within is not None and t - a.start_ts >= within:
                     a.threads = []
                     continue
-                a.threads = self._advance(a, a.threads, m, rno, row, st, stats, dedup, ins, closure, hist)
+                a.threads = self._advance(a, a.threads, m, rno, row, st, stats, hist)
             # a new attempt may start here
             if m & start_bits and rno >= st.resume:
                 a = Attempt(rno, t, [])
                 init = [(pc, None) for pc in self.start_closure]
-                a.threads = self._advance(a, init, m, rno, row, st, stats, dedup, ins, closure, hist)
+                a.threads = self._advance(a, init, m, rno, row, st, stats, hist)
                 if a.threads or a.best is not None:
                     st.attempts.append(a)
             if st.attempts:
@@ -328,6 +341,8 @@ class PatternAutomaton:
                 live = sum(len(x.threads) for x in st.attempts)
                 if live > stats.partial_matches_peak:  # the most one key held at once
                     stats.partial_matches_peak = live
+                if budget is not None and live > budget:
+                    self._over_budget(st, live, emit, stats, past_last)
             j += 1
         if not st.attempts and not st.deferred and e - max_back > mat:
             rows = self._drop_before(st, start_rno + e - max_back)
@@ -348,15 +363,33 @@ class PatternAutomaton:
         st.base = rno
         return st.rows
 
-    def _advance(self, a: Attempt, threads, m, rno, row, st, stats, dedup, ins, closure, hist) -> list:
+    def _advance(self, a: Attempt, threads, m, rno, row, st, stats, hist) -> list:
+        """Every run of attempt ``a`` that can take row ``rno``, extended by it, in preference order.
+
+        Runs are never merged here: this is the path of rules whose conditions look back at the
+        match, where two runs in one automaton state may have different futures.
+        """
         new: list = []
-        seen: set[int] | None = set() if dedup else None
+        append = new.append
         ctx = None
+        steps = self.agg_steps
+        moves = self.moves
         for pc, node in threads:
-            _, vid, nxt, excl = ins[pc]
+            vid, excl, targets, matches = moves[pc]
             if not (m >> vid) & 1:
                 continue
-            child = self.new_node(rno, vid, node, row, excl)
+            if node is None:
+                child = self.new_node(rno, vid, None, row, excl)
+            else:
+                # (new_node, inlined: this runs once per partial match and row)
+                pl = node.last
+                pf = node.first
+                step = steps[vid]
+                child = Node(
+                    rno, vid, node, node.n + 1, pl[:vid] + (rno,) + pl[vid + 1 :],
+                    pf if pf[vid] >= 0 else pf[:vid] + (rno,) + pf[vid + 1 :],
+                    node.aggs if step is None else step(node.aggs, row), excl,
+                )
             h = hist[vid]
             if h is not None:
                 if ctx is None:
@@ -364,24 +397,16 @@ class PatternAutomaton:
                 else:
                     ctx.node = ctx.final = child
                 try:
-                    ok = truthy(h(ctx))
+                    v = h(ctx)
                 except (TypeError, ValueError, ArithmeticError):
                     stats.eval_errors += 1
-                    ok = False
-                if not ok:
                     continue
-            matched = False
-            for q in closure[nxt]:
-                if ins[q][0] == OP_MATCH:
-                    a.best = child
-                    matched = True
-                    break
-                if seen is not None:
-                    if q in seen:
-                        continue
-                    seen.add(q)
-                new.append((q, child))
-            if matched:
+                if v is not True and not truthy(v):
+                    continue
+            for q in targets:
+                append((q, child))
+            if matches:
+                a.best = child
                 break  # every later run is less preferred than this match
         if len(new) > self.max_partial_matches:
             stats.partial_matches_dropped += len(new) - self.max_partial_matches
@@ -405,6 +430,41 @@ class PatternAutomaton:
             a = st.attempts.pop(0)  # the oldest start row
             live -= size(a)
             stats.partial_matches_dropped += size(a)
+
+    def _over_budget(self, st: KeyState, live: int, emit, stats: StepStats, past_last: bool) -> None:
+        """More partial matches alive than the next row may step: drop the excess, count it.
+
+        The order follows the rule's ``on_cap`` policy: drop_oldest ends the partial matches of
+        the earliest start rows first and, within a start row, the least preferred first (a start
+        row over the budget on its own keeps its most preferred); skip_key forgets every partial
+        match of the key. A start row whose partial matches all end keeps the match it has found,
+        which is reported as when its runs die of themselves.
+        """
+        budget = self.max_steps
+        assert budget is not None
+        if live <= budget:
+            return
+        stats.budget_hits += 1
+        attempts = st.attempts
+        dead = self._dead
+        excess = live if self.on_cap == "skip_key" else live - budget
+        for a in attempts:
+            if excess <= 0:
+                break
+            th = a.threads
+            if not th:
+                continue
+            n = len(th) if isinstance(th, list) else 1
+            if n <= excess:
+                a.threads = dead
+                stats.budget_dropped += n
+                excess -= n
+            else:
+                a.threads = th[: n - excess]  # the most preferred stay
+                stats.budget_dropped += excess
+                excess = 0
+        attempts[:] = [a for a in attempts if a.threads or a.best is not None]
+        self._resolve(st, emit, stats, past_last)
 
     def _resolve(self, st: KeyState, emit, stats: StepStats, past_last: bool) -> None:
         attempts = st.attempts
@@ -553,6 +613,7 @@ class PatternAutomaton:
         start_sid = self.dfa_start
         attempts = st.attempts
         merge = past_last and within is None and MERGE_EQUIVALENT_ATTEMPTS
+        budget = self.max_steps
         j = s
         ci = 0
         ncand = len(candidates) if candidates is not None else 0
@@ -619,6 +680,8 @@ class PatternAutomaton:
                     self._resolve(st, emit, stats, past_last)
                 if len(attempts) > stats.partial_matches_peak:
                     stats.partial_matches_peak = len(attempts)
+                if budget is not None and len(attempts) > budget:
+                    self._over_budget(st, sum(1 for x in attempts if x.threads), emit, stats, past_last)
             j += 1
         if not attempts and not st.deferred and e - max_back > mat:
             rows = self._drop_before(st, start_rno + e - max_back)
@@ -778,3 +841,51 @@ class PatternAutomaton:
                         out[k] = v
             result.append(out)
         return result
+
+
+def _agg_update(a: Any) -> Callable[[Any, tuple], Any]:
+    """``a.update`` (cep.expressions.AggSpec) specialised to its function, for the hot loop."""
+    f, arg = a.func, a.arg
+    if arg is None:
+        return lambda s, row: s + 1
+    if f == "COUNT":
+        return lambda s, row: s if arg(row) is None else s + 1
+    if f in ("SUM", "AVG"):
+
+        def sum_(s, row):
+            v = arg(row)
+            return s if v is None else (s[0] + v, s[1] + 1)
+
+        return sum_
+    if f in ("MIN", "MAX"):
+        pick = min if f == "MIN" else max
+
+        def extreme(s, row):
+            v = arg(row)
+            return s if v is None else v if s is None else pick(s, v)
+
+        return extreme
+    return a.update
+
+
+def _aggs_step(upd: tuple[tuple[int, Any], ...], n: int) -> Callable[[tuple, tuple], tuple] | None:
+    """One function that applies a row to the aggregate states ``upd`` names (None: no update)."""
+    if not upd:
+        return None
+    fns = [(i, _agg_update(a)) for i, a in upd]
+    if len(fns) == 1:
+        ((i, f),) = fns
+        if n == 1:
+            return lambda aggs, row: (f(aggs[0], row),)
+        return lambda aggs, row: aggs[:i] + (f(aggs[i], row),) + aggs[i + 1 :]
+    if len(fns) == n:
+        fs = tuple(f for _, f in fns)
+        return lambda aggs, row: tuple([f(s, row) for f, s in zip(fs, aggs)])
+
+    def step(aggs: tuple, row: tuple) -> tuple:
+        out = list(aggs)
+        for i, f in fns:
+            out[i] = f(out[i], row)
+        return tuple(out)
+
+    return step

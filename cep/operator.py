@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import EventBatch, format_time, parse_times
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    format_time,
+    unit_hint,
+)
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
@@ -72,16 +80,18 @@ class OperatorCounts:
 
 @dataclass
 class OperatorOutput:
-    """Rows produced by one call: complex events, late events, bad events."""
+    """Rows produced by one call: complex events, late events, bad events; and warnings for the user."""
 
     matches: list[dict[str, Any]] = field(default_factory=list)
     late: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # said once per run (the engine's unit check)
 
     def extend(self, other: OperatorOutput) -> None:
         self.matches.extend(other.matches)
         self.late.extend(other.late)
         self.errors.extend(other.errors)
+        self.warnings.extend(other.warnings)
 
 
 class _Pending:
@@ -119,12 +129,22 @@ class PatternOperator:
         lateness_ms: int = 0,
         max_partial_matches: int = 10_000,
         on_cap: str = "drop_oldest",
+        time_unit: str = "ms",
+        max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS,
+        max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = PatternAutomaton(compiled, max_partial_matches=max_partial_matches, on_cap=on_cap)
+        self.automaton = PatternAutomaton(
+            compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
+        )
         a = self.automaton
         self.lateness = int(lateness_ms)
         self.time_col = a.mr.order_by
+        self.time_unit = time_unit
+        self.max_future_skew_ms = max_future_skew_ms
+        self.clock: Clock | None = None  # the future guard's wall clock (None: the machine's)
+        self.unit_checked = False  # the first batch's times were looked at for a wrong unit
+        self.unit_hint: UnitHint | None = None
         self.key_cols = list(a.mr.partition_by)
         self.columns = a.columns
         self.keep_records = a.all_rows
@@ -161,6 +181,9 @@ class PatternOperator:
             lateness_ms=rule.lateness_ms,
             max_partial_matches=rule.max_partial_matches,
             on_cap=rule.on_cap,
+            time_unit=rule.time_unit,
+            max_future_skew_ms=rule.max_future_skew_ms,
+            max_steps_per_event=getattr(rule, "max_steps_per_event", None),
         )
 
     # ------------------------------------------------------------------ public API
@@ -253,7 +276,9 @@ class PatternOperator:
         if empty is None:
             a = self.automaton
             fresh = type(self)(a.cp, name=self.name, lateness_ms=self.lateness,
-                               max_partial_matches=a.max_partial_matches, on_cap=a.on_cap)
+                               max_partial_matches=a.max_partial_matches, on_cap=a.on_cap,
+                               time_unit=self.time_unit, max_future_skew_ms=self.max_future_skew_ms,
+                               max_steps_per_event=a.max_steps_per_event)
             empty = self._empty_snapshot = fresh.snapshot()
         self.restore(empty)
 
@@ -298,7 +323,10 @@ class PatternOperator:
         self.counts.read += n
         if n == 0:
             return
-        ms, ok, reasons = parse_times(batch.column(self.time_col))
+        ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
+        if not self.unit_checked:
+            self.unit_checked = True
+            self.unit_hint = unit_hint(batch, self.time_col, self.time_unit)
         for i in np.flatnonzero(~ok):
             r = reasons[i] or "not a time"
             self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")

@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import EventBatch, parse_times, to_batch
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    to_batch,
+    unit_hint,
+)
 from cep.operator import OperatorCounts, OperatorOutput, StateVersionError, late_row
 from cep.percolator import Percolator, PercolatorConfig
 from cep.safe_pickle import UnsafeState
@@ -73,11 +81,17 @@ class SearchOperator:
         {'id': 1, 'query_id': 'pies', 'metadata': {}, 'spans': [['title', 0, 9]], 'rule': 'fruit'}
     """
 
-    def __init__(self, spec: SearchSpec, name: str = "rule", lateness_ms: int = 0):
+    def __init__(self, spec: SearchSpec, name: str = "rule", lateness_ms: int = 0, time_unit: str = "ms",
+                 max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS):
         self.spec = spec
         self.name = name
         self.lateness = int(lateness_ms)
         self.time_col = spec.time_field
+        self.time_unit = time_unit
+        self.max_future_skew_ms = max_future_skew_ms
+        self.clock: Clock | None = None  # the future guard's wall clock (None: the machine's)
+        self.unit_checked = self.time_col is None  # the first batch's times were looked at for a wrong unit
+        self.unit_hint: UnitHint | None = None
         config = PercolatorConfig(query=spec.query_config, id_field=spec.id_field, exclude_fields=(STREAM_FIELD,))
         self.percolator = Percolator(config)
         for q in spec.queries:
@@ -95,7 +109,8 @@ class SearchOperator:
     @classmethod
     def from_rule(cls, rule: Any) -> SearchOperator:
         """The operator of a search rule, with the rule's options."""
-        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms)
+        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms, time_unit=rule.time_unit,
+                   max_future_skew_ms=rule.max_future_skew_ms)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -195,7 +210,10 @@ class SearchOperator:
 
     def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput, late_before: Any = None) -> np.ndarray:
         """Which events to percolate; the others go to the errors or the late output."""
-        ms, ok, reasons = parse_times(batch.column(time_col))
+        ms, ok, reasons = event_times(batch, time_col, self.time_unit, self.max_future_skew_ms, self.clock)
+        if not self.unit_checked and batch.n:
+            self.unit_checked = True
+            self.unit_hint = unit_hint(batch, time_col, self.time_unit)
         take = ok.copy()
         for r in np.flatnonzero(~ok).tolist():
             self.counts.errors += 1

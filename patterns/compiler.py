@@ -26,6 +26,7 @@ __all__ = [
     "is_row_local",
     "nullable",
     "MAX_PROGRAM",
+    "unbounded_loops",
 ]
 
 OP_VAR = 0  # (OP_VAR, var_id, next_pc, excluded)
@@ -99,6 +100,7 @@ def pattern_vars(p: A.Pattern) -> list[A.PVar]:
 class _Builder:
     def __init__(self, var_ids: dict[str, int], text: str, file: str | None):
         self.code: list[list] = []
+        self.loops: list[tuple[A.PQuant, int, int]] = []  # unbounded quantifiers: (node, first pc, end pc)
         self.var_ids = var_ids
         self.text = text
         self.file = file
@@ -167,6 +169,7 @@ class _Builder:
             self.emit(OP_JMP, loop)
             out = len(self.code)
             self.code[loop][1] = [body, out] if p.greedy else [out, body]
+            self.loops.append((p, loop, out))
             return
         # item{0,k} as nested optionals item (item (item)?)?: every skip jumps past the nest
         splits = []
@@ -180,6 +183,13 @@ class _Builder:
 
 
 def _program(pattern: A.Pattern, var_ids: dict[str, int], text: str, file: str | None) -> Program:
+    return _build(pattern, var_ids, text, file)[0]
+
+
+def _build(
+    pattern: A.Pattern, var_ids: dict[str, int], text: str, file: str | None
+) -> tuple[Program, list[tuple[A.PQuant, int, int]]]:
+    """The program, and the instructions each unbounded quantifier's loop spans."""
     b = _Builder(var_ids, text, file)
     b.gen(pattern, False)
     b.emit(OP_MATCH)
@@ -188,7 +198,7 @@ def _program(pattern: A.Pattern, var_ids: dict[str, int], text: str, file: str |
     )
     names = tuple(sorted(var_ids, key=var_ids.get))  # type: ignore[arg-type]
     starts = frozenset(ins[pc][1] for pc in _closure_pcs(ins, 0) if ins[pc][0] == OP_VAR)
-    return Program(ins, names, starts)
+    return Program(ins, names, starts), b.loops
 
 
 def _closure_pcs(ins: tuple[tuple, ...], pc: int) -> list[int]:
@@ -501,3 +511,20 @@ def compile_statement(
         ) from None
     defines = {var_ids[d.var]: d.expr for d in mr.defines if d.var in var_ids}
     return CompiledPattern(mr, program, var_ids, subsets, defines)
+
+
+def unbounded_loops(cp: CompiledPattern) -> list[tuple[A.PQuant, int, int]]:
+    """Each unbounded quantifier of ``cp`` with the instructions its loop spans (first, end).
+
+    The program builder is deterministic, so building again gives ``cp.program``'s instructions.
+
+    Example:
+        >>> from patterns.match_recognize import parse_statement
+        >>> cp = compile_statement(parse_statement(
+        ...     "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A (B|C)* D) DEFINE B AS B.x > 0)"))
+        >>> [(cp.statement.text[q.pos:q.end], start, end) for q, start, end in unbounded_loops(cp)]
+        [('(B|C)*', 1, 8)]
+    """
+    program, loops = _build(cp.statement.pattern, cp.var_ids, cp.statement.text, None)
+    assert program.instructions == cp.program.instructions
+    return loops

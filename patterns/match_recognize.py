@@ -413,7 +413,8 @@ class _Parser:
             if self.at_op("?"):
                 self.take()
                 greedy = False
-            item = A.PQuant(item, low, high, greedy, pos=pos)
+            last = self.toks[self.i - 1]
+            item = A.PQuant(item, low, high, greedy, pos=pos, end=last.offset + len(last.value))
 
     def primary_pattern(self) -> A.Pattern:
         t = self.tok

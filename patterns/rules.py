@@ -6,41 +6,77 @@ A YAML rule file::
       - name: v_shape                # unique; names every output row
         description: free text
         lateness: 5 minutes          # allowed lateness (default 0)
+        time_unit: s                 # numeric event times are epoch seconds (default ms)
+        max_future_skew: 1 day       # later than the clock by more: an error (default; none: off)
         max_partial_matches: 10000   # per key and attempt; more are dropped and counted
         sql: |
           SELECT * FROM bars MATCH_RECOGNIZE ( ... )
 
 Every error in a file is collected (file, line, column, a caret, what was expected) before one
 :class:`~patterns.errors.RuleErrors` is raised.
+
+A rule file is untrusted data: YAML is read with a safe loader (no Python tags), the file may hold
+at most :data:`MAX_RULE_FILE_BYTES`, YAML nesting at most :data:`MAX_YAML_DEPTH` levels, and its
+aliases may stand for at most :data:`MAX_ALIAS_EXPANSION` characters in all, so that a few
+honest anchors (``<<: *defaults``) work and a "billion laughs" of nested aliases is refused
+before anything expands it (docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
 from patterns.compiler import CompiledPattern, compile_statement
-from patterns.errors import CepSyntaxError, RuleErrors, SourceError
+from patterns.errors import CepSyntaxError, RuleErrors, SourceError, SourceWarning, short_repr
+from patterns.files import MAX_RULE_FILE_BYTES, FileRefused, read_limited
+from patterns.files import queries_roots as _queries_roots
+from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
 
-__all__ = ["Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "RULE_KEYS", "RULE_KINDS"]
+__all__ = [
+    "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "read_rule_file", "construct",
+    "RULE_KEYS", "RULE_KINDS", "MAX_RULE_FILE_BYTES", "MAX_ALIAS_EXPANSION", "MAX_YAML_DEPTH",
+    "TIME_UNITS", "DEFAULT_MAX_FUTURE_SKEW_MS",
+]
+
+#: What the aliases of one rule file may stand for in all, counted as characters of YAML: each
+#: scalar its length plus one, each list or mapping two. ``<<: *defaults`` with a few options costs
+#: about 60 per use, a whole rule with its statement a few hundred; a "billion laughs" of nine
+#: levels would stand for 1.5 billion. As large as what a file of this size could hold written out.
+MAX_ALIAS_EXPANSION = 1_000_000
+
+#: How deeply YAML collections may nest in a rule file (a rule with nested metadata needs under 10).
+MAX_YAML_DEPTH = 100
 
 COMMON_KEYS = {
     "name": "unique rule name; tags every output row",
     "kind": "pattern (the default), analytics or search",
     "description": "free text",
     "lateness": "allowed lateness: milliseconds or text such as '5 minutes' (default 0)",
+    "time_unit": "unit of numeric event times: s, ms (the default), us or ns",
+    "max_future_skew": "how far an event time may be ahead of the wall clock (default 1 day; none: no limit)",
     "enabled": "false to keep a rule in the file without running it",
 }
 PATTERN_KEYS = {
     "sql": "the SELECT ... MATCH_RECOGNIZE (...) statement",
     "max_partial_matches": "cap on live partial matches per key, and per start row (default 10000)",
     "on_cap": "what happens at the cap: drop_oldest (default) or skip_key",
+    "max_steps_per_event": "work budget: partial matches one event may advance on its key (default: none, "
+                           "or 64 for a pattern cep check warns about); more are dropped and counted",
 }
 RULE_KEYS = {**COMMON_KEYS, **PATTERN_KEYS}
+
+TIME_UNITS = ("s", "ms", "us", "ns")
+"""Units of numeric event times (a rule's ``time_unit``): epoch seconds, milliseconds (the
+default), microseconds or nanoseconds. ISO-8601 strings, dates and datetimes carry their own."""
+
+DEFAULT_MAX_FUTURE_SKEW_MS = 86_400_000
+"""How far (ms) an event time may run ahead of the wall clock before it is refused (one day)."""
 
 # kind -> module that defines KEYS (dict of key -> description) and parse(src: RuleSource)
 RULE_KINDS = {"pattern": "patterns.rules", "analytics": "patterns.analytics", "search": "patterns.search_rules"}
@@ -57,6 +93,7 @@ class RuleSource:
     node: Any
     text: str
     file: str | None
+    queries_roots: tuple[str, ...] = ()  # folders besides the rule file's whose files the rule may read
 
     def error(self, message: str, key: str | None = None) -> SourceError:
         """An error at the value of ``key`` (or at the rule)."""
@@ -114,9 +151,16 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
                                     f"such as 10000; found {val!r}", "max_partial_matches"))
         else:
             extra["max_partial_matches"] = val
+    if "max_steps_per_event" in py:
+        val = py["max_steps_per_event"]
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            errors.append(src.error(f"rule {name!r}: max_steps_per_event must be at least 1, a whole number "
+                                    f"such as 1000; found {val!r}", "max_steps_per_event"))
+        else:
+            extra["max_steps_per_event"] = val
     if "on_cap" in py:
         if py["on_cap"] not in ("drop_oldest", "skip_key"):
-            errors.append(src.error(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {py['on_cap']!r}", "on_cap"))
+            errors.append(src.error(f"rule {name!r}: on_cap must be drop_oldest or skip_key, found {short_repr(py['on_cap'])}", "on_cap"))
         else:
             extra["on_cap"] = py["on_cap"]
     sql, (line_off, col_off, indent) = got
@@ -125,6 +169,9 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
         compiled = compile_statement(mr, src.file, line_off, col_off, indent)
     except CepSyntaxError as e:
         return None, errors + src.text_errors("sql", e)
+    growth = find_growth(compiled)
+    if growth is not None:
+        extra["warnings"] = (growth_warning(name, growth, sql, src.file, line_off, col_off, indent),)
     return (compiled, None, extra), errors
 
 
@@ -138,9 +185,13 @@ class Rule:
     lateness_ms: int = 0
     max_partial_matches: int = 10_000
     on_cap: str = "drop_oldest"
+    max_steps_per_event: int | None = None  # None: the default budget (see cep.nfa.GROWING_PATTERN_STEPS)
     description: str = ""
     kind: str = "pattern"
     spec: Any = None  # the compiled form of a non-pattern rule (analytics, search)
+    time_unit: str = "ms"  # unit of numeric event times (numbers and numeric strings)
+    max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS  # None: no future guard
+    warnings: tuple[SourceWarning, ...] = field(default=(), compare=False)  # valid, but see cep check
 
     @property
     def stream(self) -> str:
@@ -167,6 +218,11 @@ class RuleSet:
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
 
+    @property
+    def warnings(self) -> list[SourceWarning]:
+        """What ``cep check`` warns about in these rules (they run all the same)."""
+        return [w for r in self.rules for w in r.warnings]
+
 
 def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Rule:
     """Parse and compile one MATCH_RECOGNIZE statement into a rule.
@@ -177,15 +233,18 @@ def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Ru
         ('rule', 's')
     """
     mr = parse_statement(sql, file)
-    return Rule(name, compile_statement(mr, file), sql)
+    compiled = compile_statement(mr, file)
+    growth = find_growth(compiled)
+    warnings = (growth_warning(name, growth, sql, file),) if growth is not None else ()
+    return Rule(name, compiled, sql, warnings=warnings)
 
 
 def _ms(value: Any, what: str) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {value!r}")
+        raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {short_repr(value)}")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError(f"{what} must not be negative, found {value!r}")
+            raise ValueError(f"{what} must not be negative, found {short_repr(value)}")
         return int(value)
     if isinstance(value, str):
         try:
@@ -194,11 +253,142 @@ def _ms(value: Any, what: str) -> int:
             raise ValueError(
                 f"{what}: cannot read {value!r} as an interval; write milliseconds or text such as '5 minutes'"
             ) from None
-    raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {value!r}")
+    raise ValueError(f"{what} must be milliseconds or text such as '5 minutes', found {short_repr(value)}")
 
 
-def parse_rules(text: str, file: str | None = None) -> RuleSet:
+def _event_time_options(src: RuleSource, opts: dict[str, Any]) -> list[SourceError]:
+    """``time_unit`` and ``max_future_skew`` of one rule into ``opts``; the errors of bad values."""
+    errors: list[SourceError] = []
+    py, name = src.data, src.name
+    if "time_unit" in py:
+        unit = py["time_unit"]
+        if unit in TIME_UNITS:
+            opts["time_unit"] = unit
+        else:
+            errors.append(src.error(
+                f"rule {name!r}: time_unit must be one of {', '.join(TIME_UNITS)} (the unit of numeric event "
+                f"times: epoch seconds, milliseconds, microseconds, nanoseconds), found {unit!r}", "time_unit"))
+    if "max_future_skew" in py:
+        skew = py["max_future_skew"]
+        if isinstance(skew, str) and skew.strip().lower() == "none":
+            opts["max_future_skew_ms"] = None
+        else:
+            try:
+                if skew is None:
+                    raise ValueError(f"rule {name!r}: max_future_skew is empty; write an interval such as "
+                                     "'1 day', or none to accept event times however far ahead of the clock")
+                opts["max_future_skew_ms"] = _ms(skew, f"rule {name!r}: max_future_skew")
+            except ValueError as e:
+                errors.append(src.error(str(e), "max_future_skew"))
+    return errors
+
+
+class _Refused(yaml.YAMLError):
+    """YAML this loader will not compose: an alias past the budget, a recursive alias, nesting too deep."""
+
+    def __init__(self, message: str, mark: Any, width: int = 1):
+        super().__init__(message)
+        self.message, self.mark, self.width = message, mark, width
+
+
+class _RuleLoader(yaml.SafeLoader):
+    """SafeLoader that counts what aliases stand for while composing, and refuses past the budget.
+
+    Composing shares an alias's node instead of copying it, so it stays cheap; what explodes is
+    everything after (constructing, printing, writing rows). Each node's weight (the YAML
+    characters it would take written out) is known when the node is done, so an alias costs its
+    target's weight, and the sum over all aliases is checked as each alias is met.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.weights: dict[int, int] = {}
+        self.aliased = 0
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            target = self.anchors.get(event.anchor)
+            if target is not None:
+                weight = self.weights.get(id(target))
+                if weight is None:  # the target is still open: the alias is inside it
+                    raise _Refused(
+                        f"alias *{event.anchor} is used inside the node it names (a structure that contains "
+                        "itself), which a rule file cannot hold; write the value out",
+                        event.start_mark, len(event.anchor) + 1)
+                self.aliased += weight
+                if self.aliased > MAX_ALIAS_EXPANSION:
+                    raise _Refused(
+                        f"alias *{event.anchor} stands for {weight:,} characters of YAML, which brings what the "
+                        f"aliases of this file stand for to {self.aliased:,}, past the limit of "
+                        f"{MAX_ALIAS_EXPANSION:,} (aliases inside aliases multiply: the 'billion laughs' shape); "
+                        "write the repeated values out, or use fewer or smaller anchors",
+                        event.start_mark, len(event.anchor) + 1)
+            return super().compose_node(parent, index)
+        self.depth += 1
+        if self.depth > MAX_YAML_DEPTH:
+            raise _Refused(f"YAML nested deeper than {MAX_YAML_DEPTH} levels; a rule file needs far fewer",
+                           self.peek_event().start_mark)
+        node = super().compose_node(parent, index)
+        self.depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            weight = len(node.value) + 1
+        elif isinstance(node, yaml.SequenceNode):
+            weight = 2 + sum(self.weights[id(x)] for x in node.value)
+        else:
+            weight = 2 + sum(self.weights[id(k)] + self.weights[id(v)] for k, v in node.value)
+        self.weights[id(node)] = weight
+        return node
+
+
+def _merge_keys(root: Any) -> None:
+    """Resolve YAML merge keys (``<<: *defaults``) in every mapping, in place, as PyYAML's constructor does.
+
+    Rules and queries are read from the node graph (for positions), so merges are resolved there:
+    a merged key comes first and a key written in the mapping itself wins.
+    """
+    flatten = yaml.SafeLoader("").flatten_mapping
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            flatten(node)
+            for k, v in node.value:
+                stack.extend((k, v))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
+def construct(node: Any) -> Any:
+    """The Python value of a composed YAML node, by the safe constructor (no Python tags).
+
+    Example:
+        >>> construct(yaml.compose("a: [1, {b: true}]"))
+        {'a': [1, {'b': True}]}
+    """
+    return yaml.constructor.SafeConstructor().construct_document(node)
+
+
+def _compose(text: str) -> Any:
+    """The YAML node graph of ``text`` (one document) through :class:`_RuleLoader`."""
+    loader = _RuleLoader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def parse_rules(text: str, file: str | None = None, *,
+                queries_roots: Iterable[str | os.PathLike[str]] | None = None) -> RuleSet:
     """Parse rule-file text: YAML with a ``rules:`` list, or one bare SQL statement.
+
+    ``queries_roots``: folders besides the rule file's own (the current folder for text without a
+    file) whose files a search rule's ``queries_file`` may name; None reads ``$CEP_QUERIES_ROOTS``.
 
     Example:
         >>> rs = parse_rules('''
@@ -216,9 +406,18 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
             return RuleSet((parse_rule_text(text, name, file),), file)
         except CepSyntaxError as e:
             raise RuleErrors(e.errors) from None
+    if len(text) > MAX_RULE_FILE_BYTES:
+        raise RuleErrors([SourceError(
+            f"rule text of {len(text):,} characters is longer than the limit of {MAX_RULE_FILE_BYTES:,} "
+            f"({MAX_RULE_FILE_BYTES >> 20} MiB); split the rules over several files",
+            "", 0, 1, file)])
+    roots = _queries_roots(queries_roots)
     errors: list[SourceError] = []
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
+    except _Refused as e:
+        at = _offset(text, e.mark.line, e.mark.column)
+        raise RuleErrors([SourceError(e.message, text, at, e.width, file)]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         msg = f"not a valid YAML rule file: {getattr(e, 'problem', None) or e}"
@@ -227,6 +426,11 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
         raise RuleErrors([SourceError(msg, text, 0, 1, file)]) from None
     if root is None:
         raise RuleErrors([SourceError("empty rule file: expected 'rules:' with a list of rules", text, 0, 1, file)])
+    try:
+        _merge_keys(root)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise RuleErrors([SourceError(f"{e.problem or e}", text, _offset(text, mark.line, mark.column), 1, file)]) from None
     rules_node = None
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
@@ -255,7 +459,7 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
             continue
         seen[name] = name_node
         try:
-            py = yaml.safe_load(yaml.serialize(item)) or {}
+            py = construct(item) or {}
         except yaml.YAMLError as e:
             errors.append(_node_err(f"rule {name!r}: {getattr(e, 'problem', None) or e}", text, item, file))
             continue
@@ -265,14 +469,14 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
         if not isinstance(kind, str) or kind not in RULE_KINDS:
             errors.append(
                 _node_err(
-                    f"rule {name!r}: unknown kind {kind!r}; expected one of: {', '.join(RULE_KINDS)}",
+                    f"rule {name!r}: unknown kind {short_repr(kind)}; expected one of: {', '.join(RULE_KINDS)}",
                     text,
                     fields["kind"][1],
                     file,
                 )
             )
             continue
-        src = RuleSource(name, kind, py, fields, item, text, file)
+        src = RuleSource(name, kind, py, fields, item, text, file, roots)
         try:
             parse_kind, kind_keys = _kind(kind)
         except ImportError:
@@ -294,6 +498,7 @@ def parse_rules(text: str, file: str | None = None) -> RuleSet:
                 opts["lateness_ms"] = _ms(py["lateness"], f"rule {name!r}: lateness")
             except ValueError as e:
                 errors.append(src.error(str(e), "lateness"))
+        errors.extend(_event_time_options(src, opts))
         result, errs = parse_kind(src)
         errors.extend(errs)
         if result is None or errs:
@@ -334,13 +539,38 @@ def _scalar_position(text: str, node: yaml.ScalarNode) -> tuple[int, int, int]:
     return m.line, m.column + quote, 0
 
 
-def load_rules(path: str | Path) -> RuleSet:
-    """Load and check a rule file (YAML or .sql); raise RuleErrors listing every problem."""
+def read_rule_file(path: str | Path) -> str:
+    """The text of a rule file, read up to :data:`MAX_RULE_FILE_BYTES`; RuleErrors naming the file otherwise.
+
+    Example:
+        >>> read_rule_file("/dev/zero")
+        Traceback (most recent call last):
+        ...
+        patterns.errors.RuleErrors: /dev/zero:1:1: rule file /dev/zero holds more than 4,194,304 bytes, past the limit of 4,194,304 bytes (4 MiB); split the rules over several files
+    """
     p = Path(path)
+
+    def fail(message: str) -> RuleErrors:
+        return RuleErrors([SourceError(message, "", 0, 1, str(p))])
+
     try:
-        text = p.read_text(encoding="utf-8")
+        data = read_limited(p, MAX_RULE_FILE_BYTES, "rule file", "split the rules over several files", regular=False)
+        return data.decode("utf-8")
     except FileNotFoundError:
-        raise RuleErrors([SourceError(f"rule file not found: {p}", "", 0, 1, str(p))]) from None
+        raise fail(f"rule file not found: {p}") from None
     except UnicodeDecodeError as e:
-        raise RuleErrors([SourceError(f"rule file is not UTF-8 text: {e}", "", 0, 1, str(p))]) from None
-    return parse_rules(text, str(p))
+        raise fail(f"rule file is not UTF-8 text: {e}") from None
+    except FileRefused as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot read the rule file {p}: {e.strerror or e}") from None
+
+
+def load_rules(path: str | Path, *, queries_roots: Iterable[str | os.PathLike[str]] | None = None) -> RuleSet:
+    """Load and check a rule file (YAML or .sql); raise RuleErrors listing every problem.
+
+    ``queries_roots``: folders besides the rule file's own whose files a search rule's
+    ``queries_file`` may name (default: ``$CEP_QUERIES_ROOTS``; see :mod:`patterns.files`).
+    """
+    p = Path(path)
+    return parse_rules(read_rule_file(p), str(p), queries_roots=queries_roots)

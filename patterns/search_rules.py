@@ -23,6 +23,7 @@ docs/search.md describes the rule and its rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -33,8 +34,10 @@ import orjson
 import yaml
 
 from patterns.analysis import ENGLISH_STOPWORDS, STEMMERS, AnalysisConfig
-from patterns.errors import CepSyntaxError, SourceError
+from patterns.errors import EXCERPT, CepSyntaxError, SourceError, short_repr
+from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, confine, read_limited
 from patterns.lucene import Node, QueryConfig, compile_query
+from patterns.rules import construct
 
 __all__ = [
     "KEYS",
@@ -83,6 +86,9 @@ STREAM_FIELD = "stream"
 #: At most this many errors are listed per queries file (a broken file can hold thousands).
 MAX_FILE_ERRORS = 50
 
+#: What to do with a queries file past the size limit (patterns.files.MAX_QUERIES_FILE_BYTES).
+QUERIES_FILE_HINT = "split the queries over several files and rules"
+
 _SAVED_FORMAT = "cep-percolator-queries"  # the header line of Percolator.save's files
 
 
@@ -126,7 +132,9 @@ class SearchSpec:
     all_fields: bool = False
     highlight: bool = False
     queries_file: str | None = field(default=None, compare=False)
-    """The ``queries_file`` as read at load, an absolute path (None without one)."""
+    """The ``queries_file`` as read at load, an absolute path with symbolic links resolved (None without one)."""
+    queries_sha256: str | None = field(default=None, compare=False, repr=False)
+    """The SHA-256 of the queries file's bytes as read at load: what a watcher compares to see a change."""
 
     @property
     def time_column(self) -> str | None:
@@ -157,7 +165,7 @@ class _Checker:
             return None
         v = self.src.data[key]
         if not isinstance(v, str) or not v.strip():
-            self.err(f"'{key}' must be {what}, found {v!r}", key)
+            self.err(f"'{key}' must be {what}, found {short_repr(v)}", key)
             return None
         return v
 
@@ -166,7 +174,7 @@ class _Checker:
         if v is None:
             return False
         if not isinstance(v, bool):
-            self.err(f"'{key}' must be true or false, found {v!r}", key)
+            self.err(f"'{key}' must be true or false, found {short_repr(v)}", key)
             return False
         return v
 
@@ -177,7 +185,7 @@ class _Checker:
         if isinstance(v, str):
             v = [v]
         if not isinstance(v, list) or not v or not all(isinstance(x, str) and x.strip() for x in v):
-            self.err(f"'{key}' must be {what}, found {v!r}", key)
+            self.err(f"'{key}' must be {what}, found {short_repr(v)}", key)
             return None
         if len(set(v)) != len(v):
             twice = next(x for x in v if v.count(x) > 1)
@@ -190,7 +198,7 @@ class _Checker:
         if v is None:
             return AnalysisConfig()
         if not isinstance(v, dict):
-            self.err(f"'analysis' must be a mapping such as {{stopwords: english, stemmer: english_minimal}}, found {v!r}",
+            self.err(f"'analysis' must be a mapping such as {{stopwords: english, stemmer: english_minimal}}, found {short_repr(v)}",
                      "analysis")
             return AnalysisConfig()
         opts: dict[str, Any] = {}
@@ -199,7 +207,7 @@ class _Checker:
                 self.err(f"unknown analysis setting {k!r}; known settings: {', '.join(ANALYSIS_KEYS)}", "analysis")
             elif k == "lowercase":
                 if not isinstance(x, bool):
-                    self.err(f"analysis.lowercase must be true or false, found {x!r}", "analysis")
+                    self.err(f"analysis.lowercase must be true or false, found {short_repr(x)}", "analysis")
                 else:
                     opts[k] = x
             elif k == "stopwords":
@@ -210,7 +218,7 @@ class _Checker:
                 elif isinstance(x, list) and all(isinstance(w, str) for w in x):
                     opts[k] = frozenset(w.lower() for w in x)
                 else:
-                    self.err(f"analysis.stopwords must be 'english' or a list of words, found {x!r}", "analysis")
+                    self.err(f"analysis.stopwords must be 'english' or a list of words, found {short_repr(x)}", "analysis")
             elif x is not None:
                 if not isinstance(x, str) or x not in STEMMERS:
                     self.err(f"unknown stemmer {x!r}; known stemmers: {', '.join(sorted(STEMMERS))} (or null)",
@@ -222,7 +230,7 @@ class _Checker:
     def query_config(self) -> QueryConfig:
         op = self.src.data.get("default_operator", "OR")
         if not isinstance(op, str) or op.upper() not in ("OR", "AND"):
-            self.err(f"'default_operator' must be OR or AND, found {op!r}", "default_operator")
+            self.err(f"'default_operator' must be OR or AND, found {short_repr(op)}", "default_operator")
             op = "OR"
         return QueryConfig(
             default_operator=op.upper(),  # type: ignore[arg-type]
@@ -245,6 +253,7 @@ class _Queries:
         self.out: list[SearchQuery] = []
         self.where: dict[Any, str] = {}  # query id -> where it was first defined
         self.path: str | None = None  # the queries file, once read
+        self.sha256: str | None = None  # the SHA-256 of its bytes
         self.reading_file = False
 
     def add(self, qid: Any, text: str, metadata: dict[str, Any], where: str,
@@ -252,7 +261,7 @@ class _Queries:
         """Compile one query; ``dup_error(msg)`` / ``syntax_errors(exc)`` report problems at their place."""
         key = (type(qid) is int, qid)
         if key in self.where:
-            dup_error(f"duplicate query id {qid!r} (first defined at {self.where[key]})")
+            dup_error(f"duplicate query id {short_repr(qid)} (first defined at {self.where[key]})")
             return
         self.where[key] = where
         text = text.rstrip()  # a block scalar's last newline: an error at the end points at the last line
@@ -295,24 +304,24 @@ class _Queries:
                     continue
                 parts[k.value] = (k, v)
             try:
-                py = yaml.safe_load(yaml.serialize(item)) or {}
+                py = construct(item) or {}
             except yaml.YAMLError as e:  # pragma: no cover - the rule itself loaded
                 chk.err_at(f"{getattr(e, 'problem', None) or e}", item)
                 continue
             qid = py.get("id")
             if "id" not in parts or not _valid_id(qid):
-                chk.err_at(f"a query needs an 'id' (a string or an integer), found {qid!r}",
+                chk.err_at(f"a query needs an 'id' (a string or an integer), found {short_repr(qid)}",
                            parts["id"][1] if "id" in parts else item)
                 continue
             qnode = parts.get("query", (None, None))[1]
             if not isinstance(qnode, yaml.ScalarNode) or qnode.tag == "tag:yaml.org,2002:null":
-                chk.err_at(f"query {qid!r} needs a 'query' (Lucene query text)", qnode if qnode is not None else item)
+                chk.err_at(f"query {short_repr(qid)} needs a 'query' (Lucene query text)", qnode if qnode is not None else item)
                 continue
             meta = py.get("metadata")
             if meta is None:
                 meta = {}
             if not isinstance(meta, dict):
-                chk.err_at(f"query {qid!r}: 'metadata' must be a mapping, found {meta!r}", parts["metadata"][1])
+                chk.err_at(f"query {short_repr(qid)}: 'metadata' must be a mapping, found {short_repr(meta)}", parts["metadata"][1])
                 continue
             idnode = parts["id"][1]
             self.add(qid, qnode.value, meta, self._at(idnode),
@@ -325,15 +334,19 @@ class _Queries:
             return
         value = src.data["queries_file"]
         if not isinstance(value, str) or not value.strip():
-            chk.err(f"'queries_file' must be a path, found {value!r}", "queries_file")
+            chk.err(f"'queries_file' must be a path, found {short_repr(value)}", "queries_file")
             return
-        path = Path(value)
-        if not path.is_absolute() and src.file:
-            path = Path(src.file).parent / path
+        base = Path(src.file).parent if src.file else Path.cwd()
+        path = base / value  # an absolute value stays itself
         try:
-            text = path.read_text(encoding="utf-8")
+            real = confine(path, base, getattr(src, "queries_roots", ()), written=value)
+            data = read_limited(real, MAX_QUERIES_FILE_BYTES, "queries file", QUERIES_FILE_HINT)
+            text = data.decode("utf-8")
         except FileNotFoundError:
             chk.err(f"queries file not found: {path} (a relative path starts at the rule file's folder)", "queries_file")
+            return
+        except FileRefused as e:
+            chk.err(str(e), "queries_file")
             return
         except UnicodeDecodeError as e:
             chk.err(f"queries file {path} is not UTF-8 text: {e}", "queries_file")
@@ -343,7 +356,8 @@ class _Queries:
             return
         before = len(self.out)
         n_errors = len(chk.errors)
-        self.path, self.reading_file = str(path.resolve()), True
+        self.path, self.reading_file = str(real), True
+        self.sha256 = hashlib.sha256(data).hexdigest()
         load_queries_file(text, str(path), self)
         self.reading_file = False
         if len(self.out) == before and len(chk.errors) == n_errors:
@@ -400,7 +414,8 @@ def load_queries_file(text: str, path: str, into: Any) -> None:
     found = 0
 
     def fail(message: str, at: int, width: int = 1) -> None:
-        errors.append(SourceError(message, text, at, width, path))
+        # the line may not be a query at all (a file named by mistake): show a short excerpt only
+        errors.append(SourceError(message, text, at, width, path, window=EXCERPT))
 
     # split on newlines only: U+2028 and friends may stand unescaped inside JSON strings
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -411,7 +426,7 @@ def load_queries_file(text: str, path: str, into: Any) -> None:
             continue
         if len(errors) >= MAX_FILE_ERRORS:
             errors.append(SourceError(f"more errors in {path} are not listed (the first {MAX_FILE_ERRORS} are)",
-                                      text, start, 1, path))
+                                      text, start, 1, path, window=EXCERPT))
             break
         try:
             row = orjson.loads(body)
@@ -426,21 +441,21 @@ def load_queries_file(text: str, path: str, into: Any) -> None:
             continue
         unknown = [k for k in row if k not in QUERY_KEYS]
         if unknown:
-            fail(f"unknown key {unknown[0]!r} in a query; known keys: {', '.join(QUERY_KEYS)}",
+            fail(f"unknown key {short_repr(unknown[0])} in a query; known keys: {', '.join(QUERY_KEYS)}",
                  start + max(body.find(f'"{unknown[0]}"'), 0), len(unknown[0]) + 2)
             continue
         qid = row.get("id")
         if not _valid_id(qid):
-            fail(f"a query needs an 'id' (a string or an integer), found {qid!r}", start)
+            fail(f"a query needs an 'id' (a string or an integer), found {short_repr(qid)}", start)
             continue
         if not isinstance(row.get("query"), str):
-            fail(f"query {qid!r} needs a 'query' string", start)
+            fail(f"query {short_repr(qid)} needs a 'query' string", start)
             continue
         meta = row.get("metadata")
         if meta is None:
             meta = {}
         if not isinstance(meta, dict):
-            fail(f"query {qid!r}: 'metadata' must be a JSON object, found {type(meta).__name__}", start)
+            fail(f"query {short_repr(qid)}: 'metadata' must be a JSON object, found {type(meta).__name__}", start)
             continue
         query = row["query"]
         raw = _raw_offsets(body, query)
@@ -448,7 +463,7 @@ def load_queries_file(text: str, path: str, into: Any) -> None:
         def syntax(e: CepSyntaxError, start: int = start, raw: list[int] | None = raw, qid: Any = qid) -> None:
             for x in e.errors:
                 if raw is None:
-                    fail(f"query {qid!r}, column {x.column} of its text: {x.message}", start)
+                    fail(f"query {short_repr(qid)}, column {x.column} of its text: {x.message}", start)
                     continue
                 a = raw[min(x.offset, len(raw) - 1)]
                 b = raw[min(x.offset + max(x.width, 1), len(raw) - 1)]
@@ -470,7 +485,7 @@ def parse(src: Any) -> tuple[tuple[None, SearchSpec, dict] | None, list[SourceEr
         chk.err("a search rule needs 'from: <stream>', the input stream its documents come from")
     id_field = data.get("id_field", "id")
     if id_field is not None and (not isinstance(id_field, str) or not id_field.strip()):
-        chk.err(f"'id_field' must be a field name (or null for none), found {id_field!r}", "id_field")
+        chk.err(f"'id_field' must be a field name (or null for none), found {short_repr(id_field)}", "id_field")
         id_field = "id"
     time_field = chk.name_value("time_field", "the name of the event-time field")
     if "lateness" in data and time_field is None and "time_field" not in data:
@@ -512,6 +527,7 @@ def parse(src: Any) -> tuple[tuple[None, SearchSpec, dict] | None, list[SourceEr
         all_fields=all_fields,
         highlight=highlight,
         queries_file=queries.path,
+        queries_sha256=queries.sha256,
     )
     return (None, spec, {}), []
 

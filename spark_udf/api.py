@@ -31,6 +31,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from cep.events import (
+    MAX_EVENT_TIME_MS,
+    MIN_EVENT_TIME_MS,
+    Clock,
+    FixedClock,
+    unit_hint,
+    wall_clock_ms,
+)
 from patterns.errors import CepError
 from patterns.rules import Rule, RuleSet, load_rules
 from spark_udf.core import (
@@ -45,15 +53,23 @@ from spark_udf.core import (
     GroupCore,
     InputLayout,
     RuleSpec,
-    epoch_ms,
+    TimeReading,
+    epoch_ms_in,
     rule_key,
 )
 from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
 from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
-from spark_udf.schema import INTEGRAL, NUMERIC, PROBLEM_FIELDS, RESERVED_PREFIX, Envelope
+from spark_udf.schema import (
+    INTEGRAL,
+    NUMERIC,
+    PROBLEM_FIELDS,
+    RESERVED_PREFIX,
+    TIME_TYPES,
+    Envelope,
+)
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
 
-__all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME"]
+__all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings"]
 
 METRICS_NAME = "cep"
 GROUP_RULE, GROUP_BUCKET, WM_COL, TIME_COL = "_cep_rule", "_cep_bucket", "_cep_wm", "_cep_time"
@@ -83,6 +99,10 @@ class SparkRunConfig:
     sorted values order the segments; empty: Spark partitions in order."""
     state_version: int = STATE_ENCODING_VERSION
     """Encoding version written to and expected from state (tests simulate upgrades with it)."""
+    clock: Clock | None = None
+    """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
+    worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
+    driver, for every task). Tests pin it with :class:`cep.events.FixedClock`."""
 
     def __post_init__(self) -> None:
         if self.buckets < 1:
@@ -233,6 +253,9 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
     frame = _with_source(frame, cfg)
     frame, output_types, engine_types = _engine_view(frame)
+    rules = _read_time_types_as_ms(rules, output_types)
+    keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
+    stateless = [r for r in rules if kind_of(r) not in KEYED_KINDS]
     rule_fields = {}
     for r in rules:
         kind = KEYED_KINDS.get(kind_of(r)) or STATELESS_KINDS[kind_of(r)]
@@ -280,6 +303,56 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         observation = Observation(METRICS_NAME)
         out = out.observe(observation, *metrics)
     return CepResult(out, env, rules, observation, cfg)
+
+
+def time_unit_warnings(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Iterable[Rule] | str | Path,
+                       sample: int = 1000) -> list[str]:
+    """Warnings for rules whose numeric event times look like another unit (see :func:`cep.events.unit_hint`).
+
+    Looks at the first ``sample`` rows of a static input: one small Spark job per event-time
+    field, once, before the backfill runs (never per batch). A stream has no first rows on the
+    driver: it is not looked at (an empty list); check a sample with ``cep run`` or a backfill.
+    """
+    from cep.events import batch_from_records
+
+    frames = [frame] if isinstance(frame, DataFrame) else list(frame.values())
+    if not frames or any(f.isStreaming for f in frames):
+        return []
+    if isinstance(rules, (str, Path)):
+        rules = load_rules(rules)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in rules:
+        tf = _time_field(r)
+        if tf is not None:
+            groups.setdefault((tf, r.time_unit), []).append(r.name)
+    out = []
+    for (tf, unit), names in groups.items():
+        for f in frames:
+            if tf not in f.columns or isinstance(f.schema[tf].dataType, (T.TimestampType, T.TimestampNTZType, T.DateType)):
+                continue
+            first = [{tf: row[0]} for row in f.select(F.col(_q(tf))).limit(sample).collect()]
+            hint = unit_hint(batch_from_records(first), tf, unit)
+            if hint is not None:
+                out.append(hint.message(names))
+                break
+    return out
+
+
+def _time_field(rule: Any) -> str | None:
+    """The event-time field a rule reads (None: a search rule without one)."""
+    return rule.compiled.statement.order_by if rule.compiled is not None else rule.spec.time_column
+
+
+def _read_time_types_as_ms(rules: list[Any], input_types: Mapping[str, str]) -> list[Any]:
+    """Rules whose event-time column is a Spark timestamp or date read it in ms, whatever their time_unit.
+
+    The engine view hands such columns over as epoch milliseconds (as the embedded engine reads
+    pandas and Arrow timestamps); a ``time_unit`` is for numeric columns only.
+    """
+    from dataclasses import replace
+
+    return [replace(r, time_unit="ms") if input_types.get(_time_field(r) or "") in TIME_TYPES and r.time_unit != "ms"
+            else r for r in rules]
 
 
 def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
@@ -415,16 +488,60 @@ def _conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
     return frame.select(*cols)
 
 
-def _time_ms(frame: DataFrame, name: str, engine_types: dict[str, str]) -> Column:
+def _time_ms(frame: DataFrame, name: str, engine_types: dict[str, str], unit: str = "ms",
+             max_future_skew_ms: int | None = None, clock: Clock | None = None) -> Column:
+    """The stream's watermark column: each row's event time in epoch ms, as the operators read it,
+    NULL where they refuse it (not a time, before 1900 or from 2200 on, more than the skew ahead
+    of the clock), so that no refused row moves Spark's watermark."""
     typ = engine_types.get(name)
     c = F.col(_q(name))
+    mul, div = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}[unit]
     if typ in INTEGRAL:
-        return c.cast("bigint")
-    if typ in NUMERIC:
-        return F.when(F.isnan(c), None).otherwise(c.cast("bigint"))
-    # strings (ISO-8601 or digits): parsed in Python exactly as the embedded engine parses them
-    to_ms: Any = F.pandas_udf(epoch_ms, "bigint")  # type: ignore[call-overload]
-    return to_ms(c.cast("string"))
+        n = c.cast("bigint")
+        if mul > 1:  # guarded: under ANSI mode an overflowing product fails the query
+            ms = F.when(F.abs(n) < F.lit(MAX_EVENT_TIME_MS // mul + 1), n * F.lit(mul))
+        elif div > 1:  # exact floor division (a double would round nanoseconds)
+            ms = F.floor(n.cast("decimal(20,0)") / F.lit(div)).cast("bigint")
+        else:
+            ms = n
+    elif typ in NUMERIC:
+        x = c.cast("double")
+        ok = ~F.isnan(x) & (F.abs(x) < F.lit(float(MAX_EVENT_TIME_MS) * div / mul + 1))
+        if unit == "ms":
+            ms = F.when(ok, x.cast("bigint"))
+        else:  # as parse_times: to the microsecond (half to even), then down to the millisecond
+            ms = F.when(ok, F.floor(F.bround(x * F.lit(mul) / F.lit(div), 3)).cast("bigint"))
+    else:
+        # strings (ISO-8601 or digits): parsed in Python exactly as the embedded engine parses them
+        udf: Any = F.pandas_udf(epoch_ms_in(unit), "bigint")  # type: ignore[call-overload]
+        ms = udf(c.cast("string"))
+    ok = (ms >= F.lit(MIN_EVENT_TIME_MS)) & (ms < F.lit(MAX_EVENT_TIME_MS))
+    if max_future_skew_ms is not None:
+        now = F.lit(clock()) if clock is not None else F.unix_millis(F.current_timestamp())
+        ok = ok & (ms <= now + F.lit(max_future_skew_ms))
+    return F.when(ok, ms)
+
+
+def _stage_reading(keyed: list[Any], staged: dict[str, list[Any]]) -> tuple[str, int | None]:
+    """The one unit and future skew the stage reads its time column with: one Spark query has one
+    watermark, so every rule that shares it must read times alike."""
+    rules = list(keyed) + [r for group in staged.values() for r in group if _time_field(r) is not None]
+    readings: dict[tuple[str, int | None], list[str]] = {}
+    for r in rules:
+        readings.setdefault((r.time_unit, r.max_future_skew_ms), []).append(r.name)
+    if len(readings) > 1:
+        from cep.events import format_duration
+
+        def show(u: str, skew: int | None) -> str:
+            return f"time_unit {u}, max_future_skew {'none' if skew is None else format_duration(skew)}"
+
+        detail = "; ".join(f"{show(*k)}: {', '.join(names)}" for k, names in readings.items())
+        raise CepError(
+            f"rules read their event times differently ({detail}); one Spark query has one watermark, shared "
+            "by every pattern and analytics rule and every search rule with a time_field: give them one "
+            "time_unit and max_future_skew, or run them as separate queries (one rule file each)"
+        )
+    return next(iter(readings), ("ms", None))
 
 
 def _stage_time_column(keyed: list[Any], kinds: list[Any], staged: dict[str, list[Any]]) -> str:
@@ -487,7 +604,11 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                     f"a stream's watermark is read from it; input columns: {shown}"
                 )
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
-    core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version)
+    unit, skew = _stage_reading(keyed, staged)
+    # a backfill reads the wall clock once, here, for every task and both arrival passes
+    clock = cfg.clock if frame.isStreaming else FixedClock((cfg.clock or wall_clock_ms)())
+    core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version,
+                     clock)
     schema = envelope_schema(env, by_type)
     key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
 
@@ -499,11 +620,11 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                       else F.lit(0))
         for i, name in enumerate(sorted(staged)):
             group = staged[name]
-            joined[-1 - i] = STATELESS_KINDS[name].stage_core(frame, group, env, layout)  # type: ignore[attr-defined]
+            joined[-1 - i] = STATELESS_KINDS[name].stage_core(frame, group, env, layout, clock)  # type: ignore[attr-defined]
             routes = [layout.route(r) for r in group]
             reads = None if None in routes else _any_stream(sorted(set(routes)))  # type: ignore[arg-type]
             extra.append((-1 - i, row_bucket, reads))
-        x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types)))
+        x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types, unit, skew, clock)))
         x = x.withWatermark(TIME_COL, "0 seconds")
         x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
@@ -543,7 +664,8 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     x = frame
     priors = None
     if cfg.arrival_order:
-        x, priors = arrival_watermarks(x, time_col, key_sets, layout.segment_columns, layout.per_input)
+        x, priors = arrival_watermarks(x, time_col, key_sets, layout.segment_columns, layout.per_input,
+                                       TimeReading(unit, skew, clock))
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None

@@ -30,7 +30,14 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from cep.events import batch_from_pandas, parse_times
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    batch_from_pandas,
+    event_times,
+    parse_times,
+)
 from cep.operator import NO_WATERMARK, OperatorOutput, StateVersionError
 from patterns.search_rules import STREAM_FIELD
 from spark_udf.keyed import KEYED_KINDS, KeyedOperator
@@ -45,7 +52,7 @@ from spark_udf.state import (
 )
 
 __all__ = [
-    "rule_key", "RuleSpec", "GroupCore", "InputLayout", "epoch_ms", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL",
+    "rule_key", "RuleSpec", "GroupCore", "InputLayout", "TimeReading", "epoch_ms", "epoch_ms_in", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL",
     "CORRUPT_BUCKET", "INPUT_COL", "STREAM_COL",
 ]
 
@@ -137,6 +144,7 @@ class GroupCore:
     buckets: int
     on_rule_change: str = "fail"
     state_version: int = STATE_ENCODING_VERSION
+    clock: Clock | None = None  # the operators' wall clock for the future guard (None: the worker's)
     _ops: dict[str, tuple[KeyedOperator, BucketHeader]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -186,6 +194,8 @@ class GroupCore:
         if got is None:
             kind = KEYED_KINDS[spec.kind]
             op = kind.new_operator(spec.rule)
+            if hasattr(op, "clock"):
+                op.clock = self.clock  # type: ignore[attr-defined]
             header = BucketHeader(rule, spec.kind, kind.fingerprint(op), self.buckets, getattr(kind, "state_codec", None))
             got = self._ops[rule] = (op, header)
         return spec, got[0], got[1]
@@ -512,15 +522,54 @@ def _to_time(s: pd.Series, typ: str) -> pd.Series:
     return out if typ == "timestamp" else out.dt.tz_localize(None)
 
 
-def epoch_ms(values: pd.Series) -> pd.Series:
+def epoch_ms(values: pd.Series, unit: str = "ms") -> pd.Series:
     """Event times as epoch milliseconds (nullable), read exactly as the embedded engine reads them.
 
     Example:
         >>> epoch_ms(pd.Series(["1970-01-01T00:00:01Z", "5", None, "x"])).tolist()
         [1000, 5, <NA>, <NA>]
+        >>> epoch_ms(pd.Series(["1970-01-01T00:00:01Z", "5"]), "s").tolist()
+        [1000, 5000]
     """
-    ms, ok, _ = parse_times(_time_values(values))
+    ms, ok, _ = parse_times(_time_values(values), unit)
     return pd.Series(pd.arrays.IntegerArray(ms, ~ok))
+
+
+def epoch_ms_in(unit: str) -> Callable[[pd.Series], pd.Series]:
+    """:func:`epoch_ms` for one time unit, as a function of the column alone (a pandas UDF's shape).
+
+    Example:
+        >>> epoch_ms_in("s")(pd.Series(["2", "1970-01-01T00:00:01Z"])).tolist()
+        [2000, 1000]
+    """
+    def to_ms(values: pd.Series) -> pd.Series:
+        return epoch_ms(values, unit)
+
+    return to_ms
+
+
+@dataclass(frozen=True)
+class TimeReading:
+    """How a stage reads its event-time column: the rules' unit and future guard, and the clock.
+
+    The arrival watermarks of a backfill read times through it, so a row the operators refuse
+    (in the future, out of range) never becomes a watermark (:func:`cep.events.event_times`).
+
+    Example:
+        >>> from cep.events import FixedClock
+        >>> pdf = pd.DataFrame({"ts": [807256800, 7258032000]})
+        >>> ms, ok, _ = TimeReading("s", 86_400_000, FixedClock(807256800000)).read(pdf, "ts")
+        >>> ms.tolist(), ok.tolist()
+        ([807256800000, 7258032000000], [True, False])
+    """
+
+    unit: str = "ms"
+    max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS
+    clock: Clock | None = None
+
+    def read(self, pdf: pd.DataFrame, time_col: str) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        batch = EventBatch({time_col: _time_values(pdf[time_col])}, len(pdf))
+        return event_times(batch, time_col, self.unit, self.max_future_skew_ms, self.clock)
 
 
 def _time_values(s: pd.Series) -> np.ndarray:
@@ -558,7 +607,8 @@ def _segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tu
 
 
 def segment_maxima(
-    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...]
+    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...],
+    reading: TimeReading = TimeReading(),
 ) -> Iterator[pd.DataFrame]:
     """Per input segment and key set, the largest valid event time (a backfill's first pass)."""
     from pyspark import TaskContext  # only inside a Spark task
@@ -568,7 +618,7 @@ def segment_maxima(
     for pdf in batches:
         if not len(pdf):
             continue
-        ms, ok, _ = parse_times(_time_values(pdf[time_col]))
+        ms, ok, _ = reading.read(pdf, time_col)
         valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
         for seg, a, b in _segments(pdf, seg_cols, pid):
             cur = best.setdefault(seg, [_MIN] * len(key_sets))
@@ -622,6 +672,7 @@ def annotate_arrival(
     key_sets: list[tuple[str, ...]],
     seg_cols: tuple[str, ...],
     plan: dict[str, tuple[int, list[int]]],
+    reading: TimeReading = TimeReading(),
 ) -> Iterator[pd.DataFrame]:
     """Add arrival order (``_cep_seq``) and, per key set, the largest valid event time of every
     earlier row (``_cep_prior_<i>``): the watermark the embedded engine had when the row came."""
@@ -636,7 +687,7 @@ def annotate_arrival(
         seq = np.zeros(n, dtype=np.int64)
         priors = [np.full(n, _MIN, dtype=np.int64) for _ in key_sets]
         if n:
-            ms, ok, _ = parse_times(_time_values(pdf[time_col]))
+            ms, ok, _ = reading.read(pdf, time_col)
             valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
             for seg, a, b in _segments(pdf, seg_cols, pid):
                 rank, before = plan.get(seg, (0, [_MIN] * len(key_sets)))

@@ -11,7 +11,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from spark_udf.core import PRIOR_COL, SEQ_COL, annotate_arrival, arrival_plan, segment_maxima
+from spark_udf.core import (
+    PRIOR_COL,
+    SEQ_COL,
+    TimeReading,
+    annotate_arrival,
+    arrival_plan,
+    segment_maxima,
+)
 from spark_udf.schema import Envelope
 
 __all__ = ["types_by_name", "envelope_schema", "arrival_watermarks"]
@@ -44,7 +51,7 @@ def envelope_schema(env: Envelope, by_name: dict[str, T.DataType]) -> T.StructTy
 
 
 def arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str, ...]],
-                       seg_cols: tuple[str, ...], per_input: bool = False):
+                       seg_cols: tuple[str, ...], per_input: bool = False, reading: TimeReading = TimeReading()):
     """Add arrival order and each row's largest earlier event time, per partition-key set.
 
     Arrival order: input segments (file blocks, ordered by file path then offset, when
@@ -52,10 +59,11 @@ def arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str
     ``per_input``: the first segment column names the row's input (named input streams), and
     a row's earlier rows are those of its own input (see :func:`~spark_udf.core.arrival_plan`).
     Two passes keep the input's partitioning: the first collects every segment's largest valid
-    event time, the second computes running maxima from there.
+    event time, the second computes running maxima from there. ``reading`` reads the times as
+    the rules do (unit, future guard, and one clock for both passes).
     """
     rows = frame.mapInPandas(
-        lambda it: segment_maxima(it, time_col, key_sets, seg_cols), "seg string, ks int, mx bigint"
+        lambda it: segment_maxima(it, time_col, key_sets, seg_cols, reading), "seg string, ks int, mx bigint"
     ).collect()
     plan = arrival_plan(((r.seg, r.ks, r.mx) for r in rows), len(key_sets), per_input)
     schema = T.StructType(
@@ -63,5 +71,5 @@ def arrival_watermarks(frame: DataFrame, time_col: str, key_sets: list[tuple[str
         + [T.StructField(SEQ_COL, T.LongType())]
         + [T.StructField(f"{PRIOR_COL}_{i}", T.LongType()) for i in range(len(key_sets))]
     )
-    out = frame.mapInPandas(lambda it: annotate_arrival(it, time_col, key_sets, seg_cols, plan), schema)
+    out = frame.mapInPandas(lambda it: annotate_arrival(it, time_col, key_sets, seg_cols, plan, reading), schema)
     return out, plan

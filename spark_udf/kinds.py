@@ -94,10 +94,10 @@ class SearchKind:
 
         return build_search(frame, rules, envelope, config, layout)
 
-    def stage_core(self, frame: Any, rules: list[Any], envelope: Any, layout: Any = None) -> Any:
+    def stage_core(self, frame: Any, rules: list[Any], envelope: Any, layout: Any = None, clock: Any = None) -> Any:
         from spark_udf.search import stage_core
 
-        return stage_core(frame, rules, envelope, layout)
+        return stage_core(frame, rules, envelope, layout, clock)
 
 
 STATELESS_KINDS: dict[str, StatelessKind] = {"search": SearchKind()}

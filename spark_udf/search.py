@@ -46,6 +46,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from cep.events import DEFAULT_MAX_FUTURE_SKEW_MS, Clock
 from cep.operator import NO_WATERMARK, OperatorOutput
 from cep.safe_pickle import loads as safe_loads
 from spark_udf.core import CORRUPT_COL, STREAM_COL, GroupCore, RuleSpec
@@ -87,22 +88,29 @@ def file_stamp(path: str) -> FileStamp | None:
 
 
 def pack_query_sets(rules: list[Any]) -> tuple[bytes, str]:
-    """Every search rule's spec and lateness as one pickled blob, and its content hash."""
-    blob = pickle.dumps({r.name: (r.spec, int(r.lateness_ms)) for r in rules}, protocol=5)
+    """Every search rule's spec, lateness and event-time reading as one pickled blob, and its content hash."""
+    blob = pickle.dumps({r.name: (r.spec, int(r.lateness_ms), r.time_unit, r.max_future_skew_ms) for r in rules},
+                        protocol=5)
     return blob, hashlib.sha256(blob).hexdigest()[:32]
 
 
 class _Live:
     """One search rule's operator in a worker, and the queries file it was built from."""
 
-    def __init__(self, name: str, spec: Any, lateness_ms: int, stamp: FileStamp | None):
-        from cep.search_rules import SearchOperator
-
+    def __init__(self, name: str, spec: Any, lateness_ms: int, stamp: FileStamp | None, time_unit: str = "ms",
+                 max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS):
         self.name, self.spec, self.lateness = name, spec, lateness_ms
-        self.op = SearchOperator(spec, name=name, lateness_ms=lateness_ms)
+        self.time_unit, self.max_future_skew_ms = time_unit, max_future_skew_ms
+        self.op = self._operator(spec)
         self.stamp = stamp
         self.seen = None if stamp is None else (stamp.mtime_ns, stamp.size, stamp.inode)
         self.reported: set[str] = set()
+
+    def _operator(self, spec: Any) -> Any:
+        from cep.search_rules import SearchOperator
+
+        return SearchOperator(spec, name=self.name, lateness_ms=self.lateness, time_unit=self.time_unit,
+                              max_future_skew_ms=self.max_future_skew_ms)
 
     def refresh(self, out: OperatorOutput) -> None:
         """Rebuild from the queries file if its content changed since it was last read.
@@ -126,7 +134,6 @@ class _Live:
         old, self.stamp = self.stamp, stamp
         if stamp is not None and old is not None and stamp.sha == old.sha:
             return  # touched, not changed
-        from cep.search_rules import SearchOperator
         from patterns.errors import RuleErrors
         from patterns.search_rules import reload_queries
 
@@ -139,7 +146,7 @@ class _Live:
         except (OSError, UnicodeDecodeError) as e:
             problem = f"cannot be read ({type(e).__name__})"
         spec, errors = reload_queries(self.spec, text)
-        self.op = SearchOperator(spec, name=self.name, lateness_ms=self.lateness)
+        self.op = self._operator(spec)
         n_file = sum(1 for q in spec.queries if q.from_file)
         if problem is None and not n_file and not errors:
             problem = "holds no queries"
@@ -187,13 +194,15 @@ class SearchCore:
     @classmethod
     def build(cls, rules: list[Any], envelope: Any, input_types: dict[str, str], query_sets: Any,
               content_hash: str, arrow_schema: Any, prior_columns: dict[str, str | None],
-              routes: dict[str, str] | None = None, malformed: bool = False) -> SearchCore:
-        """The core for these search rules, whose rows ``envelope`` lays out."""
+              routes: dict[str, str] | None = None, malformed: bool = False,
+              clock: Clock | None = None) -> SearchCore:
+        """The core for these search rules, whose rows ``envelope`` lays out; ``clock``: the
+        future guard's wall clock (None: each worker's)."""
         specs = {
             r.name: RuleSpec(SimpleNamespace(name=r.name), "search", int(r.lateness_ms), envelope.columns_of(r.name))
             for r in rules
         }
-        frames = GroupCore(specs, list(envelope.columns), dict(input_types), 1)
+        frames = GroupCore(specs, list(envelope.columns), dict(input_types), 1, clock=clock)
         stamps = {r.name: file_stamp(r.spec.queries_file) if r.spec.queries_file else None for r in rules}
         return cls([r.name for r in rules], query_sets, content_hash, frames, arrow_schema, prior_columns, stamps,
                    dict(routes or {}), malformed)
@@ -203,7 +212,8 @@ class SearchCore:
         lives = _WORKER_CACHE.get(self.content_hash)
         if lives is None:
             sets = safe_loads(self.query_sets.value, "the shipped query sets")
-            lives = {n: _Live(n, spec, lateness, self.stamps.get(n)) for n, (spec, lateness) in sets.items()}
+            lives = {n: _Live(n, spec, lateness, self.stamps.get(n), unit, skew)
+                     for n, (spec, lateness, unit, skew) in sets.items()}
             while len(_WORKER_CACHE) >= _CACHE_SIZE:
                 _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
             _WORKER_CACHE[self.content_hash] = lives
@@ -290,7 +300,9 @@ class SearchCore:
                 part = batch.take(idx)  # keeps the row numbers the sources are found by
                 if isinstance(late_before, np.ndarray):
                     late_before = late_before[idx]
-            res = lives[name].op.ingest(part, late_before)
+            op = lives[name].op
+            op.clock = self.frames.clock  # a worker's operators outlive one job: this job's clock
+            res = op.ingest(part, late_before)
             self.frames._attach_sources(res, src)
             frame = self.frames._frame(spec, res)
             if frame is not None:
@@ -305,35 +317,47 @@ def build_search(frame: Any, rules: list[Any], envelope: Any, config: Any, layou
     does: each row carries the largest valid event time of every earlier row (per time field).
     ``frame`` may hold the reader's corrupt-record column: those records become error rows here.
     """
-    from spark_udf.core import PRIOR_COL, SEQ_COL, InputLayout
+    from cep.events import FixedClock, wall_clock_ms
+    from spark_udf.core import PRIOR_COL, SEQ_COL, InputLayout, TimeReading
     from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
 
     layout = layout or InputLayout((), tuple(config.arrival_columns))
     x = frame
     prior_columns: dict[str, str | None] = {r.name: None for r in rules}
+    clock = getattr(config, "clock", None)
+    if not frame.isStreaming:  # one reading of the clock for every task of the job (see TimeReading)
+        clock = FixedClock((clock or wall_clock_ms)())
     if not frame.isStreaming and config.arrival_order:
-        times = sorted({r.spec.time_field for r in rules if r.spec.time_field is not None})
-        for i, tf in enumerate(times):
+        def reading_of(r: Any) -> tuple[str, str, int | None]:
+            return (r.spec.time_field, r.time_unit, r.max_future_skew_ms)
+
+        times = sorted({reading_of(r) for r in rules if r.spec.time_field is not None},
+                       key=lambda t: (t[0], t[1], -1 if t[2] is None else t[2]))
+        for i, (tf, unit, skew) in enumerate(times):
             if tf not in frame.columns:
                 continue  # every row is an error row of that rule (no event time)
-            x, _ = arrival_watermarks(x, tf, [()], tuple(layout.segment_columns), layout.per_input)
+            x, _ = arrival_watermarks(x, tf, [()], tuple(layout.segment_columns), layout.per_input,
+                                      TimeReading(unit, skew, clock))
             x = x.drop(SEQ_COL).withColumnRenamed(f"{PRIOR_COL}_0", f"{PRIOR_COL}_search_{i}")
             for r in rules:
-                if r.spec.time_field == tf:
+                if r.spec.time_field is not None and reading_of(r) == (tf, unit, skew):
                     prior_columns[r.name] = f"{PRIOR_COL}_search_{i}"
-    core = _core(frame, rules, envelope, layout, prior_columns, malformed=CORRUPT_COL in frame.columns)
+    core = _core(frame, rules, envelope, layout, prior_columns, malformed=CORRUPT_COL in frame.columns,
+                 clock=clock)
     return x.mapInArrow(core, envelope_schema(envelope, types_by_name(frame.schema)))
 
 
-def stage_core(frame: Any, rules: list[Any], envelope: Any, layout: Any = None) -> SearchCore:
+def stage_core(frame: Any, rules: list[Any], envelope: Any, layout: Any = None,
+               clock: Clock | None = None) -> SearchCore:
     """The core of a stream's search groups in the stateful stage (malformed records go elsewhere)."""
     from spark_udf.core import InputLayout
 
-    return _core(frame, rules, envelope, layout or InputLayout(), {r.name: None for r in rules}, malformed=False)
+    return _core(frame, rules, envelope, layout or InputLayout(), {r.name: None for r in rules}, malformed=False,
+                 clock=clock)
 
 
 def _core(frame: Any, rules: list[Any], envelope: Any, layout: Any, prior_columns: dict[str, str | None],
-          malformed: bool) -> SearchCore:
+          malformed: bool, clock: Clock | None = None) -> SearchCore:
     """Broadcast the query sets once and build the worker side."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -349,4 +373,4 @@ def _core(frame: Any, rules: list[Any], envelope: Any, layout: Any, prior_column
                    if not f.name.startswith(RESERVED_PREFIX)}
     routes = {r.name: route for r in rules if (route := layout.route(r)) is not None}
     return SearchCore.build(rules, envelope, input_types, shipped, digest, to_arrow_schema(schema, timezone=tz),
-                            prior_columns, routes, malformed)
+                            prior_columns, routes, malformed, clock)

@@ -19,7 +19,15 @@ from cep.analytics.panes import _PaneWindows
 from cep.analytics.partials import _Partial
 from cep.analytics.session import _SessionWindows
 from cep.analytics.slide import _SlideWindows
-from cep.events import EventBatch, parse_times, to_batch
+from cep.events import (
+    DEFAULT_MAX_FUTURE_SKEW_MS,
+    Clock,
+    EventBatch,
+    UnitHint,
+    event_times,
+    to_batch,
+    unit_hint,
+)
 from cep.expressions import ColumnarUnsupported, _compile_common, compile_columnar, truthy
 from cep.operator import (
     OperatorCounts,
@@ -68,11 +76,17 @@ class WindowOperator:
         []
     """
 
-    def __init__(self, spec: AnalyticsSpec, name: str = "rule", lateness_ms: int = 0):
+    def __init__(self, spec: AnalyticsSpec, name: str = "rule", lateness_ms: int = 0, time_unit: str = "ms",
+                 max_future_skew_ms: int | None = DEFAULT_MAX_FUTURE_SKEW_MS):
         self.spec = spec
         self.name = name
         self.lateness = int(lateness_ms)
         self.time_col = spec.window.time_column
+        self.time_unit = time_unit
+        self.max_future_skew_ms = max_future_skew_ms
+        self.clock: Clock | None = None  # the future guard's wall clock (None: the machine's)
+        self.unit_checked = False  # the first batch's times were looked at for a wrong unit
+        self.unit_hint: UnitHint | None = None
         self.key_cols = list(spec.keys)
         self.kernels = [_make_kernel(a, self) for a in spec.aggregates]
         self._compile_outputs()
@@ -100,7 +114,8 @@ class WindowOperator:
     @classmethod
     def from_rule(cls, rule) -> WindowOperator:
         """The operator of an analytics rule, with the rule's options."""
-        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms)
+        return cls(rule.spec, name=rule.name, lateness_ms=rule.lateness_ms, time_unit=rule.time_unit,
+                   max_future_skew_ms=rule.max_future_skew_ms)
 
     # ------------------------------------------------------------------ compiling outputs
     def _compile_outputs(self) -> None:
@@ -262,7 +277,10 @@ class WindowOperator:
         self.counts.read += n
         if n == 0:
             return
-        ms, ok, reasons = parse_times(batch.column(self.time_col))
+        ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
+        if not self.unit_checked:
+            self.unit_checked = True
+            self.unit_hint = unit_hint(batch, self.time_col, self.time_unit)
         bad: dict[int, str] = {}
         for r in np.flatnonzero(~ok).tolist():
             bad[r] = f"event-time field {self.time_col!r}: {reasons[r] or 'not a time'}"

@@ -59,6 +59,7 @@ class BenchResult:
     peak_python_bytes: int
     rules: list[RuleFigures]
     timeline: list[dict[str, float]]  # per batch of the best repeat: events, seconds, partial matches
+    warnings: list[str] = field(default_factory=list)  # what cep check warns about in the rules
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -194,6 +195,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
         peak_python_bytes=peak_bytes,
         rules=figures,
         timeline=timeline,
+        warnings=[w.format() for w in rules.warnings],
     )
 
 
@@ -205,6 +207,10 @@ def _kind_figures(f: RuleFigures) -> str:
                 f"{f.matches / x['documents']:.2f} matches/doc")
     if f.kind == "analytics" and "windows" in x:
         return f"{x['windows']:,} windows, {x.get('corrections', 0):,} corrections"
+    if f.kind == "pattern":
+        dropped = [f"{x[k]:,} {what}" for k, what in (("partial_matches_dropped", "at the cap"),
+                                                       ("budget_dropped", "by the work budget")) if x.get(k)]
+        return f"partial matches dropped: {', '.join(dropped)}" if dropped else ""
     return ""
 
 
@@ -279,6 +285,8 @@ def run(args) -> int:
     except ValueError as e:
         print(f"cep bench: {e}", file=sys.stderr)
         return 2
+    for w in res.warnings:
+        print(w, file=sys.stderr)
     print(_table(res))
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(res), indent=2))

@@ -16,6 +16,9 @@ from patterns.errors import CepError
 
 __all__ = ["main", "build_parser"]
 
+QUERIES_ROOT_HELP = ("a folder whose files a search rule's queries_file may name, besides the rule file's own "
+                     "folder and those in $CEP_QUERIES_ROOTS (repeat for several; docs/reliability.md)")
+
 
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse exits 2 on usage errors already; keep the text short
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one 'FILE: ok, N rules (names)' line per valid file."),
         epilog="Exit codes: 0 every file is valid; 2 a file has errors, or a usage error.")
     c.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql)")
+    c.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP)
 
     r = sub.add_parser("run", help="run a rule file over event files", description=(
         "Run every rule of RULES over the input events in event-time order and write one row per "
@@ -87,11 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--errors", metavar="FILE", help="write bad events here (JSON lines)")
     r.add_argument("--time-field", help="event-time field used to merge several inputs "
                    "(default: the rules' ORDER BY column)")
+    r.add_argument("--time-unit", choices=("s", "ms", "us", "ns"), default=None,
+                   help="unit of numeric event times for every rule, overriding the rules' time_unit "
+                   "(e.g. s for a log whose times are epoch seconds; ISO-8601 times and dates are unaffected)")
     r.add_argument("--batch-size", type=int, default=8192, help="events per batch (default 8192)")
     r.add_argument("--fail-on-match", action="store_true", help="exit 1 when any complex event was emitted")
     r.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only when stderr is a terminal)")
     r.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+    r.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP)
     d = r.add_argument_group("durable runs (docs/reliability.md)")
     d.add_argument("--state", metavar="DIR", help="keep input offsets, engine state and output lengths in DIR; a "
                    "rerun resumes where the last checkpoint left off, with exactly-once output (JSON lines)")

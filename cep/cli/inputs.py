@@ -22,7 +22,8 @@ def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
     return out
 
 
-def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size: int) -> Iterator[tuple[Any, str | None]]:
+def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size: int,
+                    unit: str = "ms") -> Iterator[tuple[Any, str | None]]:
     """Several named inputs merged in event-time order (ties: input order, then file order)."""
     from cep.events import batch_from_records, parse_times, read_events
 
@@ -35,31 +36,41 @@ def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size:
             if time_field is None:  # no rule reads event time (search rules only): inputs in turn
                 ms, ok = np.zeros(b.n, dtype=np.int64), np.zeros(b.n, dtype=bool)
             else:
-                ms, ok, _ = parse_times(b.column(time_field))
+                ms, ok, _ = parse_times(b.column(time_field), unit, converted=b.epoch_ms.get(time_field))
             for i in range(b.n):
                 rec = b.record(i)
                 rec.setdefault("stream", name)
-                yield (int(ms[i]) if ok[i] else -(2**63), idx, seq, (rec, b.line_of(i), b.source), None)
+                # the fields of this row that hold epoch ms converted from dates (no time_unit applies)
+                conv = tuple(k for k, m in b.epoch_ms.items() if m is True or m[i])
+                yield (int(ms[i]) if ok[i] else -(2**63), idx, seq, (rec, b.line_of(i), b.source, conv), None)
                 seq += 1
+
+    def batch(recs: list[dict], lines: list[int], convs: list[tuple[str, ...]]) -> Any:
+        b = batch_from_records(recs, lines, "merged input")
+        for k in {k for c in convs for k in c}:
+            b.epoch_ms[k] = np.fromiter((k in c for c in convs), dtype=bool, count=len(convs))
+        return b
 
     gens = [events(i, name or f"input{i}", path) for i, (name, path) in enumerate(inputs)]
     recs: list[dict] = []
     lines: list[int] = []
+    convs: list[tuple[str, ...]] = []
     bad: list = []
     for _, _, _, item, bl in heapq.merge(*gens):
         if bl is not None:
             bad.append(bl)
             continue
-        rec, line, _src = item
+        rec, line, _src, conv = item
         recs.append(rec)
         lines.append(line)
+        convs.append(conv)
         if len(recs) >= batch_size:
-            b = batch_from_records(recs, lines, "merged input")
+            b = batch(recs, lines, convs)
             b.bad, bad = bad, []
             yield b, None
-            recs, lines = [], []
+            recs, lines, convs = [], [], []
     if recs or bad:
-        b = batch_from_records(recs, lines, "merged input")
+        b = batch(recs, lines, convs)
         b.bad = bad
         yield b, None
 
@@ -92,5 +103,23 @@ def input_batches(
         name, path = inputs[0]
         return ((b, name) for b in read_events(path, batch_size, fmt))
     tf = time_field if time_field is not None else merge_time_field(rules)
-    return _merged_batches(inputs, tf, fmt, batch_size)
+    return _merged_batches(inputs, tf, fmt, batch_size, _merge_unit(rules, tf))
+
+
+def _merge_unit(rules: Any, field: str | None) -> str:
+    """The unit the rules read ``field``'s numbers in, which orders merged inputs (ms by default).
+
+    Raises:
+        ValueError: rules read the field in different units.
+    """
+    units: dict[str, list[str]] = {}
+    for r in rules:
+        tf = r.compiled.statement.order_by if r.compiled is not None else r.spec.time_column
+        if tf == field:
+            units.setdefault(r.time_unit, []).append(r.name)
+    if len(units) > 1:
+        detail = "; ".join(f"{u}: {', '.join(names)}" for u, names in sorted(units.items()))
+        raise ValueError(f"the rules read the event-time field {field!r} in different time units ({detail}), so "
+                         "merged inputs have no one time order; give them one time_unit (or pass --time-unit)")
+    return next(iter(units), "ms")
 

@@ -12,10 +12,14 @@ from typing import IO, Any
 import orjson
 
 from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
-from patterns.errors import CepError, CepSyntaxError, caret_line
+from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
+from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file
 from patterns.lucene import QueryConfig
 
-__all__ = ["add_arguments", "run", "sort_ids"]
+__all__ = ["add_arguments", "run", "sort_ids", "MAX_INDEX_FILE_BYTES"]
+
+#: The largest saved index ``--queries`` reads (plain or saved queries: patterns.files.MAX_QUERIES_FILE_BYTES).
+MAX_INDEX_FILE_BYTES = 2 << 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,7 +143,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
             elif not isinstance(row.get("metadata", {}), dict):
                 problem = "'metadata' must be a JSON object"
             elif row["id"] in first_line:
-                problem = (f"duplicate query id {row['id']!r} (first on line "
+                problem = (f"duplicate query id {short_repr(row['id'])} (first on line "
                            f"{first_line[row['id']]}); this line is ignored")
             if problem is not None:
                 _warn(f"{where}: skipped query line: {problem}")
@@ -149,7 +153,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
                 perc.register(row["id"], row["query"], row.get("metadata") or {})
             except CepSyntaxError as exc:
                 for e in exc.errors:
-                    _warn(f"{where}: skipped query {row['id']!r}: query column {e.column}: "
+                    _warn(f"{where}: skipped query {short_repr(row['id'])}: query column {e.column}: "
                           f"{e.message}\n{caret_line(e.text, e.line, e.column, e.width)}")
                 rejected += 1
                 continue
@@ -213,7 +217,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     source = args.index or args.queries
     try:
-        saved = saved_config(source)
+        # a regular file before anything opens it (a FIFO would hang, a device never end) ...
+        check_regular_file(source, sys.maxsize, "saved index" if args.index else "queries file", "")
+        saved = saved_config(source)  # reads one line, at most 64 MiB
+        # ... and under the limit of its kind: a saved index is about six times its queries
+        index = saved is not None and saved[0] == "index"
+        check_regular_file(source, MAX_INDEX_FILE_BYTES if index else MAX_QUERIES_FILE_BYTES,
+                           "saved index" if index else "queries file",
+                           "split the queries over several files and runs")
+    except FileRefused as exc:
+        _warn(f"cep percolate: {exc}")
+        return 2
+    except OSError as exc:
+        _warn(f"cep percolate: cannot read queries: {exc}")
+        return 2
+    except CepError as exc:
+        _warn(f"cep percolate: cannot load the queries: {exc}")
+        return 2
+    try:
         if saved is not None and (args.default_fields or args.default_operator):
             _warn(f"{source} was written by Percolator.save or save_index and brings its "
                   "own settings: drop --default-field / --default-operator (or give the "

@@ -15,7 +15,7 @@ __all__ = ["cmd_run"]
 
 
 def cmd_run(args) -> int:
-    from cep.engine import Engine, late_warning
+    from cep.engine import Engine, late_warning, with_time_unit
     from cep.events import STDIN
     from patterns.rules import load_rules
 
@@ -27,11 +27,17 @@ def cmd_run(args) -> int:
             print(f"cep run: {cfg}", file=sys.stderr)
             return EXIT_USAGE
         return durable.run_durable(cfg)
+    from patterns.files import command_line_roots
+
     try:
-        rules = load_rules(args.rules)
+        rules = with_time_unit(load_rules(args.rules, queries_roots=command_line_roots(getattr(args, "queries_root", None))),
+                               args.time_unit)
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
+    if not args.quiet:
+        for w in rules.warnings:  # what cep check warns about: the rules run all the same
+            print(w.format(), file=sys.stderr)
     inputs = _parse_inputs(args.input)
     if sum(path == STDIN for _, path in inputs) > 1:
         print("cep run: standard input ('-') can be read once only", file=sys.stderr)
@@ -76,6 +82,8 @@ def cmd_run(args) -> int:
 
     def sink(res) -> None:
         nonlocal n_late, n_err
+        for w in res.warnings:  # even with --quiet: the answer is likely wrong
+            print(f"cep run: {w}", file=sys.stderr, flush=True)
         out.write(res.matches)
         n_late += len(res.late)
         n_err += len(res.errors)
@@ -116,6 +124,7 @@ def cmd_run(args) -> int:
                 # over every key, before the final flush ended them; only pattern rules have them
                 + (f", partial matches open at the end {open_at_end[name]:,}" if name in open_at_end else "")
                 + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")
+                + (f", partial matches dropped by the work budget {c.budget_dropped:,}" if c.budget_dropped else "")
                 + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
             )

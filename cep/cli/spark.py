@@ -5,8 +5,10 @@
 (complex events, late events, errors) to one file sink partitioned by ``output`` and ``rule``,
 exactly once, with its checkpoint. ``cep spark backfill`` runs the same rules over a static
 dataset and writes the same layout. ``--input NAME=PATH`` (repeatable) names input streams,
-as for ``cep run``: a rule whose FROM names one of them reads that stream only. Spark is
-imported only when one of them runs, so the rest of ``cep`` never starts a JVM.
+as for ``cep run``: a rule whose FROM names one of them reads that stream only. ``cep spark
+cat`` prints an output's committed rows as JSON lines without Spark. Spark is imported only
+when a job runs, so the rest of ``cep`` never starts a JVM; a job's failure is one line
+(:mod:`cep.cli.spark_failures`) and exit 3.
 
 Wired into ``cep/cli/command.py`` with::
 
@@ -22,8 +24,11 @@ import os
 import re
 import sys
 import time
+import traceback
 import warnings
 from typing import Any
+
+from cep.cli.spark_failures import check_master, describe_failure, first_cause
 
 __all__ = ["add_arguments", "run", "main"]
 
@@ -35,11 +40,14 @@ BLOCK = "_cep_block"  # the offset of the row's file block
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("rules", help="rule file (.yaml/.yml or .sql)")
+    p.add_argument("--queries-root", action="append", metavar="DIR",
+                   help="a folder whose files a search rule's queries_file may name, besides the rule file's "
+                   "own folder and those in $CEP_QUERIES_ROOTS (repeat for several; docs/reliability.md)")
     p.add_argument("--input", "-i", action="append", required=True, metavar="[NAME=]PATH",
                    help="input path (a directory of files, a file or a glob; for Kafka, leave it out); repeat "
                    "as NAME=PATH for several named streams, as for 'cep run': every row carries 'stream': NAME "
                    "and a rule whose FROM names one of them reads that stream's rows only")
-    p.add_argument("--format", "-f", default="json", metavar="FORMAT",
+    p.add_argument("--format", default="json", metavar="FORMAT",
                    help="input format: json (JSON lines, the default), parquet, csv, or any Spark source "
                    "such as kafka (needs --packages and --schema: the message value is parsed as JSON)")
     p.add_argument("--schema", metavar="DDL",
@@ -64,7 +72,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="Maven coordinates for spark.jars.packages, e.g. "
                    "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 (repeatable)")
     p.add_argument("--conf", action="append", default=[], metavar="K=V", help="extra Spark setting (repeatable)")
+    p.add_argument("--ship-engine", action=argparse.BooleanOptionalAction, default=None,
+                   help="add the engine's own packages (cep, patterns, sketches, spark_udf) to the executors as a "
+                   "zip of Python files (default: on unless --master is local; --no-ship-engine when the "
+                   "executors' Python has cep-engine installed)")
     p.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="Spark's log at warning level, and the whole error (with Spark's stack) when the job fails")
 
 
 def add_arguments(subparsers: Any) -> argparse.ArgumentParser:
@@ -99,6 +113,19 @@ def add_arguments(subparsers: Any) -> argparse.ArgumentParser:
     _common(b)
     b.add_argument("--mode", choices=("error", "overwrite", "append"), default="error",
                    help="when OUTPUT exists: error (the default), overwrite or append")
+    c = ssub.add_parser(
+        "cat", help="print the committed rows of a 'cep spark' output as JSON lines (no Spark needed)",
+        description="Print the rows of OUTPUT (the folder of 'cep spark run' or 'cep spark backfill') as JSON "
+        "lines on stdout, each with its 'output' and 'rule'. Only committed files are read: a stream's part "
+        "files are those its _spark_metadata log lists (a micro-batch that died before its commit leaves part "
+        "files that its rerun writes again, so 'cat OUTPUT/*/*/*.json' shows rows twice); a backfill's once "
+        "_SUCCESS is there. Reads JSON and Parquet outputs in local folders, without starting a JVM.")
+    c.add_argument("output", metavar="OUTPUT", help="the output folder of 'cep spark run' or 'cep spark backfill'")
+    c.add_argument("--output", dest="outputs", action="append", default=[], metavar="KIND",
+                   choices=("match", "late", "error", "timeout"),
+                   help="only these outputs: match, late, error or timeout (repeatable; default: all)")
+    c.add_argument("--rule", dest="rules", action="append", default=[], metavar="RULE",
+                   help="only the rows of this rule (repeatable; default: all)")
     sp.set_defaults(_spark_parser=sp)
     return sp
 
@@ -179,6 +206,8 @@ def _read(spark: Any, args: Any, streaming: bool, path: str | None = None) -> tu
         try:
             schema = spark.read.format(fmt).options(**infer).load(path).schema
         except Exception as e:  # noqa: BLE001 - Spark raises AnalysisException and friends
+            if "PATH_NOT_FOUND" in str(e):
+                raise  # a Spark failure with its own advice, not a schema to give
             raise ValueError(
                 f"cannot infer the schema of {path!r} ({str(e).splitlines()[0]}); pass --schema"
             ) from None
@@ -206,36 +235,7 @@ def _with_corrupt(schema: Any) -> Any:
     return T.StructType(schema.fields + [T.StructField("_corrupt_record", T.StringType(), True)])
 
 
-_CHECKPOINT_SHAPE = ("sources in the checkpoint offsets", "without stateful operators but restarted with stateful")
-_CHECKPOINT_HINT = (
-    "; the query no longer has the shape its checkpoint recorded: named inputs (--input NAME=PATH) were "
-    "added or removed, a stream's search rules gained or lost their only event time (with one they run in "
-    "the stateful stage), or the checkpoint was written by an earlier cep whose search rules ran beside "
-    "that stage (reading the source again): finish it with the rules and version that wrote it, or start "
-    "a new checkpoint (the input is read again) or run a backfill first"
-)
-
-
-def _error_text(e: BaseException) -> str:
-    """The one line of a Spark failure that says what went wrong in our code, if any.
-
-    Example:
-        >>> _error_text(RuntimeError("failed: RuleChangedError: rule 'r': the pattern changed"))
-        "RuleChangedError: rule 'r': the pattern changed"
-    """
-    text = str(e)
-    line = None
-    for pat in (r"(\w*(?:StateEncodingError|RuleChangedError|SparkStateError|StateVersionError): .*)",
-                r"(\w+Error: .*)"):
-        m = re.search(pat, text)
-        if m:
-            line = m.group(1).strip()
-            break
-    if line is None:
-        line = text.splitlines()[0] if text else type(e).__name__
-    if any(s in text for s in _CHECKPOINT_SHAPE):  # Spark's own words, not what to do here
-        line += _CHECKPOINT_HINT
-    return line
+_error_text = first_cause  # the name earlier tests and callers use
 
 
 def _stop_between_batches(query: Any, patience: float = 600.0) -> None:
@@ -246,9 +246,81 @@ def _stop_between_batches(query: Any, patience: float = 600.0) -> None:
     query.stop()
 
 
+class _Clock:
+    """Wall time of a command and its phases, for the summary line."""
+
+    def __init__(self) -> None:
+        self.start = self.mark = time.monotonic()
+        self.phases: list[tuple[str, float]] = []
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases.append((name, now - self.mark))
+        self.mark = now
+
+    def summary(self) -> str:
+        """``"72.1 s (Spark start 12.0 s, planning 3.1 s, streaming 57.0 s)"``."""
+        parts = ", ".join(f"{name} {secs:.1f} s" for name, secs in self.phases)
+        return f"{time.monotonic() - self.start:.1f} s" + (f" ({parts})" if parts else "")
+
+
+_GLOB = re.compile(r"[*?\[{]")
+
+
+def _missing_input(path: str | None) -> bool:
+    """A local input path (no scheme, no glob) that does not exist: said before Spark starts."""
+    if not path or _GLOB.search(path):
+        return False
+    if path.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        path = unquote(urlparse(path).path)
+    elif "://" in path:
+        return False  # Spark's file systems (hdfs, s3a, ...) answer for themselves
+    return not os.path.exists(path)
+
+
+def _from_spark(e: BaseException) -> bool:
+    """Raised by PySpark or Py4J (PySpark's ValueError subclasses included), not by our own checks."""
+    return type(e).__module__.split(".")[0] in ("pyspark", "py4j")
+
+
+def _fail(cmd: str, what: str, e: BaseException, verbose: bool) -> int:
+    """Print a Spark failure as one line (the whole error first with --verbose); exit 3."""
+    if verbose:
+        traceback.print_exception(e, file=sys.stderr)
+    print(f"cep spark {cmd}: {describe_failure(e, what)}", file=sys.stderr)
+    return EXIT_RUNTIME
+
+
+def _cat(args: Any) -> int:
+    from spark_udf.sink_log import NotASinkError, SinkLogError, read_rows
+
+    out = sys.stdout.buffer
+    try:
+        for line in read_rows(args.output, args.outputs, args.rules):
+            out.write(line + b"\n")
+        out.flush()
+    except NotASinkError as e:
+        print(f"cep spark cat: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SinkLogError as e:
+        print(f"cep spark cat: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            raise
+        print(f"cep spark cat: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return EXIT_OK
+
+
 def run(args: Any) -> int:
-    """Run ``cep spark run`` or ``cep spark backfill``; return the exit code."""
+    """Run ``cep spark run``, ``cep spark backfill`` or ``cep spark cat``; return the exit code."""
+    clock = _Clock()
     cmd = getattr(args, "spark_command", None)
+    if cmd == "cat":
+        return _cat(args)
     if cmd not in ("run", "backfill"):
         parser = getattr(args, "_spark_parser", None)
         if parser is not None:
@@ -260,11 +332,12 @@ def run(args: Any) -> int:
         print(f"cep spark backfill: --output {args.output!r} already exists; pass --mode overwrite to "
               "replace it or --mode append to add to it", file=sys.stderr)
         return EXIT_USAGE
-    from patterns.errors import CepError, RuleErrors
+    from patterns.errors import RuleErrors
+    from patterns.files import command_line_roots
     from patterns.rules import load_rules
 
     try:
-        rules = load_rules(args.rules)
+        rules = load_rules(args.rules, queries_roots=command_line_roots(args.queries_root))
     except RuleErrors as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
@@ -273,55 +346,97 @@ def run(args: Any) -> int:
         conf = _pairs(args.conf, "--conf")
         _pairs(args.source_option, "--source-option")
         inputs = _inputs(args.input)
+        bad_master = check_master(args.master)
+        if bad_master:
+            raise ValueError(bad_master)
+        for flag, value in (("--buckets", args.buckets), ("--search-buckets", args.search_buckets)):
+            if value < 1:
+                raise ValueError(f"{flag} must be at least 1, found {value}")
+        if args.format.lower() in FILE_FORMATS:  # the options first, then the file system
+            for _, path in inputs:
+                if _missing_input(path):
+                    raise ValueError(f"--input {path!r} does not exist")
     except ValueError as e:
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    for flag, value in (("--buckets", args.buckets), ("--search-buckets", args.search_buckets)):
-        if value < 1:
-            print(f"cep spark {cmd}: {flag} must be at least 1, found {value}", file=sys.stderr)
-            return EXIT_USAGE
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
-    from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
-    from spark_udf.session import DEFAULT_SHUFFLE_PARTITIONS, local_session
+    try:
+        from pyspark import SparkContext
 
-    spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
-                          packages=args.packages, conf=conf)
+        from spark_udf.session import DEFAULT_SHUFFLE_PARTITIONS, local_session
+
+        ours = SparkContext._active_spark_context is None  # a session this command starts, it stops
+        spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
+                              packages=args.packages, conf=conf, ship_engine=args.ship_engine,
+                              verbose=args.verbose)
+    except Exception as e:  # noqa: BLE001 - a JVM that does not start, a refused setting
+        return _fail(cmd, "starting Spark", e, args.verbose)
+    clock.lap("Spark start")
+    try:
+        status, summary = _job(cmd, args, spark, rules, inputs, trigger, clock)
+    finally:
+        if ours:  # inside the time the summary reports: on a cluster, releasing the executors takes a while
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - a JVM that is already gone
+                pass
+    if summary is not None and not args.quiet:
+        if ours:
+            clock.lap("Spark stop")
+        head, lines = summary
+        print(f"cep spark {cmd}: {head} in {clock.summary()} -> {args.output}", file=sys.stderr)
+        for line in lines:
+            print(line, file=sys.stderr)
+    return status
+
+
+def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | None, str]], trigger: str | None,
+         clock: _Clock) -> tuple[int, tuple[str, list[str]] | None]:
+    """Plan and run the job on ``spark``: the exit code, and the summary (None after a failure)."""
+    from patterns.errors import CepError
+    from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
+
     frames: dict[str, Any] = {}
     try:
         for name, path in inputs:
             frame, source_col = _read(spark, args, streaming=(cmd == "run"), path=path)
             frames[name or ""] = frame
     except ValueError as e:
+        if _from_spark(e):
+            return _fail(cmd, "reading the input", e, args.verbose), None
         print(f"cep spark {cmd}: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    source: Any = frame if len(inputs) == 1 and inputs[0][0] is None else frames
-    arrival = (SOURCE, BLOCK) if cmd == "backfill" and source_col == SOURCE and args.format in FILE_FORMATS else ()
-    cfg = SparkRunConfig(buckets=args.buckets, search_buckets=args.search_buckets, source_column=source_col,
-                         arrival_columns=arrival, on_rule_change=getattr(args, "on_rule_change", "fail"))
+        return EXIT_USAGE, None
+    except Exception as e:  # noqa: BLE001 - a path Spark cannot find, a source it cannot load
+        return _fail(cmd, "reading the input", e, args.verbose), None
     try:
-        result = apply_rules(source, rules, cfg)
-    except CepError as e:
-        print(f"cep spark {cmd}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        source: Any = frame if len(inputs) == 1 and inputs[0][0] is None else frames
+        arrival = (SOURCE, BLOCK) if cmd == "backfill" and source_col == SOURCE and args.format in FILE_FORMATS else ()
+        cfg = SparkRunConfig(buckets=args.buckets, search_buckets=args.search_buckets, source_column=source_col,
+                             arrival_columns=arrival, on_rule_change=getattr(args, "on_rule_change", "fail"))
+        result = apply_rules(source, rules, cfg)  # a backfill's arrival-order pass runs here
+    except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
+        if isinstance(e, (ValueError, CepError)) and not _from_spark(e):
+            print(f"cep spark {cmd}: {e}", file=sys.stderr)  # the rules or options do not fit the input
+            return EXIT_USAGE, None
+        what = "the arrival-order pass" if cmd == "backfill" else "planning the query"
+        return _fail(cmd, what, e, args.verbose), None
+    clock.lap("planning and arrival-order pass" if cmd == "backfill" else "planning")
     names = [r.name for r in rules]
-    started = time.monotonic()
     if cmd == "backfill":
+        from spark_udf.api import time_unit_warnings
+
+        for w in time_unit_warnings(source, rules):  # the first rows only: one small job, even with --quiet
+            print(f"cep spark backfill: {w}", file=sys.stderr)
         try:
             result.write(args.output, args.output_format, mode=args.mode)
             counts = result.counts()
         except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
-            print(f"cep spark backfill: {_error_text(e)}", file=sys.stderr)
-            return EXIT_RUNTIME
-        if not args.quiet:
-            print(
-                f"cep spark backfill: {counts['matches']:,} complex events, {counts['late']:,} late, "
-                f"{counts['errors']:,} errors in {time.monotonic() - started:.1f} s -> {args.output}",
-                file=sys.stderr,
-            )
-            for i, name in enumerate(names):
-                print(f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events", file=sys.stderr)
-        return EXIT_OK
+            return _fail(cmd, "the backfill job", e, args.verbose), None
+        clock.lap("job")
+        head = (f"{counts['matches']:,} complex events, {counts['late']:,} late, {counts['errors']:,} errors")
+        lines = [f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events" for i, name in enumerate(names)]
+        return EXIT_OK, (head, lines)
 
     progress = ProgressCounts(names)
     query = None
@@ -339,27 +454,22 @@ def run(args: Any) -> int:
         if query is not None:
             query.stop()
     except Exception as e:  # noqa: BLE001 - StreamingQueryException and the JVM's errors
-        print(f"cep spark run: {_error_text(e)}", file=sys.stderr)
-        status = EXIT_RUNTIME
+        status = _fail(cmd, "the streaming query", e, args.verbose)
     finally:
         if query is not None:
-            progress.merge_recent(query)
-    if not args.quiet:
-        t = progress.totals
-        print(
-            f"cep spark run: {t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, "
-            f"{t['input_rows']:,} input rows, "
-            f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors "
-            f"in {time.monotonic() - started:.1f} s -> {args.output}",
-            file=sys.stderr,
-        )
-        for name in names:
-            print(f"  {name}: {progress.per_rule[name]:,} complex events", file=sys.stderr)
-    return status
+            try:
+                progress.merge_recent(query)
+            except Exception:  # noqa: BLE001 - the counts of a query whose JVM is gone
+                pass
+    clock.lap("streaming")
+    t = progress.totals
+    head = (f"{t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, {t['input_rows']:,} input rows, "
+            f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors")
+    return status, (head, [f"  {name}: {progress.per_rule[name]:,} complex events" for name in names])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cep.cli.spark run|backfill ...`` (the same as ``cep spark ...``)."""
+    """``python -m cep.cli.spark run|backfill|cat ...`` (the same as ``cep spark ...``)."""
     parser = argparse.ArgumentParser(prog="cep")
     sub = parser.add_subparsers(dest="command")
     add_arguments(sub)

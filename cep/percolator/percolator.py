@@ -28,7 +28,13 @@ from cep.percolator.results import (
     _BatchMatches,
     _BatchSlots,
 )
-from cep.percolator.saved import _INDEX_FORMAT, _INDEX_VERSION, _code_fingerprint, _config_to_json, _index_digest
+from cep.percolator.saved import (
+    _INDEX_FORMAT,
+    _INDEX_VERSION,
+    _code_fingerprint,
+    _config_to_json,
+    _index_digest,
+)
 from cep.percolator.segment import _Segment
 from patterns.errors import CepError
 

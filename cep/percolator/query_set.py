@@ -17,7 +17,6 @@ from cep.percolator.presearcher import Presearcher, QueryPlan
 from cep.percolator.query import QueryId, RegisteredQuery
 from cep.percolator.results import BatchResult, DocumentMatches
 from cep.percolator.saved import (
-    _index_digest,
     _FORMAT,
     _INDEX_FORMAT,
     _INDEX_VERSION,
@@ -25,6 +24,7 @@ from cep.percolator.saved import (
     _code_fingerprint,
     _config_from_json,
     _config_to_json,
+    _index_digest,
 )
 from cep.safe_pickle import UnsafeState
 from cep.safe_pickle import loads as safe_loads

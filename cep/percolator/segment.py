@@ -101,7 +101,7 @@ class _Segment:
             if kind == "general":
                 for leaf, _ in iter_nodes(e.node):
                     if isinstance(leaf, WildcardNode):
-                        leaf.matcher  # compile now, not on the first document
+                        _ = leaf.matcher  # compile now, not on the first document
             req = [kid(k) for k in plan.required]
             forbid_lists.append([kid(k) for k in plan.forbidden])
             cl = [[k] for k in req]

@@ -206,30 +206,3 @@ def test_every_next_is_filled_in_a_long_key(path):
     assert [(r["a_i"], r["next_i"], r["next3"]) for r in got] == [
         (i, i + 1 if i + 1 < 1006 else None, i + 3 if i + 3 < 1006 else None) for i in range(0, 1006, 7)
     ]
-
-
-def test_next_on_the_bundled_daily_bars_reads_the_following_days():
-    # the real-data shape of issue 14: 5 symbols' daily bars in one batch; 14 of 641 rows were NULL
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "rules" / "data" / "sp500_daily_2017_sample.jsonl"
-    bars = [json.loads(x) for x in path.read_text().splitlines()]
-    sql = (
-        "SELECT * FROM bars MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY date "
-        "MEASURES A.date AS d, NEXT(A.close) AS next_close, NEXT(A.close, 2) AS next2 "
-        "PATTERN (A) DEFINE A AS A.close > A.open)"
-    )
-    closes: dict[str, list[tuple[str, float]]] = {}
-    for b in bars:
-        closes.setdefault(b["symbol"], []).append((b["date"], b["close"]))
-    want = set()
-    for sym, days in closes.items():
-        days.sort()
-        for i, (d, _) in enumerate(days):
-            up = next(b for b in bars if b["symbol"] == sym and b["date"] == d)
-            if up["close"] > up["open"]:
-                nxt = [days[j][1] if j < len(days) else None for j in (i + 1, i + 2)]
-                want.add((sym, d, *nxt))
-    got = feed(sql, bars, [])
-    assert len(got) == len(want) > 600
-    assert {(r["symbol"], r["d"], r["next_close"], r["next2"]) for r in got} == want

@@ -121,7 +121,7 @@ def test_defaults() -> None:
     ("    lateness: 5 minutes\n    query: a\n", 5, 15,
      "rule 's': 'lateness' needs a 'time_field': without event time no document is late"),
     ("    sql: SELECT 1\n    query: a\n", 5, 5, "unknown key 'sql' for a search rule; known keys: name, kind, description, "
-     "lateness, enabled, from, query, queries, queries_file, default_fields, default_operator, analysis, "
+     "lateness, time_unit, max_future_skew, enabled, from, query, queries, queries_file, default_fields, default_operator, analysis, "
      "allow_leading_wildcard, auto_phrase, id_field, time_field, fields, highlight"),
     ("    query: [a, b]\n", 5, 12, "rule 's': 'query' must be one Lucene query (text); write several under 'queries'"),
     ("    query:\n", 5, 11, "rule 's': 'query' must be one Lucene query (text); write several under 'queries'"),
@@ -234,7 +234,7 @@ def test_queries_file_problems_as_a_whole(tmp_path: Path) -> None:
     (tmp_path / "q.jsonl").unlink()
     (tmp_path / "q.jsonl").mkdir()
     (err,) = errors_of(rules.read_text(), str(rules))
-    assert err.message.startswith(f"rule 's': cannot read queries file {tmp_path / 'q.jsonl'}: ")
+    assert err.message == f"rule 's': queries file {tmp_path / 'q.jsonl'} is a directory, not a regular file"
     (tmp_path / "q.jsonl").rmdir()
     (tmp_path / "q.jsonl").write_text("x\n" * (MAX_FILE_ERRORS + 10))
     errs = errors_of(rules.read_text(), str(rules))

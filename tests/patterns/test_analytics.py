@@ -218,7 +218,7 @@ def test_an_error_in_a_multi_line_statement_has_its_own_line():
     ("    sketches: {hll_precision: 30}\n", "rule 'a': sketches.hll_precision must be an integer from 4 to 21, found 30"),
     ("    sketches: {cms_width: true}\n", "rule 'a': sketches.cms_width must be an integer from 1 to 16777216, found True"),
     ("    sketches: {bloom_error_rate: 2}\n", "rule 'a': sketches.bloom_error_rate must be a number between 0 and 1, found 2"),
-    ("    max_partial_matches: 5\n", "unknown key 'max_partial_matches' for a analytics rule; known keys: name, kind, description, lateness, enabled, sql, sketches"),
+    ("    max_partial_matches: 5\n", "unknown key 'max_partial_matches' for a analytics rule; known keys: name, kind, description, lateness, time_unit, max_future_skew, enabled, sql, sketches"),
 ])
 def test_rule_file_errors(extra, message):
     errs = errors_of(one_line(f"SELECT COUNT(*) AS n FROM s GROUP BY {W}", extra))

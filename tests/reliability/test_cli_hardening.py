@@ -220,3 +220,12 @@ def test_plural_interval_units_are_refused_as_flink_sql_does() -> None:
         parse_rules(text)
     assert "SQL interval units are singular" in str(err.value) and "write MINUTE, not MINUTES" in str(err.value)
     assert parse_rules(text.replace("MINUTES", "MINUTE")).rules[0].compiled.statement.within_ms == 600_000
+
+
+def test_short_f_means_follow_only() -> None:
+    from cep.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["run", "r.yaml", "-i", "x", "-f"]).follow is True
+    with pytest.raises(SystemExit):  # `cep spark` spells --format out: -f is --follow in cep run
+        parser.parse_args(["spark", "backfill", "r.yaml", "--input", "x", "--output", "o", "-f", "json"])

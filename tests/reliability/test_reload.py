@@ -149,3 +149,154 @@ def test_durable_run_reloads_between_batches(tmp_path, trigger):
     # a restart uses the reloaded rules, which the checkpoint holds
     ck = read_checkpoint(str(tmp_path / "st"))
     assert "name: new" in ck.meta["rules_text"]
+
+
+# ------------------------------------------------------------------ a search rule's queries file
+
+
+def _search_rules() -> str:
+    return ("rules:\n  - name: s\n    kind: search\n    from: news\n    default_fields: [title]\n"
+            "    queries_file: q.jsonl\n")
+
+
+def _queries(*pairs: tuple[str, str], bad: bool = False) -> str:
+    lines = [json.dumps({"id": qid, "query": q}) for qid, q in pairs]
+    if bad:
+        lines.append('{"id": "broken", "query": "(pear"}')
+    return "\n".join(lines) + "\n"
+
+
+class _Lines:
+    """Collects a process's stderr lines in a thread, so a test can wait for one without sleeping."""
+
+    def __init__(self, stream) -> None:
+        import threading
+
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+@pytest.mark.parametrize("trigger", ["watch", "sighup"])
+def test_durable_run_reloads_a_changed_queries_file(tmp_path, trigger):
+    import hashlib
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(_search_rules())
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(_queries(("apple", "apple")))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    data = logs / "a.jsonl"
+    _append(data, [{"id": 1, "title": "apple pie"}])
+    out = tmp_path / "out.jsonl"
+    state = str(tmp_path / "st")
+    cmd = [sys.executable, "-m", "cep.cli", "run", str(rules_file), "--input", str(logs), "--state", state,
+           "--output", str(out), "--follow", "--poll", "0.05", "--batch-size", "1", "--checkpoint-every", "1"]
+    if trigger == "watch":
+        cmd.append("--watch-rules")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = _Lines(proc.stderr)
+
+    def lines_done() -> int:
+        ck = read_checkpoint(state) if (tmp_path / "st" / "checkpoint").exists() else None
+        return ck.meta["lines"] if ck else 0
+
+    def edit(text: str) -> None:
+        qfile.write_text(text)
+        if trigger == "sighup":
+            proc.send_signal(signal.SIGHUP)
+
+    try:
+        _wait(lambda: lines_done() == 1)
+        # a queries file with a bad query: refused whole, the old queries keep running
+        edit(_queries(("apple", "apple"), ("pear", "pear"), bad=True))
+        _wait(lambda: "rules not reloaded, the old rules keep running" in err.text())
+        _append(data, [{"id": 2, "title": "pear tart"}])
+        _wait(lambda: lines_done() == 2)
+        # fixed: the new query runs from the next batch on, and the reload is checkpointed at once
+        good = _queries(("apple", "apple"), ("pear", "pear"))
+        edit(good)
+        sha = hashlib.sha256(good.encode()).hexdigest()
+        _wait(lambda: read_checkpoint(state).meta["queries_files"] == {str(qfile.resolve()): sha})
+        _append(data, [{"id": 3, "title": "pear cake"}])
+        _wait(lambda: lines_done() == 3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        err.thread.join(timeout=30)
+    log = err.text()
+    assert proc.returncode == 0, log
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["id"], r["query_id"]) for r in rows] == [(1, "apple"), (3, "pear")]
+    why = f"the queries file {qfile.resolve()} changed"
+    assert f"{why}: rules not reloaded, the old rules keep running:\n" in log
+    assert f"{qfile}:3:" in log and "(pear" in log  # the refused line, with its place and a caret
+    assert f"{why}: rules reloaded: changed (state reset) s" in log
+
+
+def test_a_queries_file_touched_without_a_change_does_not_reload(tmp_path):
+    import io
+    import os
+
+    from cep.durable import DurableConfig, run_durable
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(_search_rules())
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(_queries(("apple", "apple")))
+    data = tmp_path / "a.jsonl"
+    _append(data, [{"id": 1, "title": "apple pie"}])
+    cfg = DurableConfig(rules=str(rules_file), input=str(data), state=str(tmp_path / "st"),
+                        output=str(tmp_path / "out.jsonl"), watch_rules=True)
+    err = io.StringIO()
+    assert run_durable(cfg, err) == 0
+    os.utime(qfile, ns=(1, 1))  # touched: a new modification time, the same content
+    _append(data, [{"id": 2, "title": "apple crumble"}])
+    assert run_durable(cfg, err) == 0
+    assert "changed" not in err.getvalue(), err.getvalue()
+    # changed while the run was stopped: the restart says so and runs the new content
+    qfile.write_text(_queries(("crumble", "crumble")))
+    _append(data, [{"id": 3, "title": "apple crumble"}])
+    assert run_durable(cfg, err) == 0
+    assert f"the queries file {qfile.resolve()} changed since the checkpoint; its new content runs" in err.getvalue()
+    rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["query_id"]) for r in rows] == [(1, "apple"), (2, "apple"), (3, "crumble")]
+
+
+def test_a_refused_rule_file_does_not_hold_back_a_changed_queries_file(tmp_path):
+    import io
+
+    from cep.durable import DurableConfig, _Run
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(_search_rules())
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(_queries(("apple", "apple")))
+    data = tmp_path / "a.jsonl"
+    _append(data, [{"id": 1, "title": "apple pie"}])
+    err = io.StringIO()
+    run = _Run(DurableConfig(rules=str(rules_file), input=str(data), state=str(tmp_path / "st"),
+                             output=str(tmp_path / "out.jsonl")), err)
+    try:
+        assert run.start() is None
+        rules_file.write_text(_search_rules() + "    nosuch: 1\n")
+        run.reload(None, "SIGHUP")
+        assert "SIGHUP: rules not reloaded, the old rules keep running:" in err.getvalue()
+        qfile.write_text(_queries(("apple", "apple"), ("pear", "pear")))
+        run.reload(None, "SIGHUP")  # the broken rule file as it was: the queries reload with the rules in force
+        assert err.getvalue().endswith(
+            f"cep run: SIGHUP: the queries file {qfile.resolve()} changed: rules reloaded: changed (state reset) s\n")
+        assert [q.id for q in run.engine.rules[0].spec.queries] == ["apple", "pear"]
+        before = err.getvalue()
+        run.reload(None, "SIGHUP")  # nothing new: nothing said
+        assert err.getvalue() == before
+    finally:
+        run.close()

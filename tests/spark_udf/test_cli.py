@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,13 @@ def test_add_arguments_builds_run_and_backfill() -> None:
     assert (args.spark_command, args.format, args.mode) == ("backfill", "parquet", "error")
 
 
-def test_usage_errors_exit_2_before_spark_starts(tmp_path: Path, capsys) -> None:
+def test_usage_errors_exit_2_before_spark_starts(tmp_path: Path, capsys, monkeypatch) -> None:
+    import spark_udf.session
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(spark_udf.session, "local_session", no_spark)
     bad = tmp_path / "bad.yaml"
     bad.write_text("rules:\n  - name: x\n    sql: SELECT nothing\n")
     assert spark_cli.main(["run", str(bad), "--input", "in", "--output", "o", "--checkpoint", "c"]) == 2
@@ -47,6 +55,14 @@ def test_usage_errors_exit_2_before_spark_starts(tmp_path: Path, capsys) -> None
     assert "expected available-now, once or processing-time=10s" in capsys.readouterr().err
     assert spark_cli.main(["backfill", str(rules), "--input", "in", "--output", "o", "--source-option", "x"]) == 2
     assert "--source-option 'x': expected KEY=VALUE" in capsys.readouterr().err
+    missing = tmp_path / "no-such-folder"
+    for given in (str(missing), missing.as_uri()):
+        assert spark_cli.main(["backfill", str(rules), "--input", given, "--output", str(tmp_path / "o")]) == 2
+        assert f"cep spark backfill: --input {given!r} does not exist" in capsys.readouterr().err
+    assert spark_cli.main(["run", str(rules), "--input", str(tmp_path), "--output", "o", "--checkpoint", "c",
+                           "--master", "spark:/host:7077"]) == 2
+    assert ("cep spark run: --master 'spark:/host:7077': expected local, local[N], local[*], spark://HOST:PORT, "
+            "yarn or k8s://https://HOST:PORT") in capsys.readouterr().err
 
 
 @pytest.mark.spark
@@ -59,13 +75,44 @@ def test_schema_inference_needs_files(spark: Any, tmp_path: Path, capsys) -> Non
 
 
 @pytest.mark.spark
+def test_a_path_spark_cannot_find_is_one_line_and_exit_3(spark: Any, tmp_path: Path, capsys) -> None:
+    glob = str(tmp_path / "nothing" / "*.json")  # a glob is Spark's to resolve, not checked before
+    assert spark_cli.main(["backfill", str(_rules(tmp_path)), "--input", glob, "--output", str(tmp_path / "o"),
+                           "--shuffle-partitions", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"cep spark backfill: reading the input failed: [PATH_NOT_FOUND] Path does not "
+                                f"exist: file:{glob}.; check --input (a folder, a file or a glob)"]
+
+
+def _timed(argv: list[str], capsys) -> tuple[float, str]:
+    started = time.monotonic()
+    assert spark_cli.main(argv) == 0
+    return time.monotonic() - started, capsys.readouterr().err
+
+
+def _check_times(err: str, wall: float, phases: tuple[str, ...]) -> None:
+    """The summary's time is the command's whole wall time, and its phases add up to it."""
+    names = ", ".join(rf"{p} ([\d.]+) s" for p in phases)
+    m = re.search(rf" in ([\d.]+) s \({names}\) -> ", err)
+    assert m, err
+    total, parts = float(m.group(1)), [float(x) for x in m.groups()[1:]]
+    assert wall - 0.5 <= total <= wall + 0.05, (total, wall)
+    assert abs(sum(parts) - total) <= 0.25, (parts, total)
+
+
+@pytest.mark.spark
 def test_run_and_backfill_print_the_counts_and_agree(spark: Any, tmp_path: Path, capsys) -> None:
     paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(stream(41, files=3))]
     rules = _rules(tmp_path)
     common = ["--input", str(tmp_path / "in"), "--shuffle-partitions", "2", "--buckets", "4"]
-    assert spark_cli.main(["run", str(rules), *common, "--output", str(tmp_path / "out"),
-                           "--checkpoint", str(tmp_path / "ck"), "--max-files-per-trigger", "1"]) == 0
-    err = capsys.readouterr().err
+    compact = "spark.sql.streaming.fileSink.log.compactInterval"
+    try:  # a compaction file every second micro-batch, for 'cep spark cat' to read
+        wall, err = _timed(["run", str(rules), *common, "--output", str(tmp_path / "out"),
+                            "--checkpoint", str(tmp_path / "ck"), "--max-files-per-trigger", "1",
+                            "--conf", f"{compact}=2"], capsys)
+    finally:
+        spark.conf.unset(compact)
+    _check_times(err, wall, ("Spark start", "planning", "streaming"))
     rows = sink_rows(spark, tmp_path / "out")
     m = re.search(r"(\d+) micro-batches, ([\d,]+) input rows, ([\d,]+) complex events, (\d+) late, (\d+) errors", err)
     assert m, err
@@ -77,8 +124,8 @@ def test_run_and_backfill_print_the_counts_and_agree(spark: Any, tmp_path: Path,
         n = sum(1 for r in rows if r["output"] == "match" and r["rule"] == name)
         assert f"  {name}: {n:,} complex events" in err
 
-    assert spark_cli.main(["backfill", str(rules), *common, "--output", str(tmp_path / "bf")]) == 0
-    err = capsys.readouterr().err
+    wall, err = _timed(["backfill", str(rules), *common, "--output", str(tmp_path / "bf")], capsys)
+    _check_times(err, wall, ("Spark start", "planning and arrival-order pass", "job"))
     back = sink_rows(spark, tmp_path / "bf")
     eng = Engine(parse_rules(RULES_YAML))
     exp = eng.run(b for p in paths for b in read_events(p))
@@ -86,3 +133,22 @@ def test_run_and_backfill_print_the_counts_and_agree(spark: Any, tmp_path: Path,
     assert f"cep spark backfill: {len(exp.matches):,} complex events, {len(exp.late)} late" in err
     # the stream stops at the final watermark; the backfill also flushes what the end of input decides
     assert counted(rows, "match") <= counted(back, "match")
+
+
+    # 'cep spark cat' reads what Spark reads: committed files only, with output and rule
+    meta = sorted(p.name for p in (tmp_path / "out" / "_spark_metadata").iterdir() if not p.name.startswith("."))
+    assert meta == ["0", "1.compact", "2", "3.compact"]
+    committed = next((tmp_path / "out" / "output=match").rglob("part-*.json"))
+    leftover = committed.with_name("part-00000-00000000-dead-beef-0000-000000000000.c000.json")
+    leftover.write_bytes(committed.read_bytes())  # as a micro-batch that died before its commit leaves it
+    for folder, expected in (("out", rows), ("bf", back)):
+        assert spark_cli.main(["cat", str(tmp_path / folder)]) == 0
+        printed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert Counter(match_key(r) for r in printed) == Counter(match_key(r) for r in expected)
+        assert Counter(r["output"] for r in printed) == Counter(r["output"] for r in expected)
+    naive = [x for p in (tmp_path / "out").rglob("part-*.json") for x in p.read_text().splitlines()]
+    assert len(naive) == len(rows) + len(leftover.read_text().splitlines())  # plain cat shows the leftover too
+    assert spark_cli.main(["cat", str(tmp_path / "out"), "--output", "late", "--rule", "within"]) == 0
+    late = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert late and {(r["output"], r["rule"]) for r in late} == {("late", "within")}
+    assert len(late) == sum(1 for r in rows if r["output"] == "late" and r["rule"] == "within")
