@@ -41,13 +41,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, TextIO
+from typing import Any, BinaryIO, Callable, Iterable, TextIO
 
 import numpy as np
 import orjson
 
 from cep.engine import Engine, ReloadReport, StateLimits, late_warning, with_time_unit
 from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
+from cep.idle import IdleProgress, check_idle_seconds
 from patterns.errors import CepError, RuleErrors, count_noun
 from patterns.files import command_line_roots
 
@@ -105,6 +106,7 @@ class DurableConfig:
     overwrite: bool = False  # a fresh state may cut output files that already hold rows
     queries_roots: tuple[str, ...] | None = None  # folders a queries_file may be in besides the rule file's (None: $CEP_QUERIES_ROOTS)
     time_unit: str | None = None  # --time-unit: every rule's unit of numeric event times (None: the rules')
+    idle_progress: float | None = None  # --idle-progress: seconds of quiet input after which event time moves with the wall clock
 
 
 # ------------------------------------------------------------------ output rows
@@ -263,7 +265,9 @@ class _CutLog:
     Rows are written after every batch, ahead of the checkpoint; a restart cuts its replay at the
     recorded boundaries, so it writes again exactly the bytes a reader may already have seen. One
     JSON line per batch, ``[batch number, file, start offset, start line, end offset, end line]``;
-    a checkpoint leaves only the cuts it does not cover.
+    a checkpoint leaves only the cuts it does not cover. An idle advance (``--idle-progress``: the
+    watermarks moved by the wall clock while no input came) is a step of its own, numbered with
+    the batches: ``[number, {"idle": {rule: watermark}}]``, replayed as recorded.
     """
 
     NAME = "cuts"
@@ -272,29 +276,30 @@ class _CutLog:
         self.path = os.path.join(state_dir, self.NAME)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def load(self, after: int) -> list[list]:
-        """The recorded cuts of batches ``after + 1``, ``after + 2``, ... (a torn last line ends them)."""
+    def load(self, after: int) -> list[Any]:
+        """The recorded steps ``after + 1``, ``after + 2``, ... (a torn last line ends them): each a
+        cut (a list) or an idle advance (``{"idle": {rule: watermark}}``)."""
         try:
             data = Path(self.path).read_bytes()
         except OSError:
             return []
-        out: list[list] = []
+        out: list[Any] = []
         for raw in data.split(b"\n")[:-1]:
             try:
                 cut = json.loads(raw)
             except ValueError:
                 break
-            if not (isinstance(cut, list) and len(cut) == 6 and isinstance(cut[0], int)):
+            if not (isinstance(cut, list) and (len(cut) == 6 or _is_idle(cut)) and isinstance(cut[0], int)):
                 break
             if cut[0] <= after:
                 continue
             if cut[0] != after + len(out) + 1:
                 break
-            out.append(cut[1:])
+            out.append(cut[1] if len(cut) == 2 else cut[1:])
         return out
 
-    def append(self, number: int, cut: list) -> None:
-        os.write(self.fd, json.dumps([number, *cut]).encode() + b"\n")
+    def append(self, number: int, cut: list | dict) -> None:
+        os.write(self.fd, _cut_line(number, cut))
 
     def drop(self, n: int, after: int) -> None:
         """Drop the first ``n`` cuts, those a checkpoint covering batch ``after`` made useless.
@@ -331,11 +336,24 @@ class _CutLog:
         cuts = self.load(after)
         if upto is not None:
             cuts = cuts[: max(0, upto - after)]
-        self._rewrite(b"".join(json.dumps([after + 1 + i, *c]).encode() + b"\n" for i, c in enumerate(cuts)))
+        self._rewrite(b"".join(_cut_line(after + 1 + i, c) for i, c in enumerate(cuts)))
         return cuts
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _cut_line(number: int, cut: list | dict) -> bytes:
+    return json.dumps([number, cut] if isinstance(cut, dict) else [number, *cut]).encode() + b"\n"
+
+
+def _is_idle(line: list) -> bool:
+    """A cut-log line that records an idle advance: ``[number, {"idle": {rule: watermark}}]``."""
+    if len(line) != 2 or not isinstance(line[1], dict) or set(line[1]) != {"idle"}:
+        return False
+    targets = line[1]["idle"]
+    return isinstance(targets, dict) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in targets.items())
 
 
 class _CheckpointWriter:
@@ -521,7 +539,7 @@ class LogSource:
         self.max_line = max_line_bytes
         self.finishing = False  # the input ends: an unterminated last line is a line
         self.warn = warn or sys.stderr
-        self.replay: list[list] = []
+        self.replay: list[Any] = []  # cuts (lists); the run takes recorded idle advances (dicts) itself
         self.replay_dropped = False  # the replay was abandoned (the input no longer fits it)
         self.last_cut: list | None = None
         self.last_replayed = False  # the last batch was a replayed cut
@@ -567,6 +585,7 @@ class LogSource:
         replayed cut.
         """
         if self.replay:
+            assert isinstance(self.replay[0], list), "the run applies a recorded idle advance before the next batch"
             got = self._replay_next()
             if got is not None:
                 return got
@@ -725,11 +744,19 @@ class _Flags:
 
 
 class _Run:
-    def __init__(self, cfg: DurableConfig, err: TextIO):
+    """One durable run. ``clock`` (seconds, default ``time.monotonic``) times checkpoints and idle
+    progress, and ``waiter`` (default: inotify on the input) waits for input; tests pass fakes."""
+
+    def __init__(self, cfg: DurableConfig, err: TextIO, clock: Callable[[], float] | None = None,
+                 waiter: Any = None):
         self.cfg = cfg
         self.err = err
         self.flags = _Flags()
         self.rules_path = os.path.abspath(cfg.rules)
+        self.clock = clock or time.monotonic
+        self._waiter = waiter
+        self.idle: IdleProgress | None = None
+        self.n_idle = 0
 
     def log(self, msg: str) -> None:
         self.err.write(f"cep run: {msg}\n")
@@ -803,14 +830,17 @@ class _Run:
         self.source = LogSource(cfg.input, self.meta["files"], self.meta["batch_lines"], cfg.follow,
                                 cfg.max_line_bytes, self.err, scan_seconds=max(cfg.poll_seconds, 0.05))
         self.cuts = _CutLog(cfg.state)
-        self.waiter = _Waiter(cfg.input) if cfg.follow else None
+        self.waiter = self._waiter or (_Waiter(cfg.input) if cfg.follow else None)
+        if cfg.follow and cfg.idle_progress is not None:
+            self.idle = IdleProgress(cfg.idle_progress, self.clock)
         self.rules_sig = _sig(cfg.rules)
         self.rejected: str | None = None
         self.pending_reload: tuple[str, str] | None = None
         self.ck_batches = self.meta["batches"]  # the batches the last durable checkpoint covers
+        self.ck_taken = self.meta["batches"]  # the batches the last checkpoint taken covers (durable or in flight)
         self.writer = _CheckpointWriter(cfg.state)
         self.since = 0
-        self.last_ck = time.monotonic()
+        self.last_ck = self.clock()
         self._watch_queries(ruleset)
         if self.resumed:
             done = self.meta["lines"]
@@ -886,7 +916,8 @@ class _Run:
         ck = Checkpoint(json.loads(json.dumps(self.meta)), self.engine.snapshot())
         fds = [fd for s in self.sinks.values() if (fd := s.fileno()) is not None]
         self.since = 0
-        self.last_ck = time.monotonic()
+        self.ck_taken = self.meta["batches"]
+        self.last_ck = self.clock()
         self.writer.start(fds, ck, self.meta["batches"])
         if not background:
             self.checkpoint_done()
@@ -904,10 +935,7 @@ class _Run:
         batch, nlines = got
         src = self.source
         assert src.last_cut is not None
-        if src.replay_dropped:  # the rest of the recorded cuts no longer count: this run's follow on
-            src.replay_dropped = False
-            self.checkpoint_done()
-            self.cuts.keep(self.ck_batches, self.meta["batches"])
+        self._replay_settled()
         self.meta["batches"] += 1
         if not src.last_replayed:  # a replayed cut is in the log already
             self.cuts.append(self.meta["batches"], src.last_cut)
@@ -915,6 +943,43 @@ class _Run:
         self.n_lines += nlines
         self.meta["lines"] += nlines
         self.since += nlines
+        if self.idle is not None:
+            self.idle.input_seen()
+
+    def _replay_settled(self) -> None:
+        """After a replay dropped midway: the rest of the recorded cuts no longer count, this run's follow on."""
+        if self.source.replay_dropped:
+            self.source.replay_dropped = False
+            self.checkpoint_done()
+            self.cuts.keep(self.ck_batches, self.meta["batches"])
+
+    def replay_idle(self) -> None:
+        """Apply the idle advances recorded next in the cut log, as the killed run applied them."""
+        replay = self.source.replay
+        while replay and isinstance(replay[0], dict):
+            targets = replay.pop(0)["idle"]
+            self.meta["batches"] += 1
+            self.emit(self.engine.advance_watermarks(targets))
+            self.n_idle += 1
+            if self.idle is not None:
+                self.idle.input_seen()  # the quiet spell of this run starts after the replay
+
+    def idle_step(self) -> None:
+        """No input: move the watermarks on with the wall clock when that makes something due.
+
+        The advance is recorded in the cut log before its rows are written, as a batch's cut
+        is, so a restart from an earlier checkpoint moves the same rules to the same watermarks
+        at the same place among the batches, and writes the same bytes.
+        """
+        assert self.idle is not None
+        targets = self.idle.targets(self.engine)
+        if not targets:
+            return
+        self._replay_settled()
+        self.meta["batches"] += 1
+        self.cuts.append(self.meta["batches"], {"idle": targets})
+        self.emit(self.idle.apply(self.engine, targets))
+        self.n_idle += 1
 
     def emit(self, res: Any) -> None:
         for w in res.warnings:  # even with --quiet: the answer is likely wrong
@@ -1003,12 +1068,14 @@ class _Run:
         self.meta["rules_path"] = self.rules_path
         self._watch_queries(ruleset)
         self.meta["queries_files"] = dict(self.queries_seen)
+        if self.idle is not None:
+            self.idle.input_seen()  # new rules, new watermarks: a quiet spell starts from them
         self.checkpoint()
 
     def loop(self) -> int:
         cfg = self.cfg
         self.since = 0
-        self.last_ck = time.monotonic()
+        self.last_ck = self.clock()
         self.n_lines = self.n_matches = self.n_late = self.n_errors = 0
         if self.meta["finished"]:
             if self.source.pending_bytes():
@@ -1021,6 +1088,7 @@ class _Run:
             self.cfg = DurableConfig(**{**cfg.__dict__, "quiet": True})  # nothing to summarise
             return EXIT_OK
         while not self.flags.stop:
+            self.replay_idle()
             # reloads wait until the replayed batches are done: they ran under the checkpoint's rules
             if not self.source.replay:
                 if self.pending_reload is not None:
@@ -1043,22 +1111,33 @@ class _Run:
             if got is None:
                 if not cfg.follow:
                     break
+                if self.idle is not None:
+                    self.idle_step()
                 if self.writer.done():
                     self.checkpoint_done()
-                if self.since and time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
+                unsaved = self.meta["batches"] != self.ck_taken  # batches or idle advances since the checkpoint
+                if unsaved and self.clock() - self.last_ck >= cfg.checkpoint_seconds:
                     self.checkpoint(background=True)
+                wait = cfg.poll_seconds
+                if unsaved:
+                    wait = min(wait, max(0.001, cfg.checkpoint_seconds - (self.clock() - self.last_ck)))
+                if self.idle is not None:
+                    wait = min(wait, self.idle.wait_seconds(longest=cfg.poll_seconds))
                 assert self.waiter is not None
-                self.waiter.wait(min(cfg.poll_seconds, max(0.001, cfg.checkpoint_seconds - (time.monotonic() - self.last_ck)))
-                                 if self.since else cfg.poll_seconds)
+                self.waiter.wait(wait)
                 continue
             self.step(got)
             if self.writer.done():
                 self.checkpoint_done()
-            if self.since >= cfg.checkpoint_every or time.monotonic() - self.last_ck >= cfg.checkpoint_seconds:
+            if self.since >= cfg.checkpoint_every or self.clock() - self.last_ck >= cfg.checkpoint_seconds:
                 self.checkpoint(background=True)
         if cfg.finish and not self.flags.stop:
             self.source.finishing = True
-            while (got := self.source.next_batch(force=True)) is not None:
+            while True:
+                self.replay_idle()
+                got = self.source.next_batch(force=True)
+                if got is None:
+                    break
                 self.step(got)
             self.emit(self.engine.finish())
             self.meta["finished"] = True
@@ -1076,7 +1155,9 @@ class _Run:
         how = "stopped by a signal" if self.flags.stop else ("finished (end of input)" if m["finished"] else "caught up")
         self.log(
             f"{how}: {count_noun(self.n_lines, 'line')} this run ({m['lines']:,} in all), "
-            f"{count_noun(self.n_matches, 'complex event')}, {self.n_late:,} late, {count_noun(self.n_errors, 'error')}; "
+            f"{count_noun(self.n_matches, 'complex event')}, {self.n_late:,} late, {count_noun(self.n_errors, 'error')}"
+            + (f", {count_noun(self.n_idle, 'idle advance')}" if self.n_idle else "")
+            + "; "
             f"checkpoint {m['checkpoints']:,} in {self.cfg.state}"
         )
         tail = self.source.pending_bytes()
@@ -1141,8 +1222,13 @@ def _sig(path: str) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def run_durable(cfg: DurableConfig, err: TextIO | None = None) -> int:
-    """Run ``cfg`` to the end of its input (or, with ``follow``, until SIGINT / SIGTERM); exit code."""
+def run_durable(cfg: DurableConfig, err: TextIO | None = None, *, clock: Callable[[], float] | None = None,
+                waiter: Any = None) -> int:
+    """Run ``cfg`` to the end of its input (or, with ``follow``, until SIGINT / SIGTERM); exit code.
+
+    ``clock`` (seconds) and ``waiter`` (an object with ``wait(seconds)`` and ``close()``) replace
+    the wall clock and the wait for input: a test drives a following run without sleeping.
+    """
     err = err or sys.stderr
     if cfg.batch_lines < 1 or cfg.checkpoint_every < 1:
         err.write("cep run: --batch-size and --checkpoint-every must be at least 1\n")
@@ -1150,7 +1236,15 @@ def run_durable(cfg: DurableConfig, err: TextIO | None = None) -> int:
     if not os.path.exists(cfg.input):
         err.write(f"cep run: input not found: {cfg.input}\n")
         return EXIT_USAGE
-    run = _Run(cfg, err)
+    if cfg.idle_progress is not None:
+        problem = check_idle_seconds(cfg.idle_progress)
+        if problem is None and not cfg.follow:
+            problem = ("--idle-progress needs --follow: a run that stops at the end of its input never waits "
+                       "for input (its end is the final watermark)")
+        if problem is not None:
+            err.write(f"cep run: {problem}\n")
+            return EXIT_USAGE
+    run = _Run(cfg, err, clock=clock, waiter=waiter)
     old: dict[int, Any] = {}
 
     def on_stop(signum, frame):  # noqa: ARG001
@@ -1228,7 +1322,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
         limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),
         queries_roots=command_line_roots(getattr(args, "queries_root", None)),
-        time_unit=getattr(args, "time_unit", None),
+        time_unit=getattr(args, "time_unit", None), idle_progress=getattr(args, "idle_progress", None),
     )
 
 

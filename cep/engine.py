@@ -245,6 +245,68 @@ class Engine:
             out.extend(self.operators[rule.name].finish())
         return out
 
+    # ------------------------------------------------------------------ time without events
+    def watermarks(self) -> dict[str, int | None]:
+        """Each rule's watermark (epoch ms), None for a rule that has no event time yet."""
+        return {r.name: getattr(self.operators[r.name], "watermark", None) for r in self.rules}
+
+    def next_deadlines(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        """The smallest watermark at which each rule would release or end something.
+
+        Rules with nothing waiting on time (and search rules, which hold nothing back) are
+        left out; ``names`` limits the question to those rules.
+        """
+        out: dict[str, int] = {}
+        for r in self.rules:
+            if names is not None and r.name not in names:
+                continue
+            fn = getattr(self.operators[r.name], "next_deadline", None)
+            d = fn() if fn is not None else None
+            if d is not None:
+                out[r.name] = int(d)
+        return out
+
+    def advance_watermarks(self, targets: dict[str, int]) -> EngineOutput:
+        """Move the named rules' watermarks forward to ``targets`` without an event (idle progress).
+
+        What the new watermark passes comes out as if an event had moved it there: buffered
+        events are released, partial matches whose ``WITHIN`` ran out end, windows close. The
+        watermark then stays there: a later event behind it is late. A target at or behind a
+        rule's watermark, and a rule that is not in this engine, change nothing; rules move in
+        the rule file's order, so the rows are the same whatever the order of ``targets``.
+
+        Example:
+            >>> from patterns.rules import parse_rule_text
+            >>> eng = Engine([parse_rule_text('''SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+            ...   MEASURES A.ts AS t0, COUNT(B.*) AS nb PATTERN (A B*) WITHIN INTERVAL '10' SECOND
+            ...   DEFINE A AS v = 1, B AS v = 2)''', "open")])
+            >>> eng.process([{"k": "x", "ts": 1000, "v": 1}]).matches
+            []
+            >>> eng.next_deadlines()
+            {'open': 11000}
+            >>> eng.advance_watermarks({"open": 11000}).matches
+            [{'k': 'x', 't0': 1000, 'nb': 0, 'rule': 'open'}]
+            >>> len(eng.process([{"k": "x", "ts": 10999, "v": 2}]).late)  # behind the new watermark
+            1
+        """
+        out = EngineOutput()
+        for rule in self.rules:
+            target = targets.get(rule.name)
+            op = self.operators[rule.name]
+            if target is None or not hasattr(op, "advance_to"):
+                continue
+            target = int(target)
+            wm = op.watermark
+            if wm is not None and target <= wm:
+                continue
+            out.extend(op.advance_to(target))
+            # a pattern rule's own watermark comes from its largest event time; its floor (the
+            # watermark forced forward, saved with its state) holds the new one, so that events
+            # behind it are judged late. A window rule's advance_to moves its clock itself.
+            if hasattr(op, "floor") and (op.floor is None or op.floor < target):
+                op.floor = target
+        return out
+
     def run(self, batches: Iterable[Any]) -> EngineOutput:
         """Process every batch then finish; everything emitted, in order."""
         out = EngineOutput()

@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "partial match and close the state")
     d.add_argument("--poll", type=float, default=0.05, metavar="SECONDS", help="--follow: longest pause between "
                    "looks for new data (default 0.05; on Linux a change in the input directory wakes the run at once)")
+    d.add_argument("--idle-progress", type=float, metavar="SECONDS", help="--follow or --input -: after SECONDS "
+                   "of wall time with no input, event time moves on with the wall clock, so deadlines (WITHIN, "
+                   "windows, events held for lateness) pass for keys that send nothing more (default: off; "
+                   "docs/semantics.md, 'Idle progress')")
     lim = r.add_argument_group("bounded state")
     lim.add_argument("--idle-state-ttl", metavar="DURATION", help="a key with no event for DURATION of event time "
                    "ends its session (flushed, state freed); e.g. '1 hour' or milliseconds")

@@ -33,6 +33,7 @@ class OutputWriter:
         self.fmt = fmt
         self.rows: list[dict] = []
         self.count = 0
+        self.live = False  # a live input (standard input): JSON lines files are flushed after every write too
         if fmt == "jsonl":
             self.fh = sys.stdout.buffer if target == "-" else open(target, "wb")
         elif target == "-" and fmt == "parquet":
@@ -49,7 +50,7 @@ class OutputWriter:
                 self.fh.write(dumps_row(row))
             else:
                 self.rows.append(row)
-        if self.fmt == "jsonl" and self.target == "-":
+        if self.fmt == "jsonl" and (self.target == "-" or self.live):
             self.fh.flush()
 
     def close(self) -> None:

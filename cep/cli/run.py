@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Callable, Iterable, Iterator
 
 from cep.cli.exit_codes import EXIT_MATCHES, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from cep.cli.inputs import _parse_inputs, input_batches
@@ -11,7 +12,25 @@ from cep.cli.outputs import _open_outputs
 from cep.cli.progress import Progress
 from patterns.errors import CepError, RuleErrors, count_noun
 
-__all__ = ["cmd_run"]
+__all__ = ["cmd_run", "live_batches"]
+
+
+def live_batches(batches: Iterable[Any], engine: Any, idle: Any, sink: Callable[[Any], None]) -> Iterator[Any]:
+    """The batches of a live input; while none comes, ``idle`` (an IdleProgress) moves time on.
+
+    The input is read in a thread of its own (:func:`cep.idle.ticking`), so a quiet pipe does not
+    hold the run: whenever nothing came for a while the rules due are advanced and what that
+    releases or ends goes to ``sink``. The caller calls ``idle.input_seen()`` after each batch.
+    """
+    from cep.idle import ticking
+
+    for item in ticking(batches, idle.wait_seconds):
+        if item is not None:
+            yield item
+            continue
+        targets = idle.targets(engine)
+        if targets:
+            sink(idle.apply(engine, targets))
 
 
 def cmd_run(args) -> int:
@@ -52,6 +71,18 @@ def cmd_run(args) -> int:
             print(f"cep run: {path} is a directory; read a log directory with --state DIR (see --follow)",
                   file=sys.stderr)
             return EXIT_USAGE
+    idle = None
+    if getattr(args, "idle_progress", None) is not None:
+        from cep.idle import IdleProgress, check_idle_seconds
+
+        problem = check_idle_seconds(args.idle_progress)
+        if problem is None and [p for _, p in inputs] != [STDIN]:
+            problem = ("--idle-progress needs a live input: --input - (standard input) alone, or --follow with "
+                       "--state; a run over files ends with them (the end of input is the final watermark)")
+        if problem is not None:
+            print(f"cep run: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        idle = IdleProgress(args.idle_progress)
     named = [n for n, _ in inputs if n]
     engine = Engine(rules, streams=named)
     if args.idle_state_ttl or args.max_partial_matches_total or args.max_buffered_events:
@@ -72,6 +103,10 @@ def cmd_run(args) -> int:
         print(f"cep run: {writers}", file=sys.stderr)
         return EXIT_USAGE
     out, late, errs = writers
+    if any(p == STDIN for _, p in inputs):  # a live pipe: rows reach their files as they come
+        for writer in (out, late, errs):
+            if writer:
+                writer.live = True
     total = sum(os.path.getsize(p) for _, p in inputs if p != STDIN)
     enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty() and total > 5_000_000
                                          and all(p != STDIN for _, p in inputs))
@@ -94,12 +129,14 @@ def cmd_run(args) -> int:
 
     try:
         done = 0
-        for b, stream in batches:
+        for b, stream in (batches if idle is None else live_batches(batches, engine, idle, sink)):
             res = engine.process(b, stream)
             n_events += b.n
             done += b.n * 100
             sink(res)
             progress.update(min(done, total), n_events, out.count)
+            if idle is not None:
+                idle.input_seen()
         open_at_end = {name: op.live_partial_matches() for name, op in engine.operators.items()
                        if hasattr(op, "live_partial_matches")}
         sink(engine.finish())
@@ -116,7 +153,9 @@ def cmd_run(args) -> int:
     progress.close()
     if not args.quiet:
         print(f"cep run: {count_noun(n_events, 'event')}, {count_noun(out.count, 'complex event')}, "
-              f"{n_late:,} late, {count_noun(n_err, 'error')}", file=sys.stderr)
+              f"{n_late:,} late, {count_noun(n_err, 'error')}"
+              + (f", {count_noun(idle.advances, 'idle advance')}" if idle is not None and idle.advances else ""),
+              file=sys.stderr)
         for name, c in engine.counts().items():
             print(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
