@@ -31,6 +31,23 @@ rules:
         MEASURES A.ts AS t0, LAST(B.ts) AS t1, COUNT(B.*) AS nb
         PATTERN (A B*) WITHIN INTERVAL '2' SECOND DEFINE A AS A.v = 1, B AS B.v = 2)
 """,
+    # absence: a 1 not followed by a 2 of its key within 2 s comes out when the 2 s have passed
+    "absence": """
+rules:
+  - name: absence
+    sql: |
+      SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS t0 PATTERN (A NOT B) WITHIN INTERVAL '2' SECOND DEFINE A AS A.v = 1, B AS B.v = 2)
+""",
+    # timed-out partial matches: their own output, when WITHIN ends them unmatched
+    "timeout": """
+rules:
+  - name: timeout
+    sql: |
+      SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS t0, COUNT(B.*) AS nb ONE ROW PER MATCH WITH TIMEOUT ROWS
+        PATTERN (A B* C) WITHIN INTERVAL '2' SECOND DEFINE A AS A.v = 1, B AS B.v = 2, C AS C.v = 0)
+""",
     # events held for the allowed lateness: released once the watermark reaches them
     "lateness": """
 rules:
@@ -114,6 +131,19 @@ def test_a_rule_moves_only_when_its_deadline_is_due_then_straight_to_the_wall_cl
     clock.now += 0.6
     assert [r["k"] for r in idle.apply(eng, idle.targets(eng)).matches] == ["y"]
     assert idle.advances == 2
+
+
+def test_an_absence_of_a_key_that_sends_nothing_more_comes_out_once_the_wall_clock_passes_it():
+    clock = FakeClock()
+    eng = engine("absence")
+    idle = IdleProgress(60, clock=clock)
+    out = eng.process([{"k": "x", "ts": 0, "v": 1}, {"k": "y", "ts": 500, "v": 1}, {"k": "y", "ts": 900, "v": 2}])
+    idle.input_seen()
+    assert out.matches == [] and eng.next_deadlines() == {"absence": 2_000}
+    clock.now += 59.9
+    assert idle.targets(eng) == {}
+    clock.now += 0.1
+    assert idle.apply(eng, idle.targets(eng)).matches == [{"k": "x", "t0": 0, "rule": "absence"}]
 
 
 def test_events_held_for_the_allowed_lateness_come_out_after_that_much_quiet():
@@ -212,9 +242,10 @@ def heartbeat_rows(kind: str, steps: list) -> tuple[list[list[dict]], list[dict]
         else:
             target = step[1][rule.name]
             out = eng.process([{"k": HB, "ts": target + rule.lateness_ms, "v": 0}])
-        rows.append(no_heartbeat(out.matches))
+        rows.append(no_heartbeat(out.matches) + no_heartbeat(out.timeouts))
         late += out.late
-    rows.append(no_heartbeat(eng.finish().matches))
+    end = eng.finish()
+    rows.append(no_heartbeat(end.matches) + no_heartbeat(end.timeouts))
     return rows, late
 
 
@@ -243,7 +274,7 @@ def test_an_idle_advance_gives_the_rows_of_a_heartbeat_event(kind, evs, cuts, qu
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         out = eng.process(recs[lo:hi])
         steps.append(("events", recs[lo:hi]))
-        rows.append(out.matches)
+        rows.append(out.matches + out.timeouts)
         late += out.late
         idle.input_seen()
         # the host looks now and then while the input is quiet
@@ -252,8 +283,10 @@ def test_an_idle_advance_gives_the_rows_of_a_heartbeat_event(kind, evs, cuts, qu
             targets = idle.targets(eng)
             if targets:
                 steps.append(("idle", targets))
-                rows.append(idle.apply(eng, targets).matches)
-    rows.append(eng.finish().matches)
+                moved = idle.apply(eng, targets)
+                rows.append(moved.matches + moved.timeouts)
+    end = eng.finish()
+    rows.append(end.matches + end.timeouts)
     ref_rows, ref_late = heartbeat_rows(kind, steps)
     assert rows == ref_rows
     assert [x["event"] for x in late] == [x["event"] for x in ref_late]

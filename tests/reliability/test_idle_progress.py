@@ -136,8 +136,39 @@ def test_an_order_that_sends_nothing_more_is_ended_by_the_wall_clock(tmp):
     # the input went quiet at event time T0 + 45 s; o1's deadline (T0 + 10 min) is 555 s of wall time
     # later, o2's 600 s: each comes out at the first look after that (the run waits just so long)
     first = {n: t for t, n in reversed(seen)}
-    assert first[1] == 0 and 60 <= first[2] < 60.01 and 555 <= first[3] < 555.01 and 600 <= first[4] < 600.01
+    assert first[1] == 0 and [first[n] for n in (2, 3, 4)] == pytest.approx([60, 555, 600], abs=0.002)
     assert run.n_idle == 3 and run.meta["batches"] == 4  # one batch, three idle advances
+
+
+def test_an_order_placed_and_not_shipped_within_2_days_comes_out_on_a_quiet_input(tmp):
+    (tmp / "rules.yaml").write_text("""
+rules:
+  - name: not_shipped
+    sql: |
+      SELECT * FROM orders MATCH_RECOGNIZE (PARTITION BY order_id ORDER BY ts
+        MEASURES P.ts AS placed PATTERN (P NOT S) WITHIN INTERVAL '2' DAY
+        DEFINE P AS P.kind = 'placed', S AS S.kind = 'shipped')
+""")
+    day = 86_400_000
+    (tmp / "logs" / "a.jsonl").write_text(
+        ev("o1", 0, "placed") + ev("o2", 3_600_000, "placed") + ev("o2", day, "shipped") + ev("o3", day + 1, "placed"))
+    clock = Clock()
+    start = clock.now
+    seen: list[tuple[float, int]] = []
+
+    def hook(run, now):
+        seen.append((now - start, len(rows(tmp / "out.jsonl"))))
+        if now - start > 3 * 86_400:
+            run.flags.stop = True
+        return False
+
+    run, _ = drive(config(tmp, late=None, idle_progress=300.0), clock, hook)
+    assert [(r["order_id"], r["placed"]) for r in rows(tmp / "out.jsonl")] == [("o1", T0), ("o3", T0 + day + 1)]
+    # quiet from event time T0 + 1 day + 1 ms: o1's 2 days end 1 day less 1 ms of wall time later,
+    # o3's 2 days after it (o2 was shipped)
+    first = {n: t for t, n in reversed(seen)}
+    assert first[1] == pytest.approx(86_399.999, abs=0.002) and first[2] == pytest.approx(172_800, abs=0.002)
+    assert run.n_idle == 2
 
 
 @pytest.mark.parametrize("checkpoint_after", [0, 1, 2, 3, 4])
