@@ -148,7 +148,11 @@ class PatternOperator:
         self.key_cols = list(a.mr.partition_by)
         self.columns = a.columns
         self.keep_records = a.all_rows
+        # NEXT in DEFINE holds each key's last rows back; WITH UNMATCHED ROWS outputs every row:
+        # both step every key's rows from st.rows (see _step_held), never by the skip fast path
+        self.careful = a.lookahead > 0 or a.with_unmatched
         self.states: dict[Any, KeyState] = {}
+        self.time_col_index = a.time_index
         # keys with live partial matches, in the order they became live (a dict: ordered, so the
         # order of rows emitted at a watermark is the same in every run)
         self.active: dict[Any, None] = {}
@@ -263,9 +267,13 @@ class PatternOperator:
         within = self.automaton.within
         if within is not None and self.active:
             for key in self.active:
-                for a in self.states[key].attempts:
+                st = self.states[key]
+                held = _first_held_ts(st, self.time_col_index)
+                for a in st.attempts:
                     if a.threads:  # still alive (an empty thread list or DFA state 0 is dead)
                         d = a.start_ts + within
+                        if held is not None and held < d:
+                            continue  # a held row comes first: the key's next rows decide, not time
                         if best is None or d < best:
                             best = d
         return best
@@ -445,15 +453,17 @@ class PatternOperator:
         emit = self._emitter(out)
         if final:
             for key in list(self.active):
-                st = self.states[key]
-                a.flush(st, emit, self.stats)
-                self._emit_deferred(st, emit, final=True)
+                self._close_key(self.states[key], emit)
             self.active.clear()
         elif watermark is not None and a.within is not None and self.active:
             for key in list(self.active):
                 st = self.states[key]
-                a.expire(st, watermark, emit, self.stats)
-                if not st.attempts and not st.deferred:
+                held = _first_held_ts(st, self.time_col_index)
+                # rows held for NEXT come before any later row: time ends nothing they could extend
+                a.expire(st, watermark if held is None or held > watermark else held, emit, self.stats)
+                if self.careful:
+                    self._flush_unmatched(st, emit)
+                if not st.attempts and not st.deferred and held is None:
                     del self.active[key]
         if not final and watermark is not None:
             if self.max_partial_matches_total is not None and self.active:
@@ -507,8 +517,7 @@ class PatternOperator:
         key = key.item() if isinstance(key, np.generic) else key
         old = self.states.get(key)
         if old is not None:
-            self.automaton.flush(old, emit, self.stats)
-            self._emit_deferred(old, emit, final=True)
+            self._close_key(old, emit)
             self.stats.keys_expired += 1
         self.states[key] = fresh
         self.active.pop(key, None)
@@ -517,12 +526,10 @@ class PatternOperator:
         """Flush and forget keys idle past the TTL: any later row of theirs starts a new session."""
         cutoff = watermark - ttl
         dead = [k for k, st in self.states.items() if st.last_ts is not None and st.last_ts < cutoff]
-        a = self.automaton
         for k in dead:
             st = self.states.pop(k)
-            if st.attempts or st.deferred:
-                a.flush(st, emit, self.stats)
-                self._emit_deferred(st, emit, final=True)
+            if st.attempts or st.deferred or k in self.active:
+                self._close_key(st, emit)
             self.active.pop(k, None)
         self.stats.keys_expired += len(dead)
         self._next_sweep = watermark + max(ttl // 2, 1)
@@ -586,11 +593,12 @@ class PatternOperator:
             st = self.states[k]
             if st.attempts:
                 a._resolve(st, emit, stats, past_last)
-            if not st.attempts and not st.deferred:
+            if not st.attempts and not st.deferred and _first_held_ts(st, self.time_col_index) is None:
                 self.active.pop(k, None)
 
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
+        unmatched = a.with_unmatched
 
         def emit(st: KeyState, best: Node, number: int | None = None) -> None:
             if number is None:
@@ -601,6 +609,11 @@ class PatternOperator:
                     # appends the rows in runs of 64, so a row already counted may be missing yet
                     st.deferred.append((best, number))
                     return
+            if unmatched:
+                # rows before this match that no match covers come first, in partition order
+                start = best.rno - best.n + 1
+                self._emit_unmatched(st, start, out)
+                st.covered_end = max(st.covered_end, best.rno)
             rows = a.match_rows(st, best, number)
             for r in rows:
                 r["rule"] = self.name
@@ -609,7 +622,93 @@ class PatternOperator:
             self.stats.rows_emitted += len(rows)
             out.matches.extend(rows)
 
+        emit.out = out  # type: ignore[attr-defined]  # where _flush_unmatched writes
         return emit
+
+    def _step_held(self, st: KeyState, emit, final: bool = False) -> None:
+        """Step the key's rows that are known (in ``st.rows``) but not stepped yet.
+
+        With ``NEXT`` in DEFINE (look-ahead k) a row is stepped only once the k rows after it
+        are known, so its condition reads them; at the partition's end (``final``) the rest are
+        stepped and NEXT past the last row is NULL. Which rows are stepped depends only on the
+        key's rows, never on how they were batched; the held rows live in ``st.rows`` and so in
+        every snapshot.
+        """
+        a = self.automaton
+        known = st.base + len(st.rows)
+        if known:
+            st.last_ts = st.rows[-1][a.time_index]  # idle sessions count from the last row known
+        n = known - st.nrows - (0 if final else a.lookahead)
+        if n > 0:
+            lo = st.nrows - st.base
+            seq = st.rows[lo : lo + n]
+            masks = [r[-1] for r in seq]
+            ts = [r[a.time_index] for r in seq]
+            bits = a.start_bits
+            cands = [j for j, m in enumerate(masks) if m & bits]
+            last_ts = st.last_ts
+            a.step_key(st, None, 0, n, masks, ts, emit, self.stats, cands, seq, materialised=True)  # type: ignore[arg-type]
+            st.last_ts = last_ts
+        if st.deferred:
+            self._emit_deferred(st, emit, final)
+        if a.with_unmatched:
+            self._flush_unmatched(st, emit)
+
+    def _close_key(self, st: KeyState, emit) -> None:
+        """The key's partition ends (end of input, or its idle session): step the held rows, end
+        every partial match (a run waiting at '$' matches), emit what waited."""
+        if st.base + len(st.rows) > st.nrows:
+            self._step_held(st, emit, final=True)
+        self.automaton.flush(st, emit, self.stats)
+        self._emit_deferred(st, emit, final=True)
+        if self.automaton.with_unmatched:
+            self._flush_unmatched(st, emit)
+
+    def _flush_unmatched(self, st: KeyState, emit) -> None:
+        """WITH UNMATCHED ROWS: output the rows no match can include any more.
+
+        A row is settled once every attempt that starts at or before it has ended and its
+        matches are out: so up to the earliest live attempt's start, the earliest match still
+        waiting for NEXT's rows, and the rows stepped.
+        """
+        upto = st.nrows
+        if st.attempts:
+            upto = min(upto, st.attempts[0].start)
+        if st.deferred:
+            first = st.deferred[0][0]
+            upto = min(upto, first.rno - first.n + 1)
+        self._emit_unmatched(st, upto, emit.out)
+
+    def _emit_unmatched(self, st: KeyState, upto: int, out: OperatorOutput) -> None:
+        """Output the rows before partition row ``upto`` that no match covers, with NULL measures."""
+        a = self.automaton
+        lo = max(st.unmatched_from, st.covered_end + 1)
+        if lo < upto:
+            mr = a.mr
+            extra_i = len(a.columns)
+            rows = []
+            for r in range(lo, upto):
+                row = st.rows[r - st.base]
+                o = {c: row[i] for i, c in enumerate(mr.partition_by)}
+                o[mr.order_by] = row[a.time_index]
+                for name, _ in a.measures:
+                    o[name] = None
+                record = row[extra_i] if len(row) > extra_i else None
+                if isinstance(record, dict):
+                    for k, v in record.items():
+                        if k not in o:
+                            o[k] = v
+                o["rule"] = self.name
+                if self.row_ids:
+                    import orjson
+
+                    key = orjson.dumps(list(row[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                    o["_id"] = f"{self.name}:{key}:{row[a.time_index]}:u{r}"
+                rows.append(o)
+            self.stats.rows_emitted += len(rows)
+            out.matches.extend(rows)
+        if upto > st.unmatched_from:
+            st.unmatched_from = upto
 
     def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
@@ -675,6 +774,14 @@ class PatternOperator:
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
             if sessions is not None and sessions[i]:
                 self._end_session(key, st, emit)
+            if self.careful:
+                st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in col_lists]))
+                self._step_held(st, emit)
+                if st.attempts or st.deferred or st.base + len(st.rows) > st.nrows:
+                    active[key] = None
+                elif key in active:
+                    del active[key]
+                continue
             c0, c1 = cuts[i], cuts[i + 1]
             if c0 == c1 and not st.attempts and not st.deferred:
                 # nothing can start and nothing is alive: only the key's row count and the rows
@@ -746,7 +853,7 @@ class PatternOperator:
                     fill = []
                     for idx in sel.tolist():
                         st = states[idx]
-                        r = st.nrows + o - lag
+                        r = st.base + len(st.rows) + o - lag  # after the rows known (held ones too)
                         i = r - st.base
                         fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
                     if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
@@ -828,7 +935,8 @@ class PatternOperator:
                 best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
                 attempts.append((a.start, a.start_ts, threads, best))
             deferred = [(nid(b), num) for b, num in st.deferred]
-            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred))
+            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred,
+                         st.unmatched_from, st.covered_end))
         p = self.pending
         state = {
             "rule": self.name,
@@ -860,8 +968,10 @@ class PatternOperator:
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
         self.states = {}
-        for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred in state["keys"]:
+        for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred, *more in state["keys"]:
             st = KeyState()
+            if more:
+                st.unmatched_from, st.covered_end = more[0], more[1]
             st.deferred.extend((nodes[i], num) for i, num in deferred)
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
             for start, start_ts, threads, best in attempts:
@@ -890,6 +1000,12 @@ class PatternOperator:
         self.seen = {name: SeenFilter.from_bytes(saved[name]) if name in saved else SeenFilter() for name in self.seen}
         self.floor = state.get("floor")
         self._next_sweep = state.get("next_sweep")
+
+
+def _first_held_ts(st: KeyState, time_index: int) -> int | None:
+    """Event time of the key's first row held back for NEXT in DEFINE (None: none is held)."""
+    i = st.nrows - st.base
+    return st.rows[i][time_index] if 0 <= i < len(st.rows) else None
 
 
 class _RowSearch:

@@ -32,6 +32,7 @@ __all__ = [
     "PQuant",
     "PPermute",
     "PExclude",
+    "PAnchor",
     "Measure",
     "Define",
     "Skip",
@@ -257,6 +258,13 @@ class PExclude(Pattern):
     item: Pattern
 
 
+@dataclass(frozen=True)
+class PAnchor(Pattern):
+    """``^`` (the start of the partition) or ``$`` (its end): zero-width, they take no row."""
+
+    kind: str  # '^' or '$'
+
+
 # ---------------------------------------------------------------- the clause
 
 
@@ -295,6 +303,7 @@ class MatchRecognize(Node):
     subsets: tuple[tuple[str, tuple[str, ...]], ...]
     defines: tuple[Define, ...]
     within_ms: int | None = None
+    with_unmatched: bool = False  # ALL ROWS PER MATCH WITH UNMATCHED ROWS
     text: str = field(default="", compare=False, repr=False)
     select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
