@@ -452,8 +452,9 @@ class PatternOperator:
         a = self.automaton
         emit = self._emitter(out)
         if final:
+            end = self.watermark
             for key in list(self.active):
-                self._close_key(self.states[key], emit)
+                self._close_key(self.states[key], emit, end)
             self.active.clear()
         elif watermark is not None and a.within is not None and self.active:
             for key in list(self.active):
@@ -461,7 +462,7 @@ class PatternOperator:
                 held = _first_held_ts(st, self.time_col_index)
                 # rows held for NEXT come before any later row: time ends nothing they could extend
                 a.expire(st, watermark if held is None or held > watermark else held, emit, self.stats)
-                if self.careful:
+                if a.with_unmatched:
                     self._flush_unmatched(st, emit)
                 if not st.attempts and not st.deferred and held is None:
                     del self.active[key]
@@ -517,7 +518,8 @@ class PatternOperator:
         key = key.item() if isinstance(key, np.generic) else key
         old = self.states.get(key)
         if old is not None:
-            self._close_key(old, emit)
+            ttl = self.idle_state_ttl_ms
+            self._close_key(old, emit, None if old.last_ts is None or ttl is None else old.last_ts + ttl)
             self.stats.keys_expired += 1
         self.states[key] = fresh
         self.active.pop(key, None)
@@ -529,7 +531,7 @@ class PatternOperator:
         for k in dead:
             st = self.states.pop(k)
             if st.attempts or st.deferred or k in self.active:
-                self._close_key(st, emit)
+                self._close_key(st, emit, st.last_ts + ttl)
             self.active.pop(k, None)
         self.stats.keys_expired += len(dead)
         self._next_sweep = watermark + max(ttl // 2, 1)
@@ -654,12 +656,18 @@ class PatternOperator:
         if a.with_unmatched:
             self._flush_unmatched(st, emit)
 
-    def _close_key(self, st: KeyState, emit) -> None:
-        """The key's partition ends (end of input, or its idle session): step the held rows, end
-        every partial match (a run waiting at '$' matches), emit what waited."""
+    def _close_key(self, st: KeyState, emit, end_time: int | None) -> None:
+        """The key's partition ends at event time ``end_time`` (the last watermark at end of
+        input; the last row plus the idle TTL for an idle session): step the held rows, end what
+        WITHIN ended by then, end every other partial match (a run waiting at '$' matches), and
+        emit what waited. Ending at a time fixed by the events keeps '$' with WITHIN the same
+        whatever the batching."""
+        a = self.automaton
         if st.base + len(st.rows) > st.nrows:
             self._step_held(st, emit, final=True)
-        self.automaton.flush(st, emit, self.stats)
+        if end_time is not None and a.within is not None and st.attempts:
+            a.expire(st, end_time, emit, self.stats)
+        a.flush(st, emit, self.stats)
         self._emit_deferred(st, emit, final=True)
         if self.automaton.with_unmatched:
             self._flush_unmatched(st, emit)
