@@ -314,3 +314,186 @@ def test_long_keys_match_the_reference_whatever_the_batching(case):
     events, tss = events_for(keys, spacing=3)
     want = {k: reference_sequence(pattern, conds, skip, xs, tss[k], None, None, unmatched) for k, xs in enumerate(keys)}
     check_all_batchings(sql, events, want, rnd, [1, 3, 63, 64, 65, 100, 129, 500])
+
+
+# ------------------------------------------------------------------ idle sessions: a session is a partition
+
+
+@st.composite
+def session_cases(draw):
+    text, pattern = draw(st.sampled_from(LONG))
+    present = _vars(pattern)
+    conds = {v: draw(st.sampled_from(LONG_CONDS)) for v in sorted(present)}
+    unmatched = draw(st.booleans())
+    # one or two keys, each of one to three sessions (a gap of more than the TTL between them)
+    keys = draw(st.lists(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=10), min_size=1, max_size=3),
+                         min_size=1, max_size=2))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return pattern, conds, unmatched, keys, seed
+
+
+TTL = 50
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(session_cases())
+def test_an_idle_session_ends_its_partition(case):
+    """``^`` at a session's first row, ``$`` and NEXT's NULL past its last: each session of a key
+    is matched as a partition of its own (match numbers start again at 1)."""
+    pattern, conds, unmatched, keys, seed = case
+    sql = build_sql(pattern, conds, "PAST_LAST_ROW", None, unmatched)
+    events, want = [], {}
+    for k, sessions in enumerate(keys):
+        t, i, seq = k, 0, []
+        for xs in sessions:
+            ts = [t + 3 * j for j in range(len(xs))]
+            events += [{"k": k, "ts": tt, "x": x, "i": i + j} for j, (tt, x) in enumerate(zip(ts, xs))]
+            got = reference_sequence(pattern, conds, "PAST_LAST_ROW", xs, ts, None, None, unmatched)
+            seq += [(mn, r + i, cls) for mn, r, cls in got]
+            t = ts[-1] + TTL + 1 + 7 * k
+            i += len(xs)
+        want[k] = seq
+    events.sort(key=lambda e: e["ts"])
+    check_all_batchings(sql, events, want, random.Random(seed), [1, 2, 5, 9], ttl=TTL)
+
+
+# ------------------------------------------------------------------ hand-checked examples
+
+ORDERS = [100, 90, 80, 95, 120, 50, 40]
+
+
+def run(sql: str, events: list[dict], **options) -> list[dict]:
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    for k, v in options.items():
+        setattr(op, k, v)
+    return op.process(events).matches + op.finish().matches
+
+
+def test_trinos_v_shape_with_unmatched_rows_outputs_every_row_once():
+    """Trino's MATCH_RECOGNIZE example, ALL ROWS PER MATCH WITH UNMATCHED ROWS and SKIP PAST LAST
+    ROW: exactly one output row per input row; measures RUNNING in the match, NULL outside it."""
+    sql = """SELECT * FROM orders MATCH_RECOGNIZE (PARTITION BY custkey ORDER BY orderdate
+      MEASURES A.totalprice AS starting_price, LAST(B.totalprice) AS bottom_price,
+               LAST(U.totalprice) AS top_price, MATCH_NUMBER() AS mn, CLASSIFIER() AS cls
+      ALL ROWS PER MATCH WITH UNMATCHED ROWS AFTER MATCH SKIP PAST LAST ROW
+      PATTERN (A B+ C+ D+) SUBSET U = (C, D)
+      DEFINE B AS totalprice < PREV(totalprice),
+             C AS totalprice > PREV(totalprice) AND totalprice <= A.totalprice,
+             D AS totalprice > PREV(totalprice))"""
+    events = [{"custkey": 7, "orderdate": d, "totalprice": p} for d, p in enumerate(ORDERS)]
+    got = [(r["orderdate"], r["mn"], r["cls"], r["starting_price"], r["bottom_price"], r["top_price"])
+           for r in run(sql, events)]
+    assert got == [
+        (0, 1, "A", 100, None, None),
+        (1, 1, "B", 100, 90, None),
+        (2, 1, "B", 100, 80, None),
+        (3, 1, "C", 100, 80, 95),
+        (4, 1, "D", 100, 80, 120),
+        (5, None, None, None, None, None),  # unmatched: every measure NULL (MATCH_NUMBER too)
+        (6, None, None, None, None, None),
+    ]
+
+
+def test_trinos_nested_navigation_prev_of_first():
+    """``PREV(FIRST(A.totalprice, 3), 2)``: the logical step first (the 4th A row), then two rows
+    back; NULL when either step leaves the match or the partition."""
+    sql = """SELECT * FROM orders MATCH_RECOGNIZE (ORDER BY d
+      MEASURES PREV(FIRST(A.p, 3), 2) AS a, NEXT(LAST(A.p, 1), 2) AS b, PREV(FIRST(A.p), 1) AS c,
+               NEXT(FINAL LAST(A.p), 1) AS d, PREV(FIRST(A.p, 9), 1) AS e
+      PATTERN (A+ B) DEFINE A AS p < 70, B AS p >= 70)"""
+    events = [{"d": i, "p": p} for i, p in enumerate([90, 10, 20, 30, 40, 50, 60, 80, 5])]
+    (row,) = run(sql, events)
+    # A rows 1..6: FIRST(A, 3) is row 4, two back is row 2 (20); LAST(A, 1) is row 5, two on is
+    # row 7 (80); FIRST(A) is row 1, one back is row 0 (90); FINAL LAST(A) is row 6, one on is 80
+    assert (row["a"], row["b"], row["c"], row["d"], row["e"]) == (20, 80, 90, 80, None)
+
+
+def test_next_in_define_waits_for_the_next_row_of_its_key():
+    """A row's verdict waits until the row after it arrives (k rows for NEXT(x, k)), or the end."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES P.ts AS peak
+      PATTERN (P) DEFINE P AS P.x > PREV(P.x) AND P.x > NEXT(P.x))"""
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    assert op.process([{"k": 1, "ts": 0, "x": 1}, {"k": 1, "ts": 1, "x": 3}]).matches == []
+    # another key's rows move the watermark but decide nothing for key 1
+    assert op.process([{"k": 2, "ts": 50, "x": 0}]).matches == []
+    assert op.process([{"k": 1, "ts": 60, "x": 2}]).matches == [{"k": 1, "peak": 1, "rule": "r"}]
+    # the held row survives a snapshot
+    blob = op.snapshot()
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.restore(blob)
+    assert op.process([{"k": 1, "ts": 61, "x": 5}]).matches == []
+    assert op.process([{"k": 1, "ts": 62, "x": 4}]).matches == [{"k": 1, "peak": 61, "rule": "r"}]
+    # x = 7 at the end: NEXT is NULL, the condition unknown, no peak
+    assert op.process([{"k": 1, "ts": 63, "x": 7}]).matches == []
+    assert op.finish().matches == []
+
+
+def test_next_in_define_with_within_keeps_partial_matches_the_held_rows_extend():
+    """A row held for NEXT comes before any later row: the watermark does not end a partial
+    match that the held row may still extend before its deadline."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+      MEASURES FIRST(A.ts) AS t0, LAST(B.ts) AS t1 PATTERN (A B+) WITHIN INTERVAL '10' MILLISECOND
+      DEFINE A AS x = 0, B AS x > 0 AND NEXT(x) IS NOT NULL)"""
+    events = [{"k": 1, "ts": 0, "x": 0}, {"k": 1, "ts": 5, "x": 1}, {"k": 2, "ts": 100, "x": 9},
+              {"k": 1, "ts": 200, "x": 3}]
+    want = [{"k": 1, "t0": 0, "t1": 5, "rule": "r"}]
+    assert run(sql, events) == want
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    got = [m for e in events for m in op.process([e]).matches]
+    assert got + op.finish().matches == want
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.process(events[:2])
+    assert op.next_deadline() is None  # the held row at 5 decides, not time
+    op.process(events[2:3])
+    assert op.live_partial_matches() == 1
+
+
+def test_unmatched_rows_leave_as_soon_as_no_partial_match_can_take_them():
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES MATCH_NUMBER() AS mn
+      ALL ROWS PER MATCH WITH UNMATCHED ROWS PATTERN (A B) DEFINE A AS x = 1, B AS x = 2)"""
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.row_ids = True
+    seen = lambda out: [(r["ts"], r["mn"], r["_id"]) for r in out.matches]  # noqa: E731
+    assert seen(op.process([{"k": "a", "ts": 10, "x": 0}])) == [(10, None, 'r:["a"]:10:u0')]
+    assert seen(op.process([{"k": "a", "ts": 11, "x": 1}])) == []  # A: a match may start here
+    assert seen(op.process([{"k": "a", "ts": 12, "x": 1}])) == [(11, None, 'r:["a"]:11:u1')]
+    assert seen(op.process([{"k": "a", "ts": 13, "x": 2}])) == [
+        (12, 1, 'r:["a"]:12:1:0'), (13, 1, 'r:["a"]:12:1:1')]
+    assert seen(op.finish()) == []
+
+
+def test_anchors_at_the_partitions_start_and_end():
+    base = "SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS t0, LAST(A.ts) AS t1 "
+    events = [{"k": 1, "ts": i, "x": x} for i, x in enumerate([1, 1, 0, 1, 1, 1, 0, 1, 1])]
+    spans = lambda sql: [(r["t0"], r["t1"]) for r in run(base + sql, events)]  # noqa: E731
+    assert spans("PATTERN (A+) DEFINE A AS x = 1)") == [(0, 1), (3, 5), (7, 8)]
+    assert spans("PATTERN (^ A+) DEFINE A AS x = 1)") == [(0, 1)]
+    assert spans("PATTERN (A+ $) DEFINE A AS x = 1)") == [(7, 8)]
+    assert spans("PATTERN (^ A+ $) DEFINE A AS x = 1)") == []
+    assert spans("PATTERN (^ A+ $) DEFINE A AS x >= 0)") == [(0, 8)]
+    assert spans("AFTER MATCH SKIP TO NEXT ROW PATTERN (A $) DEFINE A AS x = 1)") == [(8, 8)]
+    assert spans("PATTERN (A ^) DEFINE A AS x = 1)") == []
+
+
+def test_end_anchor_on_a_stream_waits_for_the_end_of_input_or_of_the_idle_session():
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS t0,
+      LAST(A.ts) AS t1 PATTERN (A+ $) DEFINE A AS x = 1)"""
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    assert op.process([{"k": 1, "ts": 0, "x": 1}, {"k": 1, "ts": 1, "x": 1}]).matches == []
+    assert op.process([{"k": 2, "ts": 10_000, "x": 0}]).matches == []  # time alone is no end
+    assert op.finish().matches == [{"k": 1, "t0": 0, "t1": 1, "rule": "r"}]
+    # with an idle TTL the key's session ends once the watermark passes its last row + TTL
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.idle_state_ttl_ms = 100
+    assert op.process([{"k": 1, "ts": 0, "x": 1}, {"k": 1, "ts": 1, "x": 1}]).matches == []
+    assert op.process([{"k": 2, "ts": 50, "x": 0}]).matches == []
+    assert op.process([{"k": 2, "ts": 500, "x": 0}]).matches == [{"k": 1, "t0": 0, "t1": 1, "rule": "r"}]
+    assert op.finish().matches == []
+
+
+@pytest.mark.parametrize("last_other,want", [(5, [(0, 3)]), (20, [])])
+def test_end_anchor_with_within_needs_the_input_to_end_before_the_deadline(last_other, want):
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS t0,
+      LAST(A.ts) AS t1 PATTERN (A+ $) WITHIN INTERVAL '10' MILLISECOND DEFINE A AS x = 1)"""
+    events = [{"k": 1, "ts": 0, "x": 1}, {"k": 1, "ts": 3, "x": 1}, {"k": 2, "ts": last_other, "x": 0}]
+    assert [(r["t0"], r["t1"]) for r in run(sql, events)] == want
