@@ -491,9 +491,15 @@ def test_end_anchor_on_a_stream_waits_for_the_end_of_input_or_of_the_idle_sessio
     assert op.finish().matches == []
 
 
+@pytest.mark.parametrize("cond", ["x = 1", "x = 1 AND (NEXT(x) IS NULL OR NEXT(x) = 1)"])
 @pytest.mark.parametrize("last_other,want", [(5, [(0, 3)]), (20, [])])
-def test_end_anchor_with_within_needs_the_input_to_end_before_the_deadline(last_other, want):
-    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS t0,
-      LAST(A.ts) AS t1 PATTERN (A+ $) WITHIN INTERVAL '10' MILLISECOND DEFINE A AS x = 1)"""
+def test_end_anchor_with_within_needs_the_input_to_end_before_the_deadline(cond, last_other, want):
+    """The input ends at the last batch's watermark: after the deadline, the match waiting for '$'
+    was ended by WITHIN, also when NEXT held its last row back until the end."""
+    sql = f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS t0,
+      LAST(A.ts) AS t1 PATTERN (A+ $) WITHIN INTERVAL '10' MILLISECOND DEFINE A AS {cond})"""
     events = [{"k": 1, "ts": 0, "x": 1}, {"k": 1, "ts": 3, "x": 1}, {"k": 2, "ts": last_other, "x": 0}]
     assert [(r["t0"], r["t1"]) for r in run(sql, events)] == want
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    got = [m for e in events for m in op.process([e]).matches]
+    assert [(r["t0"], r["t1"]) for r in got + op.finish().matches] == want
