@@ -531,7 +531,7 @@ class PatternOperator:
         for k in dead:
             st = self.states.pop(k)
             if st.attempts or st.deferred or k in self.active:
-                self._close_key(st, emit, st.last_ts + ttl)
+                self._close_key(st, emit, None if st.last_ts is None else st.last_ts + ttl)
             self.active.pop(k, None)
         self.stats.keys_expired += len(dead)
         self._next_sweep = watermark + max(ttl // 2, 1)
@@ -694,6 +694,8 @@ class PatternOperator:
         if lo < upto:
             mr = a.mr
             extra_i = len(a.columns)
+            import orjson
+
             rows = []
             for r in range(lo, upto):
                 row = st.rows[r - st.base]
@@ -708,8 +710,6 @@ class PatternOperator:
                             o[k] = v
                 o["rule"] = self.name
                 if self.row_ids:
-                    import orjson
-
                     key = orjson.dumps(list(row[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
                     o["_id"] = f"{self.name}:{key}:{row[a.time_index]}:u{r}"
                 rows.append(o)

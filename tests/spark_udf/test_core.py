@@ -269,7 +269,7 @@ rules:
       SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
         MEASURES MATCH_NUMBER() AS mn, CLASSIFIER() AS cls
         ALL ROWS PER MATCH WITH UNMATCHED ROWS
-        PATTERN (^ A B | A B+ $) DEFINE A AS px < 4, B AS px > PREV(px))
+        PATTERN (^ A B | A B+ C) DEFINE A AS px < 4, B AS px > PREV(px), C AS px < PREV(px))
 """
 
 
