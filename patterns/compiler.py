@@ -103,19 +103,6 @@ def pattern_vars(p: A.Pattern) -> list[A.PVar]:
     raise TypeError(p)
 
 
-def anchors(p: A.Pattern) -> list[A.PAnchor]:
-    """Every anchor (``^``, ``$``) in the pattern, left to right."""
-    if isinstance(p, A.PAnchor):
-        return [p]
-    if isinstance(p, (A.PSeq, A.PPermute)):
-        return [x for i in p.items for x in anchors(i)]
-    if isinstance(p, A.PAlt):
-        return [x for o in p.options for x in anchors(o)]
-    if isinstance(p, (A.PQuant, A.PExclude)):
-        return anchors(p.item)
-    return []
-
-
 def excluded(p: A.Pattern) -> A.PExclude | None:
     """The first exclusion ``{- -}`` in the pattern, or None."""
     if isinstance(p, A.PExclude):
