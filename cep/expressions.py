@@ -402,11 +402,14 @@ class MatchCtx:
         self.final = final
         self.rows = rows
         self.base = base
-        self.nrows = nrows  # rows of the partition processed so far (physical navigation bound)
+        self.nrows = nrows  # rows of the partition stepped so far
         self.match_number = match_number
 
     def row(self, rno: int):
-        if rno < 0 or rno >= self.nrows or rno < self.base:
+        """Partition row ``rno``, or None outside the rows known. Rows past the ones stepped are
+        the ones ``NEXT`` in DEFINE waits for (held until known), or the rows after a match that
+        the operator waits for before it reads ``NEXT`` in a measure."""
+        if rno < 0 or rno < self.base:
             return None
         i = rno - self.base
         rows = self.rows
@@ -518,12 +521,16 @@ def compile_match_expr(e: A.Expr, layout: Layout, define_var: int | None = None)
 
             return col
         if isinstance(x, A.Nav):
-            argf = compile_row_expr(x.arg, layout)
+            inner = x.arg if isinstance(x.arg, A.Nav) else None  # PREV(LAST(A.x, 1), 2): logical, then physical
+            argf = compile_row_expr(inner.arg if inner is not None else x.arg, layout)
             vars_ = arg_vars(x.arg)
             if x.kind in ("FIRST", "LAST"):
                 where = resolve(x.kind, vars_, x.offset, x.semantics)
             else:
-                base = resolve("LAST", vars_, 0, "RUNNING")
+                if inner is not None:
+                    base = resolve(inner.kind, vars_, inner.offset, inner.semantics)
+                else:
+                    base = resolve("LAST", vars_, 0, "RUNNING")
                 delta = -x.offset if x.kind == "PREV" else x.offset
 
                 def where(ctx, base=base, delta=delta):

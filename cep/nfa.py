@@ -23,11 +23,14 @@ from cep.expressions import (
     truthy,
 )
 from patterns import ast as A
-from patterns.compiler import OP_IGNORE, OP_MATCH, OP_VAR, CompiledPattern
+from patterns.compiler import OP_BEGIN, OP_END, OP_IGNORE, OP_MATCH, OP_VAR, CompiledPattern
 from patterns.growth import GROWING_PATTERN_STEPS, find_growth
 
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 
+
+# the variable bit of a '$' run's move: no row has it, so any row ends the run
+_NO_ROW = 1 << 16
 
 # Drop later attempts that sit in the head attempt's automaton state (see _step_key_dfa); a
 # switch so benchmarks and tests can measure and check the engine without it.
@@ -65,7 +68,8 @@ class FastMatch:
 class KeyState:
     """One partition key's runtime state: retained rows, live attempts, match counter."""
 
-    __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts", "deferred")
+    __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts", "deferred",
+                 "unmatched_from", "covered_end")
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []  # rows [base, base + len(rows)) of the partition
@@ -78,6 +82,10 @@ class KeyState:
         self.match_number = 0
         self.last_ts: int | None = None
         self.deferred: list[tuple[Node, int]] = []  # matches waiting for NEXT's rows
+        # WITH UNMATCHED ROWS: the first row not yet output or known to be in a match, and the
+        # last row of the matches output so far
+        self.unmatched_from = 0
+        self.covered_end = -1
 
 
 @dataclass
@@ -129,6 +137,12 @@ class PatternAutomaton:
             max_steps_per_event if max_steps_per_event is not None
             else GROWING_PATTERN_STEPS if self.growth is not None else None
         )
+        # '$' (OP_END) is a run that waits for the end of the partition: any row ends it, the end
+        # makes it a match (see flush). Only a '$' that the match's end follows is kept.
+        self.end_pcs = frozenset(
+            pc for pc, x in enumerate(self.ins) if x[0] == OP_END and self._reaches_match_at_end(x[1])
+        )
+        self.anchored = any(x[0] in (OP_BEGIN, OP_END) for x in self.ins)
         # closure[pc]: VAR / MATCH instructions reachable from pc without consuming a row, in
         # preference order; a pc reached twice is the same run with less preference, so dropped.
         self.closure = [self._closure(pc) for pc in range(len(self.ins))]
@@ -160,7 +174,11 @@ class PatternAutomaton:
         self.timeout_rows = mr.timeout_rows
         # a deadline does more than end runs: it completes absences or reports timed-out runs
         self.deadline_work = self.has_not or self.timeout_rows
+        # at the partition's first row '^' passes; elsewhere it blocks (already in closure[])
+        for pc in self.end_pcs:
+            self.moves[pc] = (_NO_ROW, False, (), False)
         self.start_closure = self.closure[0]
+        self.first_closure = self._closure(0, at_start=True)
         self._unset = (-1,) * self.nvars
         self.start_bits = 0
         for v in prog.start_vars:
@@ -219,6 +237,13 @@ class PatternAutomaton:
             [x.offset for m in mr.measures for x in A.walk_expr(m.expr) if isinstance(x, A.Nav) and x.kind == "NEXT"],
             default=0,
         )
+        # NEXT in DEFINE: a row is stepped once this many rows of its key follow it (or at the
+        # partition's end); see PatternOperator._step_held
+        self.lookahead = max(
+            [x.offset for e in cp.defines.values() for x in A.walk_expr(e) if isinstance(x, A.Nav) and x.kind == "NEXT"],
+            default=0,
+        )
+        self.with_unmatched = mr.with_unmatched
         self.aggs = layout.aggs
         # per variable: the aggregates a row mapped to it updates (most rows update few or none)
         self.agg_updates: list[tuple[tuple[int, Any], ...]] = [
@@ -237,7 +262,7 @@ class PatternAutomaton:
         self._fast_cache: dict[tuple[int, ...], list[int]] = {}
 
     # ------------------------------------------------------------------ compile helpers
-    def _closure(self, pc: int) -> tuple[int, ...]:
+    def _closure(self, pc: int, at_start: bool = False) -> tuple[int, ...]:
         out: list[int] = []
         seen: set[int] = set()
 
@@ -252,11 +277,35 @@ class PatternAutomaton:
                     visit(t)
             elif op == 2:  # JMP
                 visit(ins[1])
+            elif op == OP_BEGIN:
+                if at_start:
+                    visit(ins[1])
+            elif op == OP_END:
+                if p in self.end_pcs:
+                    out.append(p)
             else:
                 out.append(p)
 
         visit(pc)
         return tuple(out)
+
+    def _reaches_match_at_end(self, pc: int) -> bool:
+        """Whether MATCH follows ``pc`` without another row (past the last row '^' blocks)."""
+        seen: set[int] = set()
+        stack = [pc]
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            x = self.ins[p]
+            if x[0] == OP_MATCH:
+                return True
+            if x[0] == 1:
+                stack.extend(x[1])
+            elif x[0] in (2, OP_END):
+                stack.append(x[1])
+        return False
 
     # ------------------------------------------------------------------ nodes
     def new_node(self, rno: int, vid: int, parent: Node | None, row: tuple, excl: bool) -> Node:
@@ -302,23 +351,26 @@ class PatternAutomaton:
         stats: StepStats,
         candidates: list[int] | None = None,
         rows_all: list[tuple] | None = None,
+        materialised: bool = False,
     ) -> None:
         """Advance ``st`` over rows ``s..e-1`` of a batch (this key's rows, in event-time order).
 
         ``cols`` holds the batch's columns (the automaton's layout) as lists; ``masks[j]`` has bit
         v set when row j passes the row-local part of variable v's condition. ``candidates``
         (optional, sorted) lists the rows whose mask can start a match: while no partial match is
-        alive, the rows between them are skipped without being looked at.
+        alive, the rows between them are skipped without being looked at. ``materialised``: the
+        rows are already in ``st.rows`` (from partition row ``st.nrows`` on, maybe with more known
+        rows after them), so none is appended or dropped here.
         """
         if self.dfa:
-            return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates, rows_all)
+            return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates, rows_all, materialised)
         start_rno = st.nrows - s  # partition row number of batch row j is start_rno + j
         st.nrows += e - s
         if e > s:
             st.last_ts = ts[e - 1]
         max_back = self.max_back
         rows = st.rows
-        mat = s  # batch rows [s, mat) are materialised in st.rows
+        mat = e if materialised else s  # batch rows [s, mat) are materialised in st.rows
         start_bits = self.start_bits
         hist = self.hist
         within = self.within
@@ -358,7 +410,7 @@ class PatternAutomaton:
             # a new attempt may start here
             if m & start_bits and rno >= st.resume:
                 a = Attempt(rno, t, [])
-                init = [(pc, None) for pc in self.start_closure]
+                init = [(pc, None) for pc in (self.start_closure if rno else self.first_closure)]
                 a.threads = self._advance(a, init, m, rno, row, st, stats, hist)
                 if a.threads or a.best is not None:
                     st.attempts.append(a)
@@ -622,11 +674,19 @@ class PatternAutomaton:
     def flush(self, st: KeyState, emit, stats: StepStats) -> None:
         """End of input: every partial match ends; the best match of each attempt is final.
 
-        The end of a bounded input is the end of time: every WITHIN deadline passes, so absences
-        still open complete and open partial matches time out (a bounded Flink job's final
-        watermark does the same).
+        A run waiting at '$' is a match now: the partition has ended. Every live run of an
+        attempt is preferred to its best match so far (less preferred runs were cut when it was
+        found), so the first such run is the attempt's match. The end of a bounded input is also
+        the end of time: every WITHIN deadline passes, so absences still open complete and open
+        partial matches time out (a bounded Flink job's final watermark does the same).
         """
+        ends = self.end_pcs
         for a in st.attempts:
+            if ends and isinstance(a.threads, list):
+                for pc, node in a.threads:
+                    if pc in ends and node is not None:
+                        a.best = node
+                        break
             if self.deadline_work and a.threads:
                 self._time_out(a, stats)
             a.threads = self._dead
@@ -635,6 +695,8 @@ class PatternAutomaton:
 
     def _trim(self, st: KeyState) -> None:
         keep = st.nrows - self.max_back
+        if self.with_unmatched:
+            keep = min(keep, st.unmatched_from)
         if st.attempts:
             keep = min(keep, st.attempts[0].start - self.max_back)
         if st.deferred:
@@ -656,8 +718,8 @@ class PatternAutomaton:
     _dead: Any = []
 
     def _init_dfa(self) -> None:
-        # NOT and timed-out runs need each run's node (the lazy DFA keeps only automaton states)
-        self.dfa = self.history_free and not self.deadline_work
+        # NOT, timed-out runs and anchors need each run's node (the lazy DFA keeps automaton states)
+        self.dfa = self.history_free and not self.anchored and not self.deadline_work
         self.track = not self.dfa
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]
@@ -700,14 +762,15 @@ class PatternAutomaton:
             self.dfa_trans[sid][m] = res
         return res
 
-    def _step_key_dfa(self, st, cols, s, e, masks, ts, emit, stats, candidates, rows_all=None) -> None:
+    def _step_key_dfa(self, st, cols, s, e, masks, ts, emit, stats, candidates, rows_all=None,
+                      materialised=False) -> None:
         start_rno = st.nrows - s
         st.nrows += e - s
         if e > s:
             st.last_ts = ts[e - 1]
         max_back = self.max_back
         rows = st.rows
-        mat = s
+        mat = e if materialised else s
         start_bits = self.start_bits
         within = self.within
         past_last = self.skip.mode == "PAST_LAST_ROW"

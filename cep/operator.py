@@ -153,7 +153,11 @@ class PatternOperator:
         self.key_cols = list(a.mr.partition_by)
         self.columns = a.columns
         self.keep_records = a.all_rows
+        # NEXT in DEFINE holds each key's last rows back; WITH UNMATCHED ROWS outputs every row:
+        # both step every key's rows from st.rows (see _step_held), never by the skip fast path
+        self.careful = a.lookahead > 0 or a.with_unmatched
         self.states: dict[Any, KeyState] = {}
+        self.time_col_index = a.time_index
         # keys with live partial matches, in the order they became live (a dict: ordered, so the
         # order of rows emitted at a watermark is the same in every run)
         self.active: dict[Any, None] = {}
@@ -287,7 +291,11 @@ class PatternOperator:
             return None
         for a in st.attempts:
             if a.threads:  # still alive (an empty thread list or DFA state 0 is dead)
-                return a.start_ts + within
+                d = a.start_ts + within
+                held = self._held_ts(st)
+                if held is not None and held < d:
+                    return None  # a held row comes first: the key's next rows decide, not time
+                return d
         return None
 
     def _watch(self, key: Any) -> None:
@@ -330,8 +338,12 @@ class PatternOperator:
             st = self.states.get(key)
             if st is None:
                 continue
-            a.expire(st, watermark, emit, self.stats)
-            if not st.attempts and not st.deferred:
+            held = self._held_ts(st)
+            # rows held for NEXT come before any later row: time ends nothing they could extend
+            a.expire(st, watermark if held is None or held > watermark else held, emit, self.stats)
+            if a.with_unmatched:
+                self._flush_unmatched(st, emit)
+            if not st.attempts and not st.deferred and held is None:
                 self.active.pop(key, None)
             else:
                 self._watch(key)
@@ -512,10 +524,9 @@ class PatternOperator:
         if self._fast is not None and (final or watermark is not None):
             self._fast.fire(None if final else watermark, self._absence_row(out), self.stats)
         if final:
+            end = self.watermark
             for key in list(self.active):
-                st = self.states[key]
-                a.flush(st, emit, self.stats)
-                self._emit_deferred(st, emit, final=True)
+                self._close_key(self.states[key], emit, end)
             self.active.clear()
         elif watermark is not None and a.within is not None and self._deadlines:
             self._fire_deadlines(watermark, emit)
@@ -571,8 +582,8 @@ class PatternOperator:
         key = key.item() if isinstance(key, np.generic) else key
         old = self.states.get(key)
         if old is not None:
-            self.automaton.flush(old, emit, self.stats)
-            self._emit_deferred(old, emit, final=True)
+            ttl = self.idle_state_ttl_ms
+            self._close_key(old, emit, None if old.last_ts is None or ttl is None else old.last_ts + ttl)
             self.stats.keys_expired += 1
         self.states[key] = fresh
         self.active.pop(key, None)
@@ -581,12 +592,10 @@ class PatternOperator:
         """Flush and forget keys idle past the TTL: any later row of theirs starts a new session."""
         cutoff = watermark - ttl
         dead = [k for k, st in self.states.items() if st.last_ts is not None and st.last_ts < cutoff]
-        a = self.automaton
         for k in dead:
             st = self.states.pop(k)
-            if st.attempts or st.deferred:
-                a.flush(st, emit, self.stats)
-                self._emit_deferred(st, emit, final=True)
+            if st.attempts or st.deferred or k in self.active:
+                self._close_key(st, emit, None if st.last_ts is None else st.last_ts + ttl)
             self.active.pop(k, None)
         self.stats.keys_expired += len(dead)
         self._next_sweep = watermark + max(ttl // 2, 1)
@@ -650,11 +659,12 @@ class PatternOperator:
             st = self.states[k]
             if st.attempts:
                 a._resolve(st, emit, stats, past_last)
-            if not st.attempts and not st.deferred:
+            if not st.attempts and not st.deferred and self._held_ts(st) is None:
                 self.active.pop(k, None)
 
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
+        unmatched = a.with_unmatched
 
         def emit(st: KeyState, best: Node, number: int | None = None, timeout: Attempt | None = None) -> None:
             if timeout is not None:
@@ -668,6 +678,11 @@ class PatternOperator:
                     # appends the rows in runs of 64, so a row already counted may be missing yet
                     st.deferred.append((best, number))
                     return
+            if unmatched:
+                # rows before this match that no match covers come first, in partition order
+                start = best.rno - best.n + 1
+                self._emit_unmatched(st, start, out)
+                st.covered_end = max(st.covered_end, best.rno)
             rows = a.match_rows(st, best, number)
             for r in rows:
                 r["rule"] = self.name
@@ -676,6 +691,7 @@ class PatternOperator:
             self.stats.rows_emitted += len(rows)
             out.matches.extend(rows)
 
+        emit.out = out  # type: ignore[attr-defined]  # where _flush_unmatched writes
         return emit
 
     def _timeout_row(self, st: KeyState, attempt: Attempt) -> dict[str, Any]:
@@ -727,6 +743,104 @@ class PatternOperator:
             out.matches.extend(rows)
 
         return emit_row
+
+    def _step_held(self, st: KeyState, emit, final: bool = False) -> None:
+        """Step the key's rows that are known (in ``st.rows``) but not stepped yet.
+
+        With ``NEXT`` in DEFINE (look-ahead k) a row is stepped only once the k rows after it
+        are known, so its condition reads them; at the partition's end (``final``) the rest are
+        stepped and NEXT past the last row is NULL. Which rows are stepped depends only on the
+        key's rows, never on how they were batched; the held rows live in ``st.rows`` and so in
+        every snapshot.
+        """
+        a = self.automaton
+        known = st.base + len(st.rows)
+        if known:
+            st.last_ts = st.rows[-1][-2]  # idle sessions count from the last row known (ms)
+        n = known - st.nrows - (0 if final else a.lookahead)
+        if n > 0:
+            lo = st.nrows - st.base
+            seq = st.rows[lo : lo + n]
+            masks = [r[-1] for r in seq]
+            ts = [r[-2] for r in seq]  # event times in ms (see _match)
+            bits = a.start_bits
+            cands = [j for j, m in enumerate(masks) if m & bits]
+            last_ts = st.last_ts
+            a.step_key(st, None, 0, n, masks, ts, emit, self.stats, cands, seq, materialised=True)  # type: ignore[arg-type]
+            st.last_ts = last_ts
+        if st.deferred:
+            self._emit_deferred(st, emit, final)
+        if a.with_unmatched:
+            self._flush_unmatched(st, emit)
+
+    def _held_ts(self, st: KeyState) -> int | None:
+        """Event time (ms) of the key's first row held back for NEXT in DEFINE (None: none is held)."""
+        if not self.careful:
+            return None
+        i = st.nrows - st.base
+        return st.rows[i][-2] if 0 <= i < len(st.rows) else None
+
+    def _close_key(self, st: KeyState, emit, end_time: int | None) -> None:
+        """The key's partition ends at event time ``end_time`` (the last watermark at end of
+        input; the last row plus the idle TTL for an idle session): step the held rows, end what
+        WITHIN ended by then, end every other partial match (a run waiting at '$' matches), and
+        emit what waited. Ending at a time fixed by the events keeps '$' with WITHIN the same
+        whatever the batching."""
+        a = self.automaton
+        if st.base + len(st.rows) > st.nrows:
+            self._step_held(st, emit, final=True)
+        if end_time is not None and a.within is not None and st.attempts:
+            a.expire(st, end_time, emit, self.stats)
+        a.flush(st, emit, self.stats)
+        self._emit_deferred(st, emit, final=True)
+        if self.automaton.with_unmatched:
+            self._flush_unmatched(st, emit)
+
+    def _flush_unmatched(self, st: KeyState, emit) -> None:
+        """WITH UNMATCHED ROWS: output the rows no match can include any more.
+
+        A row is settled once every attempt that starts at or before it has ended and its
+        matches are out: so up to the earliest live attempt's start, the earliest match still
+        waiting for NEXT's rows, and the rows stepped.
+        """
+        upto = st.nrows
+        if st.attempts:
+            upto = min(upto, st.attempts[0].start)
+        if st.deferred:
+            first = st.deferred[0][0]
+            upto = min(upto, first.rno - first.n + 1)
+        self._emit_unmatched(st, upto, emit.out)
+
+    def _emit_unmatched(self, st: KeyState, upto: int, out: OperatorOutput) -> None:
+        """Output the rows before partition row ``upto`` that no match covers, with NULL measures."""
+        a = self.automaton
+        lo = max(st.unmatched_from, st.covered_end + 1)
+        if lo < upto:
+            mr = a.mr
+            extra_i = len(a.columns)
+            import orjson
+
+            rows = []
+            for r in range(lo, upto):
+                row = st.rows[r - st.base]
+                o = {c: row[i] for i, c in enumerate(mr.partition_by)}
+                o[mr.order_by] = row[a.time_index]
+                for name, _ in a.measures:
+                    o[name] = None
+                record = row[extra_i] if len(row) > extra_i else None
+                if isinstance(record, dict):
+                    for k, v in record.items():
+                        if k not in o:
+                            o[k] = v
+                o["rule"] = self.name
+                if self.row_ids:
+                    key = orjson.dumps(list(row[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                    o["_id"] = f"{self.name}:{key}:{row[a.time_index]}:u{r}"
+                rows.append(o)
+            self.stats.rows_emitted += len(rows)
+            out.matches.extend(rows)
+        if upto > st.unmatched_from:
+            st.unmatched_from = upto
 
     def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
@@ -790,6 +904,10 @@ class PatternOperator:
         ts_list = ts.tolist()
         cand_all = np.flatnonzero(masks & a.start_bits)
         masks_list = masks.tolist()
+        if self.careful:
+            # rows stepped later (held for NEXT) carry their event time in ms: the field itself may
+            # be text or another unit
+            col_lists.append(ts_list)
         col_lists.append(masks_list)  # each retained row ends with its mask (replay of DFA matches)
         emit = self._emitter(out)
         cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
@@ -809,6 +927,16 @@ class PatternOperator:
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
             if sessions is not None and sessions[i]:
                 self._end_session(key, st, emit)
+            if self.careful:
+                st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in col_lists]))
+                self._step_held(st, emit)
+                if st.attempts or st.deferred or st.base + len(st.rows) > st.nrows:
+                    active[key] = None
+                    if watch and st.attempts:
+                        self._watch(key)
+                elif key in active:
+                    del active[key]
+                continue
             c0, c1 = cuts[i], cuts[i + 1]
             if c0 == c1 and not st.attempts and not st.deferred:
                 # nothing can start and nothing is alive: only the key's row count and the rows
@@ -882,7 +1010,7 @@ class PatternOperator:
                     fill = []
                     for idx in sel.tolist():
                         st = states[idx]
-                        r = st.nrows + o - lag
+                        r = st.base + len(st.rows) + o - lag  # after the rows known (held ones too)
                         i = r - st.base
                         fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
                     if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
@@ -968,7 +1096,8 @@ class PatternOperator:
                     node, waiting, deadline = a.timeout
                     attempts.append((a.start, a.start_ts, threads, best, (nid(node), waiting, deadline)))
             deferred = [(nid(b), num) for b, num in st.deferred]
-            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred))
+            keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred,
+                         st.unmatched_from, st.covered_end))
         p = self.pending
         state = {
             "rule": self.name,
@@ -1001,8 +1130,10 @@ class PatternOperator:
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
         self.states = {}
-        for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred in state["keys"]:
+        for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred, *more in state["keys"]:
             st = KeyState()
+            if more:
+                st.unmatched_from, st.covered_end = more[0], more[1]
             st.deferred.extend((nodes[i], num) for i, num in deferred)
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
             for start, start_ts, threads, best, *more in attempts:
@@ -1042,6 +1173,8 @@ class PatternOperator:
         if state.get("absence") is not None and self._absence_plan is not None:
             self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)
             self._fast.load(state["absence"])
+
+
 
 
 class _RowSearch:

@@ -32,6 +32,7 @@ __all__ = [
     "PQuant",
     "PPermute",
     "PExclude",
+    "PAnchor",
     "Measure",
     "Define",
     "Skip",
@@ -269,6 +270,13 @@ class PNot(Pattern):
     vars: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class PAnchor(Pattern):
+    """``^`` (the start of the partition) or ``$`` (its end): zero-width, they take no row."""
+
+    kind: str  # '^' or '$'
+
+
 # ---------------------------------------------------------------- the clause
 
 
@@ -308,6 +316,7 @@ class MatchRecognize(Node):
     defines: tuple[Define, ...]
     within_ms: int | None = None
     timeout_rows: bool = False  # ONE ROW PER MATCH WITH TIMEOUT ROWS
+    with_unmatched: bool = False  # ALL ROWS PER MATCH WITH UNMATCHED ROWS
     text: str = field(default="", compare=False, repr=False)
     select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)
 

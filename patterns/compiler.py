@@ -19,6 +19,8 @@ __all__ = [
     "OP_JMP",
     "OP_MATCH",
     "OP_IGNORE",
+    "OP_BEGIN",
+    "OP_END",
     "Program",
     "CompiledPattern",
     "compile_statement",
@@ -39,6 +41,9 @@ OP_MATCH = 3  # (OP_MATCH,)
 # as an excluded row and goes on to next_pc; at the end of the pattern (final) the run stays on its
 # node, and the match it holds completes when WITHIN's deadline passes.
 OP_IGNORE = 4
+# Anchors take no row. Numbered apart from the other kinds so more can be added between them.
+OP_BEGIN = 10  # (OP_BEGIN, next_pc): '^', passes only before the partition's first row
+OP_END = 11  # (OP_END, next_pc): '$', passes only after the partition's last row
 
 MAX_PROGRAM = 20_000  # instructions; bounded quantifiers are expanded, so cap the expansion
 MAX_PERMUTE = 7  # PERMUTE of n items expands to n! alternatives
@@ -84,7 +89,7 @@ def nullable(p: A.Pattern) -> bool:
         return all(nullable(i) for i in p.items)
     if isinstance(p, A.PExclude):
         return nullable(p.item)
-    if isinstance(p, A.PNot):
+    if isinstance(p, (A.PNot, A.PAnchor)):
         return True
     raise TypeError(p)
 
@@ -101,7 +106,22 @@ def pattern_vars(p: A.Pattern) -> list[A.PVar]:
         return pattern_vars(p.item)
     if isinstance(p, A.PNot):
         return [A.PVar(v, pos=p.pos) for v in p.vars]
+    if isinstance(p, A.PAnchor):
+        return []
     raise TypeError(p)
+
+
+def excluded(p: A.Pattern) -> A.PExclude | None:
+    """The first exclusion ``{- -}`` in the pattern, or None."""
+    if isinstance(p, A.PExclude):
+        return p
+    kids = p.items if isinstance(p, (A.PSeq, A.PPermute)) else p.options if isinstance(p, A.PAlt) else (
+        (p.item,) if isinstance(p, A.PQuant) else ())
+    for k in kids:
+        found = excluded(k)
+        if found is not None:
+            return found
+    return None
 
 
 # ------------------------------------------------------------------ program builder
@@ -170,6 +190,9 @@ class _Builder:
             self.gen_quant(p, excluded)
         elif isinstance(p, A.PNot):
             self.gen_not(p, final=False)
+        elif isinstance(p, A.PAnchor):
+            pc = self.emit(OP_BEGIN if p.kind == "^" else OP_END, None)
+            self.code[pc][1] = pc + 1
         else:  # pragma: no cover - the parser builds no other node
             raise TypeError(p)
 
@@ -229,7 +252,10 @@ def _build(
 
 
 def _closure_pcs(ins: tuple[tuple, ...], pc: int) -> list[int]:
-    """The VAR and MATCH instructions reachable from ``pc`` without consuming a row."""
+    """The VAR and MATCH instructions reachable from ``pc`` without consuming a row.
+
+    ``^`` is passed through (this over-approximates after the first row, where it blocks) and
+    ``$`` ends the walk (nothing but the match's end may follow it)."""
     out: list[int] = []
     seen: set[int] = set()
     stack = [pc]
@@ -241,7 +267,7 @@ def _closure_pcs(ins: tuple[tuple, ...], pc: int) -> list[int]:
         op = ins[p][0]
         if op == OP_SPLIT:
             stack.extend(reversed(ins[p][1]))
-        elif op == OP_JMP:
+        elif op == OP_JMP or op == OP_BEGIN:
             stack.append(ins[p][1])
         else:
             out.append(p)
@@ -325,6 +351,12 @@ class _Checker:
         known = set(var_ids) | set(subsets)
 
         self.check_absence(var_ids, subsets)
+        if mr.with_unmatched:
+            ex = excluded(mr.pattern)
+            if ex is not None:
+                self.err("exclusion {- -} cannot be used with ALL ROWS PER MATCH WITH UNMATCHED ROWS "
+                         "(as in Trino): every row is output there; remove the exclusion or WITH UNMATCHED ROWS",
+                         ex.pos, 2)
         if nullable(mr.pattern):
             self.err(
                 "the pattern can match an empty sequence of rows; make at least one element mandatory "
@@ -475,14 +507,25 @@ class _Checker:
             self.err("FINAL cannot be used in DEFINE: a condition sees only the rows matched so far", e.pos, 5)
         if isinstance(e, A.Nav):
             if inside is not None:
-                self.err(f"{e.kind}(...) inside {inside}(...) is not supported", e.pos, len(e.kind))
-            if e.kind == "NEXT" and in_define:
+                physical = e.kind in ("PREV", "NEXT")
                 self.err(
-                    "NEXT cannot be used in DEFINE: in a stream the next row is not known yet; "
-                    "rewrite the condition on the next variable with PREV",
+                    f"{e.kind}(...) inside {inside}(...) is not supported: "
+                    + ("physical navigation (PREV, NEXT) cannot be nested in any other function"
+                       if physical else
+                       "only FIRST/LAST nest, as the whole first argument of PREV/NEXT, e.g. PREV(LAST(A.x), 2)"),
                     e.pos,
-                    4,
+                    len(e.kind),
                 )
+                return
+            arg = e.arg
+            if e.kind in ("PREV", "NEXT") and isinstance(arg, A.Nav) and arg.kind in ("FIRST", "LAST"):
+                # logical navigation inside physical (Trino): find the row, then move from it
+                if arg.semantics == "FINAL" and in_define:
+                    self.err("FINAL cannot be used in DEFINE: a condition sees only the rows matched so far",
+                             arg.pos, 5)
+                self.single_var(arg.arg, arg.kind, arg.pos)
+                self.check_expr(arg.arg, known, in_define, inside=arg.kind)
+                return
             self.single_var(e.arg, e.kind, e.pos)
             self.check_expr(e.arg, known, in_define, inside=e.kind)
             return

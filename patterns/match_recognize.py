@@ -196,6 +196,7 @@ class _Parser:
 
         rows_per_match = "ONE"
         timeout_rows = False
+        with_unmatched = False
         if self.accept_kw("ONE"):
             self.expect_kw("ROW", "in ONE ROW PER MATCH")
             self.expect_kw("PER", "in ONE ROW PER MATCH")
@@ -218,8 +219,10 @@ class _Parser:
                 self.take()
                 self.expect_kw("EMPTY", "in SHOW/OMIT EMPTY MATCHES")
                 self.expect_kw("MATCHES", "in SHOW/OMIT EMPTY MATCHES")
-            elif self.at_kw("WITH"):
-                raise self.error("ALL ROWS PER MATCH WITH UNMATCHED ROWS is not supported")
+            elif self.accept_kw("WITH"):
+                self.expect_kw("UNMATCHED", "in ALL ROWS PER MATCH WITH UNMATCHED ROWS")
+                self.expect_kw("ROWS", "in ALL ROWS PER MATCH WITH UNMATCHED ROWS")
+                with_unmatched = True
 
         skip = A.Skip()
         if self.at_kw("AFTER"):
@@ -309,6 +312,7 @@ class _Parser:
             defines=tuple(defines),
             within_ms=within,
             timeout_rows=timeout_rows,
+            with_unmatched=with_unmatched,
             text=self.text,
             select_pos=tuple(select_pos),
             pos=start,
@@ -411,6 +415,9 @@ class _Parser:
     def quantified(self) -> A.Pattern:
         pos = self.tok.offset
         item = self.primary_pattern()
+        if isinstance(item, A.PAnchor) and (self.at_op("*", "+", "?") or (self.at_op("{") and self.peek().value != "-")):
+            raise self.error(f"a quantifier cannot follow the anchor {item.kind!r}: an anchor takes no row; "
+                             "remove the quantifier")
         while True:
             if self.at_op("*", "+", "?"):
                 q = self.take().value
@@ -467,7 +474,8 @@ class _Parser:
             self.expect_op("}", "to close the exclusion {- ... -}")
             return A.PExclude(inner, pos=t.offset)
         if self.at_op("^", "$"):
-            raise self.error(f"anchor {t.value!r} is not supported in a streaming pattern")
+            self.take()
+            return A.PAnchor(t.value, pos=t.offset, end=t.offset + 1)
         if t.kind == "IDENT" and t.upper == "PERMUTE" and self.peek().value == "(":
             self.take()
             self.take()

@@ -197,4 +197,9 @@ def pattern_fingerprint(automaton: Any) -> str:
         mr.rows_per_match,
         automaton.max_back,
     )
+    # rows held back for NEXT in DEFINE, and where unmatched rows were output up to, are state
+    # too; added only when used, so rules without them keep the fingerprints of saved checkpoints
+    extra = (getattr(automaton, "lookahead", 0), bool(getattr(mr, "with_unmatched", False)))
+    if extra != (0, False):
+        parts = parts + (extra,)
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]

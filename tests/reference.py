@@ -4,7 +4,13 @@ It shares no code with the engine's automaton: it walks the pattern AST with gen
 every way to match in preference order (greedy quantifiers try more repetitions first, reluctant
 ones fewer; alternatives left to right; PERMUTE in lexicographic order), takes the first complete
 match from each start row, and applies the AFTER MATCH SKIP rule. Conditions are Python callables
-``cond(var, i, assignment) -> bool`` written by each test independently of the engine's evaluator.
+``cond(var, i, assignment) -> bool`` written by each test independently of the engine's evaluator;
+they see the whole partition, so ``NEXT`` in DEFINE is just a look at row ``i + k``.
+
+Anchors: ``^`` holds before row 0, ``$`` after row n - 1 (the end of the bounded input). With
+``WITHIN``, a match that ends at ``$`` also needs the input to end (``end_time``, the watermark of
+the last batch) before its start time plus the interval: that is when the engine ends partial
+matches, the ones waiting for ``$`` included. :func:`reference_rows` adds Trino's unmatched rows.
 """
 
 from __future__ import annotations
@@ -18,9 +24,13 @@ Assignment = tuple  # ((row index, var name, excluded), ...)
 
 
 def _gen(p: A.Pattern, i: int, asg: Assignment, ctx) -> Iterator[tuple[int, Assignment]]:
-    n, cond, ok_time = ctx[:3]
+    n, cond, ok_time, ok_end = ctx[:4]
+    if isinstance(p, A.PAnchor):
+        if (p.kind == "^" and i == 0) or (p.kind == "$" and i == n and ok_end(asg)):
+            yield i, asg
+        return
     if isinstance(p, A.PVar):
-        if len(ctx) > 3 and ctx[3].partial:
+        if len(ctx) > 4 and ctx[4].partial:
             # partial mode: rows run out at n; a run that reaches n waiting for this variable is
             # a partial match, marked by a (-1, var) entry; what follows it is taken as done
             if i == n:
@@ -97,7 +107,7 @@ def _absent(p: A.PNot, i: int, asg: Assignment, ctx, trailing: bool) -> Iterator
     """``NOT B``: between elements, rows that are not B are skipped (excluded rows, fewest first);
     at the end, no B row before the deadline (the first row's time + WITHIN, or the end of input)."""
     n, cond, ok_time = ctx[:3]
-    info: Absence = ctx[3]
+    info: Absence = ctx[4]
 
     def killed(j: int, a: Assignment) -> bool:
         return any(cond(v, j, a + ((j, v, False),)) for v in p.vars)
@@ -132,8 +142,27 @@ def reference_matches(
     skip_var: set[str] | None = None,
     ts: list[int] | None = None,
     within: int | None = None,
+    end_time: int | None = None,
 ) -> list[Assignment]:
     """Every match over rows 0..n-1 of one partition, as assignments of rows to variables."""
+    rows = reference_rows(n, pattern, cond, skip, skip_var, ts, within, end_time)
+    return [x for kind, x in rows if kind == "match"]  # type: ignore[misc]
+
+
+def reference_rows(
+    n: int,
+    pattern: A.Pattern,
+    cond: Callable[[str, int, Assignment], bool],
+    skip: str = "PAST_LAST_ROW",
+    skip_var: set[str] | None = None,
+    ts: list[int] | None = None,
+    within: int | None = None,
+    end_time: int | None = None,
+    unmatched: bool = False,
+) -> list[tuple[str, Assignment | int]]:
+    """The output of one partition in Trino's order: ``("match", assignment)`` per match and,
+    with ``unmatched`` (ALL ROWS PER MATCH WITH UNMATCHED ROWS), ``("unmatched", row)`` for each
+    row that no match includes, where the search tried it as a start."""
 
     def ok_time(asg: Assignment, i: int) -> bool:
         if within is None or not asg:
@@ -141,16 +170,26 @@ def reference_matches(
         assert ts is not None
         return ts[i] - ts[asg[0][0]] < within
 
-    ctx = (n, cond, ok_time, Absence(ts, within, n))
-    out: list[Assignment] = []
+    def ok_end(asg: Assignment) -> bool:
+        if within is None or end_time is None or not asg:
+            return True
+        assert ts is not None
+        return ts[asg[0][0]] + within > end_time
+
+    ctx = (n, cond, ok_time, ok_end, Absence(ts, within, n))
+    out: list[tuple[str, Assignment | int]] = []
+    covered = -1  # the last row of the matches so far
     s = 0
     while s < n:
         m = next(_gen(pattern, s, (), ctx), None)
         if m is None:
+            if unmatched and s > covered:
+                out.append(("unmatched", s))
             s += 1
             continue
         end, asg = m
-        out.append(asg)
+        out.append(("match", asg))
+        covered = max(covered, end - 1)
         if skip == "PAST_LAST_ROW":
             s = end
         elif skip == "TO_NEXT_ROW":
@@ -184,7 +223,7 @@ def reference_outcomes(
     def ok_time(asg: Assignment, i: int) -> bool:
         return not asg or ts[i] - ts[asg[0][0]] < within
 
-    full = (n, cond, ok_time, Absence(ts, within, n))
+    full = (n, cond, ok_time, lambda asg: True, Absence(ts, within, n))
     out: list[tuple] = []
     s = 0
     while s < n:
@@ -202,7 +241,7 @@ def reference_outcomes(
         limit = s
         while limit < n and ts[limit] - ts[s] < within:
             limit += 1
-        part = (limit, cond, ok_time, Absence(ts, within, n, partial=True))
+        part = (limit, cond, ok_time, lambda asg: True, Absence(ts, within, n, partial=True))
         first = None
         waiting: list[str] = []
         for _, asg in _gen(pattern, s, (), part):

@@ -253,3 +253,36 @@ def test_a_value_that_does_not_fit_its_type_is_null_and_reported() -> None:
 def test_doctests(module) -> None:
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0
+
+
+SQL2016_YAML = """
+rules:
+  - name: next_define
+    lateness: 1500
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0, LAST(A.ts) AS t1, PREV(LAST(A.px), 1) AS before
+        PATTERN (A+) DEFINE A AS px < NEXT(px) AND NEXT(px, 2) IS NOT NULL)
+  - name: unmatched
+    lateness: 1500
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES MATCH_NUMBER() AS mn, CLASSIFIER() AS cls
+        ALL ROWS PER MATCH WITH UNMATCHED ROWS
+        PATTERN (^ A B | A B+ C) DEFINE A AS px < 4, B AS px > PREV(px), C AS px < PREV(px))
+"""
+
+
+@pytest.mark.parametrize("seed,buckets,chunk", [(1, 1, 1000), (2, 3, 3), (3, 4, 1)])
+def test_next_in_define_unmatched_rows_and_anchors_give_the_embedded_engines_rows(seed, buckets, chunk) -> None:
+    """Rows held back for NEXT live in the saved state between micro-batches."""
+    rules = list(parse_rules(SQL2016_YAML))
+    files = stream(seed, files=5, bad=False)
+    core, env = core_for(rules, buckets=buckets)
+    frame, *_ = run_stream(core, rules, [events(r) for r in files], COLUMNS, buckets, chunk=chunk)
+    exp = workload.embedded(rules, files)
+    got = as_rule_rows(frame, env)
+    assert got == Counter(match_key(m) for m in exp.matches)
+    assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is not None) > 3
+    assert sum(1 for m in exp.matches if m["rule"] == "next_define") > 3
+    assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is None) > 20

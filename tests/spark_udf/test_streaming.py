@@ -156,3 +156,23 @@ rules:
     got = [r.asDict() for r in apply_rules(frame, rules, SparkRunConfig(buckets=3)).matches("new_ips").collect()]
     exp = Engine(rules).run([events]).matches
     assert exp and sorted((r["user"], r["t0"], r["n"]) for r in got) == sorted((r["user"], r["t0"], r["n"]) for r in exp)
+
+
+def test_next_in_define_and_unmatched_rows_give_the_embedded_engines_rows(spark: Any) -> None:
+    rules = parse_rules("""
+rules:
+  - name: peaks
+    sql: |
+      SELECT * FROM bars MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts
+        MEASURES P.ts AS t, P.px AS px, NEXT(P.px) AS px_after
+        ALL ROWS PER MATCH WITH UNMATCHED ROWS
+        PATTERN (P) DEFINE P AS P.px > PREV(P.px) AND P.px > NEXT(P.px))
+""")
+    rnd = __import__("random").Random(7)
+    events = [{"sym": f"s{rnd.randrange(3)}", "ts": 1000 * i, "px": rnd.randrange(20)} for i in range(200)]
+    frame = spark.createDataFrame([(e["sym"], e["ts"], e["px"]) for e in events], "sym string, ts long, px long")
+    got = [r.asDict() for r in apply_rules(frame, rules, SparkRunConfig(buckets=2)).matches("peaks").collect()]
+    exp = Engine(rules).run([events]).matches
+    assert len(exp) == 200 and sum(1 for r in exp if r["t"] is not None) > 20
+    key = lambda r: (r["sym"], r["ts"], r["t"], r["px_after"])  # noqa: E731
+    assert sorted(map(key, got), key=repr) == sorted(map(key, exp), key=repr)
