@@ -23,7 +23,7 @@ from cep.expressions import (
     truthy,
 )
 from patterns import ast as A
-from patterns.compiler import OP_MATCH, CompiledPattern
+from patterns.compiler import OP_IGNORE, OP_MATCH, OP_VAR, CompiledPattern
 from patterns.growth import GROWING_PATTERN_STEPS, find_growth
 
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
@@ -38,14 +38,17 @@ MERGE_EQUIVALENT_ATTEMPTS = True
 class Attempt:
     """All partial matches that start at one row, in preference order, and the best match so far."""
 
-    __slots__ = ("start", "start_ts", "threads", "best", "path")
+    __slots__ = ("start", "start_ts", "threads", "best", "path", "timeout")
 
-    def __init__(self, start: int, start_ts: int, threads: Any, best: Any = None, path: list | None = None):
+    def __init__(self, start: int, start_ts: int, threads: Any, best: Any = None, path: list | None = None,
+                 timeout: tuple | None = None):
         self.start = start
         self.start_ts = start_ts
         self.threads = threads  # [(pc, node)] highest preference first; or a DFA state id
         self.best = best  # a Node; or, for a DFA attempt, the last row of the best match
         self.path = path  # DFA attempts: the state before each of their rows (for replay)
+        # WITH TIMEOUT ROWS: (node, variables waited for, deadline) once WITHIN ended it unmatched
+        self.timeout = timeout
 
 
 class FastMatch:
@@ -88,6 +91,8 @@ class StepStats:
     cap_hits: int = 0
     budget_dropped: int = 0  # partial matches dropped because the next row would step too many
     budget_hits: int = 0  # rows after which the work budget dropped partial matches
+    timeouts: int = 0  # partial matches WITHIN ended without a match (WITH TIMEOUT ROWS)
+    absences: int = 0  # matches completed by a deadline (a pattern ending with NOT)
     eval_errors: int = 0
     skip_errors: int = 0
     seconds_ingest: float = 0.0  # time fields, keys, lateness, buffering
@@ -135,6 +140,26 @@ class PatternAutomaton:
                 after = self.closure[x[2]]
                 stop = next((i for i, q in enumerate(after) if self.ins[q][0] == OP_MATCH), len(after))
                 self.moves[pc] = (x[1], x[3], after[:stop], stop < len(after))
+        # NOT B (OP_IGNORE): moves[pc] = (-1, (kill bits, kill vars, final, row var), targets,
+        # completes); a final one (the pattern's end) keeps its run on its node until the deadline
+        self.final_pcs: frozenset[int] = frozenset()
+        for pc, x in enumerate(self.ins):
+            if x[0] == OP_IGNORE:
+                _, kill, nxt, final, row_vid = x
+                bits = 0
+                for v in kill:
+                    bits |= 1 << v
+                if final:
+                    self.moves[pc] = (-1, (bits, kill, True, row_vid), (pc,), False)
+                    self.final_pcs |= {pc}
+                else:
+                    after = self.closure[nxt]
+                    stop = next((i for i, q in enumerate(after) if self.ins[q][0] == OP_MATCH), len(after))
+                    self.moves[pc] = (-1, (bits, kill, False, row_vid), after[:stop], stop < len(after))
+        self.has_not = any(x[0] == OP_IGNORE for x in self.ins)
+        self.timeout_rows = mr.timeout_rows
+        # a deadline does more than end runs: it completes absences or reports timed-out runs
+        self.deadline_work = self.has_not or self.timeout_rows
         self.start_closure = self.closure[0]
         self.start_bits = 0
         for v in prog.start_vars:
@@ -324,6 +349,8 @@ class PatternAutomaton:
                 if not a.threads:
                     continue
                 if within is not None and t - a.start_ts >= within:
+                    if self.deadline_work:
+                        self._time_out(a, stats)
                     a.threads = []
                     continue
                 a.threads = self._advance(a, a.threads, m, rno, row, st, stats, hist)
@@ -376,6 +403,20 @@ class PatternAutomaton:
         moves = self.moves
         for pc, node in threads:
             vid, excl, targets, matches = moves[pc]
+            if vid < 0:  # NOT B: a B row ends the run, any other row is skipped
+                bits, kill, final, row_vid = excl
+                if m & bits and self._killed(kill, m, node, rno, row, st, stats):
+                    continue
+                if final:
+                    append((pc, node))  # the run stays on its node until the deadline
+                    continue
+                child = self.new_node(rno, row_vid, node, row, True)
+                for q in targets:
+                    append((q, child))
+                if matches:
+                    a.best = child
+                    break
+                continue
             if not (m >> vid) & 1:
                 continue
             if node is None:
@@ -412,6 +453,53 @@ class PatternAutomaton:
             stats.partial_matches_dropped += len(new) - self.max_partial_matches
             del new[self.max_partial_matches :]
         return new
+
+    def _killed(self, kill: tuple[int, ...], m: int, node: Node, rno: int, row: tuple, st: KeyState,
+                stats: StepStats) -> bool:
+        """Whether the row is one of the NOT variables for the run at ``node`` (its full condition)."""
+        hist = self.hist
+        for v in kill:
+            if not (m >> v) & 1:
+                continue
+            h = hist[v]
+            if h is None:
+                return True
+            child = self.new_node(rno, v, node, row, False)
+            try:
+                got = h(MatchCtx(child, child, st.rows, st.base, st.nrows, st.match_number + 1, row))
+            except (TypeError, ValueError, ArithmeticError):
+                stats.eval_errors += 1
+                continue
+            if got is True or truthy(got):
+                return True
+        return False
+
+    def _time_out(self, a: Attempt, stats: StepStats) -> None:
+        """WITHIN's deadline has passed for attempt ``a``: complete its absence, or note its time-out.
+
+        A run waiting at a final NOT completes the match it holds (the most preferred such run
+        wins); otherwise, when the rule asks for timeout rows and the attempt found no match, the
+        most preferred live run is what timed out. The caller ends the runs.
+        """
+        th = a.threads
+        if not th:
+            return
+        if self.final_pcs and a.best is None:
+            for pc, node in th:
+                if pc in self.final_pcs:
+                    a.best = node
+                    stats.absences += 1
+                    return
+        if self.timeout_rows and a.best is None:
+            node = th[0][1]
+            waiting: list[str] = []
+            for pc, nd in th:
+                if nd is node and self.ins[pc][0] == OP_VAR:
+                    name = self.var_names[self.ins[pc][1]]
+                    if name not in waiting:
+                        waiting.append(name)
+            assert self.within is not None
+            a.timeout = (node, tuple(waiting), a.start_ts + self.within)
 
     def _over_cap(self, st: KeyState, stats: StepStats) -> None:
         """More partial matches than the cap: apply the rule's policy, count what is dropped."""
@@ -481,6 +569,9 @@ class PatternAutomaton:
             del attempts[0]
             best = head.best
             if best is None:
+                if head.timeout is not None:
+                    stats.timeouts += 1
+                    emit(st, head.timeout[0], None, head)
                 continue
             if isinstance(best, int):
                 best = self._rebuild(st, head, best)
@@ -519,6 +610,8 @@ class PatternAutomaton:
         changed = False
         for a in st.attempts:
             if a.threads and watermark - a.start_ts >= self.within:
+                if self.deadline_work:
+                    self._time_out(a, stats)
                 a.threads = self._dead
                 changed = True
         if changed:
@@ -526,8 +619,15 @@ class PatternAutomaton:
             self._trim(st)
 
     def flush(self, st: KeyState, emit, stats: StepStats) -> None:
-        """End of input: every partial match ends; the best match of each attempt is final."""
+        """End of input: every partial match ends; the best match of each attempt is final.
+
+        The end of a bounded input is the end of time: every WITHIN deadline passes, so absences
+        still open complete and open partial matches time out (a bounded Flink job's final
+        watermark does the same).
+        """
         for a in st.attempts:
+            if self.deadline_work and a.threads:
+                self._time_out(a, stats)
             a.threads = self._dead
         self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")
         self._trim(st)
@@ -555,7 +655,8 @@ class PatternAutomaton:
     _dead: Any = []
 
     def _init_dfa(self) -> None:
-        self.dfa = self.history_free
+        # NOT and timed-out runs need each run's node (the lazy DFA keeps only automaton states)
+        self.dfa = self.history_free and not self.deadline_work
         self.track = not self.dfa
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]

@@ -8,6 +8,7 @@ late: it goes to the late output with its reason. ``finish`` is the final waterm
 
 from __future__ import annotations
 
+import heapq
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
@@ -86,12 +87,15 @@ class OperatorOutput:
     late: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # said once per run (the engine's unit check)
+    # partial matches WITHIN ended without a match (ONE ROW PER MATCH WITH TIMEOUT ROWS)
+    timeouts: list[dict[str, Any]] = field(default_factory=list)
 
     def extend(self, other: OperatorOutput) -> None:
         self.matches.extend(other.matches)
         self.late.extend(other.late)
         self.errors.extend(other.errors)
         self.warnings.extend(other.warnings)
+        self.timeouts.extend(other.timeouts)
 
 
 class _Pending:
@@ -154,6 +158,11 @@ class PatternOperator:
         self.active: dict[Any, None] = {}
         self.max_ts: int | None = None
         self.seq = 0
+        # WITHIN deadlines by key, so a watermark visits only the keys it passes: a heap of
+        # (deadline, key number, key), lazily cleaned; _deadline_of[key] is the entry that counts
+        self._deadlines: list[tuple[int, int, Any]] = []
+        self._deadline_of: dict[Any, int] = {}
+        self._deadline_seq = 0
         self.pending = _Pending(len(self.columns))
         self.counts = OperatorCounts()
         self.stats = StepStats()
@@ -260,15 +269,67 @@ class PatternOperator:
         for rows, not for time).
         """
         best: int | None = int(self.pending.ts.min()) if len(self.pending) else None
-        within = self.automaton.within
-        if within is not None and self.active:
-            for key in self.active:
-                for a in self.states[key].attempts:
-                    if a.threads:  # still alive (an empty thread list or DFA state 0 is dead)
-                        d = a.start_ts + within
-                        if best is None or d < best:
-                            best = d
+        d = self._first_deadline()
+        if d is not None and (best is None or d < best):
+            best = d
         return best
+
+    def _key_deadline(self, key: Any) -> int | None:
+        """The earliest WITHIN deadline of the key's live partial matches (attempts are in start order)."""
+        st = self.states.get(key)
+        within = self.automaton.within
+        if st is None or within is None:
+            return None
+        for a in st.attempts:
+            if a.threads:  # still alive (an empty thread list or DFA state 0 is dead)
+                return a.start_ts + within
+        return None
+
+    def _watch(self, key: Any) -> None:
+        """Keep the deadline heap holding an entry no later than the key's earliest deadline."""
+        d = self._key_deadline(key)
+        if d is None:
+            return
+        old = self._deadline_of.get(key)
+        if old is None or d < old:
+            self._deadline_of[key] = d
+            self._deadline_seq += 1
+            heapq.heappush(self._deadlines, (d, self._deadline_seq, key))
+
+    def _first_deadline(self) -> int | None:
+        """The earliest deadline of any key, cleaning stale heap entries on the way."""
+        heap = self._deadlines
+        while heap:
+            d, _, key = heap[0]
+            if self._deadline_of.get(key) == d:
+                actual = self._key_deadline(key)
+                if actual == d:
+                    return d
+                del self._deadline_of[key]
+                heapq.heappop(heap)
+                if actual is not None:
+                    self._watch(key)
+                continue
+            heapq.heappop(heap)
+        return None
+
+    def _fire_deadlines(self, watermark: int, emit) -> None:
+        """End the partial matches whose WITHIN deadline the watermark has passed, key by key."""
+        heap = self._deadlines
+        a = self.automaton
+        while heap and heap[0][0] <= watermark:
+            d, _, key = heapq.heappop(heap)
+            if self._deadline_of.get(key) != d:
+                continue  # a newer entry counts for this key
+            del self._deadline_of[key]
+            st = self.states.get(key)
+            if st is None:
+                continue
+            a.expire(st, watermark, emit, self.stats)
+            if not st.attempts and not st.deferred:
+                self.active.pop(key, None)
+            else:
+                self._watch(key)
 
     def reset(self) -> None:
         """Forget every key: the state of a freshly built operator (settings are kept)."""
@@ -449,12 +510,8 @@ class PatternOperator:
                 a.flush(st, emit, self.stats)
                 self._emit_deferred(st, emit, final=True)
             self.active.clear()
-        elif watermark is not None and a.within is not None and self.active:
-            for key in list(self.active):
-                st = self.states[key]
-                a.expire(st, watermark, emit, self.stats)
-                if not st.attempts and not st.deferred:
-                    del self.active[key]
+        elif watermark is not None and a.within is not None and self._deadlines:
+            self._fire_deadlines(watermark, emit)
         if not final and watermark is not None:
             if self.max_partial_matches_total is not None and self.active:
                 self._global_cap(emit)
@@ -592,7 +649,10 @@ class PatternOperator:
     def _emitter(self, out: OperatorOutput):
         a = self.automaton
 
-        def emit(st: KeyState, best: Node, number: int | None = None) -> None:
+        def emit(st: KeyState, best: Node, number: int | None = None, timeout: Attempt | None = None) -> None:
+            if timeout is not None:
+                out.timeouts.append(self._timeout_row(st, timeout))
+                return
             if number is None:
                 number = st.match_number
                 if a.max_next and (st.deferred or best.rno + a.max_next >= st.base + len(st.rows)):
@@ -610,6 +670,37 @@ class PatternOperator:
             out.matches.extend(rows)
 
         return emit
+
+    def _timeout_row(self, st: KeyState, attempt: Attempt) -> dict[str, Any]:
+        """The timeouts output row of an attempt WITHIN ended unmatched: measures over its rows so far.
+
+        ``_waiting_for`` names the variables its most preferred run could take next and
+        ``_deadline`` is when WITHIN ran out, in the event-time field's own unit (ISO-8601 UTC text
+        when that field is not a number). MATCH_NUMBER() is NULL: no match was numbered.
+        """
+        import orjson
+
+        a = self.automaton
+        node, waiting, deadline = attempt.timeout  # type: ignore[misc]
+        row = a.match_rows(st, node, None)[0]  # type: ignore[arg-type]
+        row["rule"] = self.name
+        first = st.rows[attempt.start - st.base]
+        t0 = first[a.time_index]
+        row["_waiting_for"] = list(waiting)
+        row["_deadline"] = self._time_value(t0, attempt.start_ts, deadline)
+        if self.row_ids:
+            key = orjson.dumps(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+            row["_id"] = f"{self.name}:{key}:{t0}:timeout:{attempt.start}"
+        self.stats.rows_emitted += 1
+        return row
+
+    def _time_value(self, raw: Any, raw_ms: int, ms: int) -> Any:
+        """Event time ``ms`` written like ``raw`` (the field's value at ``raw_ms``): same unit, or text."""
+        if isinstance(raw, (int, float, np.integer, np.floating)) and not isinstance(raw, bool):
+            per_ms = {"s": 0.001, "ms": 1, "us": 1000, "ns": 1_000_000}[self.time_unit]
+            v = raw + (ms - raw_ms) * per_ms
+            return int(v) if float(v).is_integer() else float(v)
+        return format_time(ms)
 
     def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
@@ -671,6 +762,7 @@ class PatternOperator:
         step = a.step_key
         stats = self.stats
         active = self.active
+        watch = a.within is not None
         max_back = a.max_back
         for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
             if sessions is not None and sessions[i]:
@@ -702,6 +794,8 @@ class PatternOperator:
                 self._emit_deferred(st, emit)
             if st.attempts or st.deferred:
                 active[key] = None
+                if watch and st.attempts:
+                    self._watch(key)
             elif key in active:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
@@ -826,7 +920,11 @@ class PatternOperator:
                 else:
                     threads = [(pc, nid(nd)) for pc, nd in a.threads]
                 best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
-                attempts.append((a.start, a.start_ts, threads, best))
+                if a.timeout is None:
+                    attempts.append((a.start, a.start_ts, threads, best))
+                else:
+                    node, waiting, deadline = a.timeout
+                    attempts.append((a.start, a.start_ts, threads, best, (nid(node), waiting, deadline)))
             deferred = [(nid(b), num) for b, num in st.deferred]
             keys.append((k, st.rows, st.base, st.nrows, attempts, st.resume, st.match_number, st.last_ts, deferred))
         p = self.pending
@@ -864,7 +962,7 @@ class PatternOperator:
             st = KeyState()
             st.deferred.extend((nodes[i], num) for i, num in deferred)
             st.rows, st.base, st.nrows, st.resume, st.match_number, st.last_ts = rows, base, nrows, resume, mnum, last_ts
-            for start, start_ts, threads, best in attempts:
+            for start, start_ts, threads, best, *more in attempts:
                 path = None
                 if isinstance(threads, tuple) and threads and threads[0] == "dfa":
                     th: Any = self.automaton._dfa_id(tuple(threads[1]))
@@ -875,7 +973,11 @@ class PatternOperator:
                     b: Any = best[1]
                 else:
                     b = nodes[best] if best >= 0 else None
-                st.attempts.append(Attempt(start, start_ts, th, b, path))
+                timeout = None
+                if more:
+                    i, waiting, deadline = more[0]
+                    timeout = (nodes[i], tuple(waiting), deadline)
+                st.attempts.append(Attempt(start, start_ts, th, b, path, timeout))
             self.states[k] = st
         self.max_ts = state["max_ts"]
         self.seq = state["seq"]
@@ -890,6 +992,9 @@ class PatternOperator:
         self.seen = {name: SeenFilter.from_bytes(saved[name]) if name in saved else SeenFilter() for name in self.seen}
         self.floor = state.get("floor")
         self._next_sweep = state.get("next_sweep")
+        self._deadlines, self._deadline_of, self._deadline_seq = [], {}, 0
+        for k in self.active:
+            self._watch(k)
 
 
 class _RowSearch:

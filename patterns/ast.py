@@ -257,6 +257,18 @@ class PExclude(Pattern):
     item: Pattern
 
 
+@dataclass(frozen=True)
+class PNot(Pattern):
+    """``NOT B`` / ``NOT (B | C)`` in a pattern's top-level sequence: no row of these variables.
+
+    Between two elements it means no such row in between (the rows skipped are part of the match,
+    excluded from its output as ``{- -}`` rows are); as the last element, with ``WITHIN``, no such
+    row before the deadline (the match ends at the row before it and is emitted at the deadline).
+    """
+
+    vars: tuple[str, ...]
+
+
 # ---------------------------------------------------------------- the clause
 
 
@@ -295,6 +307,7 @@ class MatchRecognize(Node):
     subsets: tuple[tuple[str, tuple[str, ...]], ...]
     defines: tuple[Define, ...]
     within_ms: int | None = None
+    timeout_rows: bool = False  # ONE ROW PER MATCH WITH TIMEOUT ROWS
     text: str = field(default="", compare=False, repr=False)
     select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)
 

@@ -18,6 +18,7 @@ __all__ = [
     "OP_SPLIT",
     "OP_JMP",
     "OP_MATCH",
+    "OP_IGNORE",
     "Program",
     "CompiledPattern",
     "compile_statement",
@@ -33,6 +34,11 @@ OP_VAR = 0  # (OP_VAR, var_id, next_pc, excluded)
 OP_SPLIT = 1  # (OP_SPLIT, (pc, pc, ...)) in priority order
 OP_JMP = 2  # (OP_JMP, pc)
 OP_MATCH = 3  # (OP_MATCH,)
+# (OP_IGNORE, kill var ids, next_pc, final, var id of the rows it skips): NOT B. A row of one of
+# the kill variables ends the run; any other row is skipped: between two elements the run takes it
+# as an excluded row and goes on to next_pc; at the end of the pattern (final) the run stays on its
+# node, and the match it holds completes when WITHIN's deadline passes.
+OP_IGNORE = 4
 
 MAX_PROGRAM = 20_000  # instructions; bounded quantifiers are expanded, so cap the expansion
 MAX_PERMUTE = 7  # PERMUTE of n items expands to n! alternatives
@@ -78,6 +84,8 @@ def nullable(p: A.Pattern) -> bool:
         return all(nullable(i) for i in p.items)
     if isinstance(p, A.PExclude):
         return nullable(p.item)
+    if isinstance(p, A.PNot):
+        return True
     raise TypeError(p)
 
 
@@ -91,6 +99,8 @@ def pattern_vars(p: A.Pattern) -> list[A.PVar]:
         return [v for o in p.options for v in pattern_vars(o)]
     if isinstance(p, (A.PQuant, A.PExclude)):
         return pattern_vars(p.item)
+    if isinstance(p, A.PNot):
+        return [A.PVar(v, pos=p.pos) for v in p.vars]
     raise TypeError(p)
 
 
@@ -126,8 +136,11 @@ class _Builder:
             pc = self.emit(OP_VAR, self.var_ids[p.name], None, excluded)
             self.code[pc][2] = pc + 1
         elif isinstance(p, A.PSeq):
-            for item in p.items:
-                self.gen(item, excluded)
+            for i, item in enumerate(p.items):
+                if isinstance(item, A.PNot) and i == len(p.items) - 1:
+                    self.gen_not(item, final=True)
+                else:
+                    self.gen(item, excluded)
         elif isinstance(p, A.PAlt):
             split = self.emit(OP_SPLIT, [])
             jumps = []
@@ -155,8 +168,22 @@ class _Builder:
             self.gen(p.item, True)
         elif isinstance(p, A.PQuant):
             self.gen_quant(p, excluded)
+        elif isinstance(p, A.PNot):
+            self.gen_not(p, final=False)
         else:  # pragma: no cover - the parser builds no other node
             raise TypeError(p)
+
+    def gen_not(self, p: A.PNot, final: bool) -> None:
+        """``NOT B``: between elements L: split(out, ign); ign: IGNORE -> L (reluctant, so the next
+        element takes a row before it is skipped); at the end a self-loop completed by the deadline."""
+        kill = tuple(self.var_ids[v] for v in p.vars)
+        if final:
+            pc = self.emit(OP_IGNORE, kill, None, True, kill[0])
+            self.code[pc][2] = pc
+            return
+        loop = self.emit(OP_SPLIT, [])
+        ign = self.emit(OP_IGNORE, kill, loop, False, kill[0])
+        self.code[loop][1] = [ign + 1, ign]
 
     def gen_quant(self, p: A.PQuant, excluded: bool) -> None:
         for _ in range(p.low):
@@ -297,6 +324,7 @@ class _Checker:
             subsets[name] = frozenset(var_ids[m] for m in members if m in var_ids)
         known = set(var_ids) | set(subsets)
 
+        self.check_absence(var_ids, subsets)
         if nullable(mr.pattern):
             self.err(
                 "the pattern can match an empty sequence of rows; make at least one element mandatory "
@@ -359,6 +387,75 @@ class _Checker:
                         len(name),
                     )
         return var_ids, subsets
+
+    def check_absence(self, var_ids: dict[str, int], subsets: dict[str, frozenset[int]]) -> None:
+        """Where ``NOT B`` may stand, what its variables may be, and what WITH TIMEOUT ROWS needs."""
+        mr = self.mr
+        top = mr.pattern.items if isinstance(mr.pattern, A.PSeq) else (mr.pattern,)
+        stack: list[A.Pattern] = [mr.pattern]
+        nots: list[A.PNot] = []
+        while stack:
+            p = stack.pop()
+            if isinstance(p, A.PNot):
+                nots.append(p)
+                if not any(p is x for x in top):
+                    self.err(
+                        "NOT may stand only between the elements of the pattern's sequence (A NOT B C) "
+                        "or at its end (A NOT B ... WITHIN); not inside a group, an alternation, a "
+                        "quantifier, PERMUTE or an exclusion",
+                        p.pos,
+                        3,
+                    )
+            elif isinstance(p, (A.PSeq, A.PPermute)):
+                stack.extend(p.items)
+            elif isinstance(p, A.PAlt):
+                stack.extend(p.options)
+            elif isinstance(p, (A.PQuant, A.PExclude)):
+                stack.append(p.item)
+        if mr.timeout_rows and mr.within_ms is None:
+            pos = mr.text.upper().find("TIMEOUT") if mr.text else 0
+            self.err("WITH TIMEOUT ROWS needs WITHIN: a partial match times out when its WITHIN runs out",
+                     max(pos, 0), 7)
+        if not nots:
+            return
+        if isinstance(top[0], A.PNot):
+            self.err("a pattern cannot start with NOT: say what comes first (for example A NOT B ... WITHIN)",
+                     top[0].pos, 3)
+        for x, y in zip(top, top[1:]):
+            if isinstance(x, A.PNot) and isinstance(y, A.PNot):
+                self.err(f"two NOTs in a row: write NOT ({' | '.join(x.vars + y.vars)}) instead", y.pos, 3)
+        if isinstance(top[-1], A.PNot) and len(top) > 1 and mr.within_ms is None:
+            self.err(
+                "a pattern that ends with NOT needs WITHIN: the absence is decided when WITHIN's deadline "
+                "passes (for example PATTERN (A NOT B) WITHIN INTERVAL '10' MINUTE)",
+                top[-1].pos,
+                3,
+            )
+        absent = {v for p in nots for v in p.vars}
+        positive = {v.name for v in pattern_vars(mr.pattern) if v.pos not in {p.pos for p in nots}}
+        defined = {d.var for d in mr.defines}
+        for p in nots:
+            for v in p.vars:
+                if v in positive:
+                    self.err(f"{v!r} is both required and forbidden (NOT {v}); use another variable name "
+                             "for the rows that must not occur", p.pos, 3)
+                if v not in defined:
+                    self.err(f"NOT {v} needs a condition: add DEFINE {v} AS ... (an undefined variable "
+                             "matches every row)", p.pos, 3)
+        bad_subsets = [n for n, m in mr.subsets if absent & set(m)]
+        for n in bad_subsets:
+            self.err(f"SUBSET {n} includes a NOT variable; a NOT variable has no rows to group",
+                     mr.text.find(n) if mr.text else 0, len(n))
+        if mr.skip.var in absent:
+            self.err(f"AFTER MATCH SKIP TO {mr.skip.var}: a NOT variable has no rows", mr.skip.pos, len(mr.skip.var))
+        for where, e, own in [("MEASURES", m.expr, None) for m in mr.measures] + [
+            ("DEFINE " + d.var, d.expr, d.var) for d in mr.defines
+        ]:
+            for x in A.walk_expr(e):
+                var = getattr(x, "var", None)
+                if var in absent and var != own:
+                    self.err(f"{where} reads {var}, a NOT variable: it never has rows in a match",
+                             x.pos, len(var))
 
     def check_expr(self, e: A.Expr, known: set[str], in_define: bool, inside: str | None = None) -> None:
         if isinstance(e, A.Column):

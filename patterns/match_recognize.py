@@ -195,10 +195,15 @@ class _Parser:
                     break
 
         rows_per_match = "ONE"
+        timeout_rows = False
         if self.accept_kw("ONE"):
             self.expect_kw("ROW", "in ONE ROW PER MATCH")
             self.expect_kw("PER", "in ONE ROW PER MATCH")
             self.expect_kw("MATCH", "in ONE ROW PER MATCH")
+            if self.accept_kw("WITH"):
+                self.expect_kw("TIMEOUT", "in ONE ROW PER MATCH WITH TIMEOUT ROWS")
+                self.expect_kw("ROWS", "in ONE ROW PER MATCH WITH TIMEOUT ROWS")
+                timeout_rows = True
         elif self.accept_kw("ALL"):
             self.expect_kw("ROWS", "in ALL ROWS PER MATCH")
             self.expect_kw("PER", "in ALL ROWS PER MATCH")
@@ -298,6 +303,7 @@ class _Parser:
             subsets=tuple(subsets),
             defines=tuple(defines),
             within_ms=within,
+            timeout_rows=timeout_rows,
             text=self.text,
             select_pos=tuple(select_pos),
             pos=start,
@@ -363,6 +369,9 @@ class _Parser:
         pos = self.tok.offset
         items = []
         while not (self.at_op(")", "|", ",", "-") or self.tok.kind == "EOF"):
+            if self.tok.kind == "IDENT" and self.tok.upper == "NOT":
+                items.append(self.absence())
+                continue
             if items and self.tok.kind == "IDENT" and self.tok.upper in _RESERVED:
                 # a clause keyword right after pattern items: most likely a ')' is missing before it
                 raise self.error(f"expected a pattern variable, '(', '|' or ')', found {self.describe(self.tok)}; "
@@ -373,6 +382,26 @@ class _Parser:
         if len(items) == 1:
             return items[0]
         return A.PSeq(tuple(items), pos=pos)
+
+    def absence(self) -> A.Pattern:
+        """``NOT B`` or ``NOT (B | C | ...)``: pattern variables that must not occur here."""
+        pos = self.take().offset
+        names = []
+        if self.accept_op("("):
+            while True:
+                names.append(self.ident("a pattern variable after NOT (").value)
+                if not self.accept_op("|"):
+                    break
+            self.expect_op(")", "to close NOT ( ... ): only variables separated by '|' may follow NOT")
+        else:
+            t = self.tok
+            if not (t.kind in ("IDENT", "QIDENT") and t.upper not in _RESERVED):
+                raise self.error(f"expected a pattern variable or '(' after NOT, found {self.describe(t)}")
+            names.append(self.take().value)
+        if self.at_op("*", "+", "?") or (self.at_op("{") and self.peek().value != "-"):
+            raise self.error("NOT takes no quantifier: NOT B already means no B row at all here")
+        last = self.toks[self.i - 1]
+        return A.PNot(tuple(names), pos=pos, end=last.offset + len(last.value))
 
     def quantified(self) -> A.Pattern:
         pos = self.tok.offset

@@ -18,8 +18,17 @@ Assignment = tuple  # ((row index, var name, excluded), ...)
 
 
 def _gen(p: A.Pattern, i: int, asg: Assignment, ctx) -> Iterator[tuple[int, Assignment]]:
-    n, cond, ok_time = ctx
+    n, cond, ok_time = ctx[:3]
     if isinstance(p, A.PVar):
+        if len(ctx) > 3 and ctx[3].partial:
+            # partial mode: rows run out at n; a run that reaches n waiting for this variable is
+            # a partial match, marked by a (-1, var) entry; what follows it is taken as done
+            if i == n:
+                yield n + 1, asg + ((-1, p.name, False),)
+                return
+            if i == n + 1:
+                yield i, asg
+                return
         if i < n and ok_time(asg, i):
             new = asg + ((i, p.name, ctx_excl[-1]),)
             if cond(p.name, i, new):
@@ -30,7 +39,12 @@ def _gen(p: A.Pattern, i: int, asg: Assignment, ctx) -> Iterator[tuple[int, Assi
             if k == len(p.items):
                 yield j, a
                 return
-            for j2, a2 in _gen(p.items[k], j, a, ctx):
+            item = p.items[k]
+            if isinstance(item, A.PNot):
+                gen = _absent(item, j, a, ctx, trailing=k == len(p.items) - 1)
+            else:
+                gen = _gen(item, j, a, ctx)
+            for j2, a2 in gen:
                 yield from seq(k + 1, j2, a2)
         yield from seq(0, i, asg)
         return
@@ -69,6 +83,47 @@ def _gen(p: A.Pattern, i: int, asg: Assignment, ctx) -> Iterator[tuple[int, Assi
 ctx_excl: list[bool] = [False]
 
 
+class Absence:
+    """What NOT needs beyond rows and conditions: event times, WITHIN, every row of the partition."""
+
+    def __init__(self, ts: list[int] | None, within: int | None, n_all: int, partial: bool = False):
+        self.ts = ts
+        self.within = within
+        self.n_all = n_all
+        self.partial = partial
+
+
+def _absent(p: A.PNot, i: int, asg: Assignment, ctx, trailing: bool) -> Iterator[tuple[int, Assignment]]:
+    """``NOT B``: between elements, rows that are not B are skipped (excluded rows, fewest first);
+    at the end, no B row before the deadline (the first row's time + WITHIN, or the end of input)."""
+    n, cond, ok_time = ctx[:3]
+    info: Absence = ctx[3]
+
+    def killed(j: int, a: Assignment) -> bool:
+        return any(cond(v, j, a + ((j, v, False),)) for v in p.vars)
+
+    if trailing:
+        if i == n + 1:  # partial mode: the run already waits for an earlier variable
+            yield i, asg
+            return
+        assert info.ts is not None and info.within is not None
+        deadline = info.ts[asg[0][0]] + info.within
+        for j in range(i, info.n_all):
+            if info.ts[j] >= deadline:
+                break
+            if killed(j, asg):
+                return
+        yield i, asg
+        return
+    j, a = i, asg
+    while True:
+        yield j, a
+        if j >= n or not ok_time(a, j) or killed(j, a):
+            return
+        a = a + ((j, p.vars[0], True),)
+        j += 1
+
+
 def reference_matches(
     n: int,
     pattern: A.Pattern,
@@ -86,7 +141,7 @@ def reference_matches(
         assert ts is not None
         return ts[i] - ts[asg[0][0]] < within
 
-    ctx = (n, cond, ok_time)
+    ctx = (n, cond, ok_time, Absence(ts, within, n))
     out: list[Assignment] = []
     s = 0
     while s < n:
@@ -107,4 +162,61 @@ def reference_matches(
             else:
                 t = rows[0] if skip == "TO_FIRST" else rows[-1]
                 s = t if t > asg[0][0] else asg[0][0] + 1
+    return out
+
+
+def reference_outcomes(
+    n: int,
+    pattern: A.Pattern,
+    cond: Callable[[str, int, Assignment], bool],
+    ts: list[int],
+    within: int,
+    skip: str = "PAST_LAST_ROW",
+) -> list[tuple]:
+    """Matches and timed-out partial matches over rows 0..n-1 of one partition, in start order.
+
+    ``("match", assignment)`` as :func:`reference_matches`; ``("timeout", assignment, waiting)``
+    for a start row with no match whose partial match was alive when WITHIN ran out (or at the end
+    of the rows): the most preferred run that took every row of the partition before the deadline,
+    and the variables the runs with that same assignment waited for, in preference order.
+    """
+
+    def ok_time(asg: Assignment, i: int) -> bool:
+        return not asg or ts[i] - ts[asg[0][0]] < within
+
+    full = (n, cond, ok_time, Absence(ts, within, n))
+    out: list[tuple] = []
+    s = 0
+    while s < n:
+        m = next(_gen(pattern, s, (), full), None)
+        if m is not None:
+            end, asg = m
+            out.append(("match", asg))
+            if skip == "PAST_LAST_ROW":
+                s = end
+            elif skip == "TO_NEXT_ROW":
+                s = asg[0][0] + 1
+            else:
+                raise ValueError(skip)
+            continue
+        limit = s
+        while limit < n and ts[limit] - ts[s] < within:
+            limit += 1
+        part = (limit, cond, ok_time, Absence(ts, within, n, partial=True))
+        first = None
+        waiting: list[str] = []
+        for _, asg in _gen(pattern, s, (), part):
+            if not any(r == -1 for r, _, _ in asg):
+                continue  # a run completed inside the window would have been a match above
+            rows = tuple(x for x in asg if x[0] != -1)
+            if not rows:
+                continue  # the start row itself was not taken: nothing started here
+            var = next(v for r, v, _ in asg if r == -1)
+            if first is None:
+                first = rows
+            if rows == first and var not in waiting:
+                waiting.append(var)
+        if first is not None:
+            out.append(("timeout", first, tuple(waiting)))
+        s += 1
     return out
