@@ -161,6 +161,7 @@ class PatternAutomaton:
         # a deadline does more than end runs: it completes absences or reports timed-out runs
         self.deadline_work = self.has_not or self.timeout_rows
         self.start_closure = self.closure[0]
+        self._unset = (-1,) * self.nvars
         self.start_bits = 0
         for v in prog.start_vars:
             self.start_bits |= 1 << v
@@ -272,7 +273,7 @@ class PatternAutomaton:
                 aggs = step(aggs, row)
             return Node(rno, vid, parent, n, None, None, aggs, excl)
         if parent is None:
-            last = tuple(rno if v == vid else -1 for v in range(self.nvars))
+            last = self._unset[:vid] + (rno,) + self._unset[vid + 1 :]
             first = last
             aggs = tuple(a.init() for a in self.aggs)
             n = 1

@@ -757,8 +757,13 @@ class PatternOperator:
         emit = self._emitter(out)
         cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
         cand_list = cand_all.tolist()
-        # dense candidates: build every row tuple at once (one C-level zip) rather than per key
-        rows_all = list(zip(*col_lists)) if len(cand_list) * 8 > n else None
+        # dense work (rows that can start a match, or rows of keys with live partial matches):
+        # build every row tuple at once (one C-level zip) rather than per key
+        busy = len(cand_list)
+        if busy * 8 <= n and self.active:
+            seg_len = ends - starts
+            busy += int(seg_len[np.fromiter((bool(st.attempts) for st in states), dtype=bool, count=len(states))].sum())
+        rows_all = list(zip(*col_lists)) if busy * 8 > n else None
         step = a.step_key
         stats = self.stats
         active = self.active

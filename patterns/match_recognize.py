@@ -204,6 +204,11 @@ class _Parser:
                 self.expect_kw("TIMEOUT", "in ONE ROW PER MATCH WITH TIMEOUT ROWS")
                 self.expect_kw("ROWS", "in ONE ROW PER MATCH WITH TIMEOUT ROWS")
                 timeout_rows = True
+            elif self.at_kw("SHOW") and self.peek().upper == "TIMEOUT":
+                self.take()  # Alibaba's newer spelling of the same clause
+                self.take()
+                self.expect_kw("MATCHES", "in ONE ROW PER MATCH SHOW TIMEOUT MATCHES")
+                timeout_rows = True
         elif self.accept_kw("ALL"):
             self.expect_kw("ROWS", "in ALL ROWS PER MATCH")
             self.expect_kw("PER", "in ALL ROWS PER MATCH")

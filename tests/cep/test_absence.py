@@ -284,3 +284,12 @@ def test_timeout_rows_need_within():
     )
     with pytest.raises(RuleError, match="WITH TIMEOUT ROWS needs WITHIN"):
         parse_rule_text(sql)
+
+
+def test_show_timeout_matches_is_the_same_clause():
+    base = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS a ONE ROW PER MATCH {} "
+            "PATTERN (A B) WITHIN INTERVAL '1' SECOND DEFINE A AS v = 0, B AS v = 1)")
+    for clause in ("WITH TIMEOUT ROWS", "SHOW TIMEOUT MATCHES"):
+        op = PatternOperator(parse_rule_text(base.format(clause)).compiled, name="r")
+        op.process([{"k": 1, "ts": 0, "v": 0}])
+        assert [r["a"] for r in op.finish().timeouts] == [0]
