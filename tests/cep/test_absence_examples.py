@@ -297,3 +297,11 @@ def test_not_found_twice_nothing_between_equals_a_scan_for_the_next_404_or_succe
     got = run_cli(tmp_path, "ops.yaml", "nasa_http_sample.jsonl")
     rows = got["not_found_twice_nothing_between"]
     assert sorted((r["host"], r["first_url"], r["first_at"], r["second_url"], r["second_at"]) for r in rows) == sorted(want)
+
+
+@pytest.mark.parametrize("name", ["make_transactions", "make_orders"])
+def test_generator_docstring_examples(name):
+    import doctest
+
+    result = doctest.testmod(load_module(name))
+    assert result.attempted >= 2 and result.failed == 0
