@@ -305,3 +305,22 @@ def test_generator_docstring_examples(name):
 
     result = doctest.testmod(load_module(name))
     assert result.attempted >= 2 and result.failed == 0
+
+
+@pytest.mark.parametrize("size", [1, 7, 100])
+def test_the_orders_rules_give_the_same_rows_in_any_batches(orders, size):
+    # each order is a key that sends no event after its last one: its deadline passes as other
+    # orders' events move the watermark, whatever the batches
+    engine = Engine(load_rules(RULES / "orders.yaml"))
+    out = engine.process([])
+    for lo in range(0, len(orders), size):
+        out.extend(engine.process(orders[lo:lo + size]))
+    before_end = len(rows_of(out.matches, "not_shipped_within_2_days"))
+    out.extend(engine.finish())
+    assert unshipped(rows_of(out.matches, "not_shipped_within_2_days")) == expected_unshipped(orders)
+    matches, timeouts = expected_shipping(orders)
+    assert shipping(rows_of(out.matches, "shipped_within_2_days")) == matches
+    assert timed_out(out.timeouts) == timeouts
+    # all but the orders placed in the input's last 2 days were emitted before its end
+    last = max(o["ts"] for o in orders)
+    assert before_end == sum(1 for w in expected_unshipped(orders) if w[4] + 2 * DAY <= last) > 0

@@ -345,3 +345,59 @@ def test_a_relaxed_loop_whose_later_condition_reads_the_match_is_written_with_ne
     want = skip_till_next([("A", False), ("B", True), ("C", False)], cond, ts, None, "TO_NEXT_ROW")
     assert len(want) == 35
     assert as_matches(feed(n_form, events, [97, 180], 1), 0, [], True) == want
+
+
+# ------------------------------------------------------------------ A NOT B C: relaxed, with a veto
+
+
+def not_between(cond, ts, within, skip, vetoes) -> list[list[tuple[int, str]]]:
+    """``A NOT B C`` (or ``NOT (B | D)``) under skip-till-next: from each A row, the first later C
+    row, unless a row of a veto variable (not a C row) comes first; inside the window."""
+    out, s, n = [], 0, len(ts)
+    while s < n:
+        end = None
+        if cond("A", s, s):
+            for j in range(s + 1, n):
+                if within is not None and ts[j] - ts[s] >= within:
+                    break
+                if cond("C", j, s):
+                    end = j
+                    break
+                if any(cond(v, j, s) for v in vetoes):
+                    break
+        if end is None:
+            s += 1
+            continue
+        out.append([(s, "A"), (end, "C")])
+        s = s + 1 if skip == "TO_NEXT_ROW" else end + 1
+    return out
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(ROW_LOCAL) - 1), st.lists(st.integers(0, len(CONDS) - 1), min_size=3, max_size=3),
+       st.booleans(), st.sampled_from([None, 8_000, 30_000]), st.sampled_from(["TO_NEXT_ROW", "PAST_LAST_ROW"]),
+       st.lists(st.integers(60, 320), min_size=1, max_size=3), st.integers(0, 2**32 - 1),
+       st.lists(st.integers(1, 300), min_size=1, max_size=8), st.integers(0, 7))
+def test_not_between_is_skip_till_next_with_a_veto(a, bcd, two, within, skip, sizes, seed, splits, restore_at):
+    conds = {"A": ROW_LOCAL[a], "B": bcd[0], "C": bcd[1], "D": bcd[2]}
+    vetoes = ["B", "D"] if two else ["B"]
+    names = ["A", "C", *vetoes]
+    skip_sql = {"TO_NEXT_ROW": "AFTER MATCH SKIP TO NEXT ROW", "PAST_LAST_ROW": "AFTER MATCH SKIP PAST LAST ROW"}[skip]
+    within_sql = f" WITHIN INTERVAL '{within // 1000}' SECOND" if within is not None else ""
+    veto_sql = "NOT (B | D)" if two else "NOT B"
+    defines = ", ".join(f"{v} AS {CONDS[conds[v]][0].format(V=v)}" for v in names)
+    sql = (f"SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES CLASSIFIER() AS cls, "
+           f"MATCH_NUMBER() AS mn ALL ROWS PER MATCH {skip_sql} PATTERN (A {veto_sql} C){within_sql} DEFINE {defines})")
+    events, cols = case_events(sizes, seed)
+    cuts, at = [], 0
+    for s in splits:
+        at += s
+        if at >= len(events):
+            break
+        cuts.append(at)
+    got = feed(sql, events, cuts, restore_at if restore_at < len(cuts) else None)
+    for k, (xs, ys, ts) in enumerate(cols):
+        def cond(v, j, a):
+            return CONDS[conds[v]][1](xs, ys, j, a)
+
+        assert as_matches(got, k, [], True) == not_between(cond, ts, within, skip, vetoes), (sql, k, cuts)
