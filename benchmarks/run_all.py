@@ -105,6 +105,7 @@ class Step:
 STEPS: tuple[Step, ...] = (
     Step("patterns", "bench_patterns.py", ("--curves",), ("--quick", "--curves"),
          ("patterns.json", "patterns.png", "patterns_curves.png")),
+    Step("absence", "bench_absence.py", (), ("--quick",), ("absence.json",), quick_outputs=("absence_quick.json",)),
     Step("sketches", "bench_sketches.py", (), ("--quick",), ("sketches.json", "sketches.png")),
     Step("percolator", "bench_percolator.py", (), ("--quick",), ("percolator.json", "percolator.png"),
          needs=_need_data),

@@ -25,6 +25,7 @@ from cep.events import (
     format_time,
     unit_hint,
 )
+import cep.absence as absence_path
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
@@ -163,6 +164,10 @@ class PatternOperator:
         self._deadlines: list[tuple[int, int, Any]] = []
         self._deadline_of: dict[Any, int] = {}
         self._deadline_seq = 0
+        # PATTERN (A NOT B) WITHIN T with row-local conditions: decided column-wise (cep/absence.py);
+        # chosen at the first batch, when no idle-state TTL or global cap asks for the automaton
+        self._absence_plan = absence_path.absence_plan(a)
+        self._fast: absence_path.AbsencePath | None = None
         self.pending = _Pending(len(self.columns))
         self.counts = OperatorCounts()
         self.stats = StepStats()
@@ -269,7 +274,7 @@ class PatternOperator:
         for rows, not for time).
         """
         best: int | None = int(self.pending.ts.min()) if len(self.pending) else None
-        d = self._first_deadline()
+        d = self._fast.next_deadline() if self._fast is not None else self._first_deadline()
         if d is not None and (best is None or d < best):
             best = d
         return best
@@ -361,11 +366,11 @@ class PatternOperator:
 
     def key_count(self) -> int:
         """Keys with runtime state (idle keys included)."""
-        return len(self.states)
+        return len(self.states) + (self._fast.keys() if self._fast is not None else 0)
 
     def live_partial_matches(self) -> int:
         """Partial matches alive now, over every key."""
-        total = 0
+        total = self._fast.live() if self._fast is not None else 0
         for key in self.active:
             for a in self.states[key].attempts:
                 total += len(a.threads) if isinstance(a.threads, list) else (1 if a.threads else 0)
@@ -504,6 +509,8 @@ class PatternOperator:
                 self.counts.buffered = len(p)
         a = self.automaton
         emit = self._emitter(out)
+        if self._fast is not None and (final or watermark is not None):
+            self._fast.fire(None if final else watermark, self._absence_row(out), self.stats)
         if final:
             for key in list(self.active):
                 st = self.states[key]
@@ -702,6 +709,25 @@ class PatternOperator:
             return int(v) if float(v).is_integer() else float(v)
         return format_time(ms)
 
+    def _absence_row(self, out: OperatorOutput):
+        """How the column-wise absence path emits: the automaton's match row for a one-row match."""
+        a = self.automaton
+        vid = self._fast.vid if self._fast is not None else 0
+
+        def emit_row(row: tuple, number: int) -> None:
+            st = KeyState()
+            st.rows, st.base, st.nrows, st.match_number = [row], 0, 1, number
+            node = a.new_node(0, vid, None, row, False)
+            rows = a.match_rows(st, node, number)
+            for r in rows:
+                r["rule"] = self.name
+            if self.row_ids:
+                self._add_ids(st, node, number, rows)
+            self.stats.rows_emitted += len(rows)
+            out.matches.extend(rows)
+
+        return emit_row
+
     def _emit_deferred(self, st: KeyState, emit, final: bool = False) -> None:
         """Emit the matches whose NEXT rows have arrived (all of them at end of input)."""
         need = self.automaton.max_next
@@ -734,6 +760,17 @@ class PatternOperator:
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
         seg_keys = np.asarray(uniques)[codes[starts]].tolist()  # Python values, not numpy scalars
+        if self._fast is None and self._absence_plan is not None and absence_path.USE_ABSENCE_PATH \
+                and not self.states and self.idle_state_ttl_ms is None and self.max_partial_matches_total is None:
+            self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)
+        if self._fast is not None:
+            t0 = time.perf_counter()
+            masks = self._masks(cols, starts, ends, [], seg_keys)
+            t1 = time.perf_counter()
+            self.stats.seconds_predicates += t1 - t0
+            self._fast.step(codes, uniques, ts, cols, masks, self.stats)
+            self.stats.seconds_automaton += time.perf_counter() - t1
+            return
         states_map = self.states
         states = list(map(states_map.get, seg_keys))
         for i in [i for i, st in enumerate(states) if st is None]:
@@ -948,6 +985,7 @@ class PatternOperator:
             "demoted": sorted(self.demoted),
             "floor": self.floor,
             "next_sweep": self._next_sweep,
+            "absence": self._fast.state() if self._fast is not None else None,
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -1000,6 +1038,10 @@ class PatternOperator:
         self._deadlines, self._deadline_of, self._deadline_seq = [], {}, 0
         for k in self.active:
             self._watch(k)
+        self._fast = None
+        if state.get("absence") is not None and self._absence_plan is not None:
+            self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)
+            self._fast.load(state["absence"])
 
 
 class _RowSearch:

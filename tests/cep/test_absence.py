@@ -293,3 +293,67 @@ def test_show_timeout_matches_is_the_same_clause():
         op = PatternOperator(parse_rule_text(base.format(clause)).compiled, name="r")
         op.process([{"k": 1, "ts": 0, "v": 0}])
         assert [r["a"] for r in op.finish().timeouts] == [0]
+
+
+# ------------------------------------------------------------------ the column-wise path
+
+def run_with(monkeypatch, use_path: bool, sql: str, events, cuts, restore_at, **kw):
+    import cep.absence
+
+    monkeypatch.setattr(cep.absence, "USE_ABSENCE_PATH", use_path)
+    compiled = parse_rule_text(sql).compiled
+    op = PatternOperator(compiled, name="r", **kw)
+    op.row_ids = True
+    rows = []
+    bounds = [0, *cuts, len(events)]
+    for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        rows += op.process(events[lo:hi]).matches
+        if b == restore_at:
+            blob = op.snapshot()
+            op = PatternOperator(compiled, name="r", **kw)
+            op.row_ids = True
+            op.restore(blob)
+    rows += op.finish().matches
+    assert (op._fast is not None) == use_path
+    return sorted(rows, key=lambda r: r["_id"]), op.stats
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("cap, on_cap", [(10_000, "drop_oldest"), (3, "drop_oldest"), (2, "skip_key")])
+def test_column_wise_path_equals_the_automaton(monkeypatch, seed, cap, on_cap):
+    rnd = random.Random(seed)
+    skip = rnd.choice(["PAST LAST ROW", "TO NEXT ROW"])
+    pattern = rnd.choice(["A NOT B", "A NOT (B | C)"])
+    sql = (
+        "SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts "
+        "MEASURES A.i AS a_i, A.ts AS a_ts, MATCH_NUMBER() AS m, CLASSIFIER() AS c, COUNT(*) AS n "
+        f"AFTER MATCH SKIP {skip} PATTERN ({pattern}) WITHIN INTERVAL '10' SECOND "
+        "DEFINE A AS A.v = 0, B AS B.v = 1" + (", C AS C.v = 2)" if "C" in pattern else ")")
+    )
+    # few values, so one key often has several A rows waiting at once (the cap is reached)
+    events = make_events(seed, keys=4, per_key=250, values=3 if seed % 2 else 5)
+    cuts = sorted(rnd.sample(range(1, len(events)), 15))
+    restore_at = rnd.randrange(len(cuts))
+    kw = dict(max_partial_matches=cap, on_cap=on_cap)
+    fast, fs = run_with(monkeypatch, True, sql, events, cuts, restore_at, **kw)
+    slow, ss = run_with(monkeypatch, False, sql, events, cuts, restore_at, **kw)
+    assert fast == slow
+    assert fs.matches == ss.matches == len(fast) > 0
+    assert fs.partial_matches_dropped == ss.partial_matches_dropped
+    if cap < 10:
+        assert ss.cap_hits > 0  # the cap was really exercised
+
+
+def test_column_wise_path_fires_on_the_watermark(monkeypatch):
+    import cep.absence
+
+    monkeypatch.setattr(cep.absence, "USE_ABSENCE_PATH", True)
+    sql = sql_for("A NOT B", True, False, False, "PAST LAST ROW")
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.process([{"k": "quiet", "ts": 1000, "v": 0, "w": 0, "i": 0}, {"k": "x", "ts": 1000, "v": 0, "w": 0, "i": 0}])
+    assert op._fast is not None and op.next_deadline() == 11_000 and op.live_partial_matches() == 2
+    op.process([{"k": "x", "ts": 5000, "v": 1, "w": 0, "i": 1}])  # x's B ends its wait
+    assert op.live_partial_matches() == 1
+    out = op.process([{"k": "busy", "ts": 11_000, "v": 3, "w": 0, "i": 0}])
+    assert [(r["k"], r["a_i"]) for r in out.matches] == [("quiet", 0)]
+    assert op.next_deadline() is None and op.finish().matches == []
