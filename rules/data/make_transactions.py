@@ -1,4 +1,4 @@
-"""Writes transactions.jsonl: seeded synthetic card transactions for the fraud examples.
+"""Writes transactions.jsonl and authorisations.jsonl: seeded synthetic card data for the fraud examples.
 
 Real card transactions are private, so this script makes a small, realistic-looking stream:
 150 cards over four weeks of March 2024, each with a home country and a handful of regular
@@ -12,10 +12,26 @@ fraud rules must live with), plus two injected kinds of fraud, labelled in ``lab
 
 Fields: ``id`` (t00001...), ``card``, ``ts`` (epoch milliseconds, UTC), ``amount`` (EUR),
 ``merchant`` (country-category-number), ``country`` (ISO 3166 alpha-2), ``label`` (null for
-honest transactions). Rows are sorted by ``ts``. The same seed gives the same file, byte for byte
-(``tests/cep/test_examples.py`` checks the committed file against this script)::
+honest transactions). Rows are sorted by ``ts``.
 
-    python3 rules/data/make_transactions.py            # rewrites rules/data/transactions.jsonl
+The second file holds a stream of its own, authorisations and captures at pay-at-the-pump fuel
+stations, EV chargers and car parks of the same cards: the terminal authorises a fixed amount
+(``type: auth``), then captures what was used (``type: capture``, the same ``auth_id``) when the
+session ends, minutes later. Labelled in ``label`` (on every row of the authorisation):
+
+* ``never_captured``: an authorisation with no capture (a stuck terminal, or a stolen card
+  tested with a hold and never used);
+* ``captured_late``: a capture 30 minutes or more after its authorisation (two of them exactly
+  30 minutes after, which "within 30 minutes" does not include); rule
+  ``authorised_not_captured`` of ``rules/fraud.yaml`` finds both kinds.
+
+Fields: ``id`` (a00001...), ``auth_id`` (au0001...), ``card``, ``ts``, ``type``, ``amount`` (held
+or captured, EUR), ``merchant``, ``country``, ``label``. The first file's rows are exactly those
+it had before the second was added (the second draws from its own random stream). The same seed
+gives the same files, byte for byte (``tests/cep/test_examples.py`` checks the committed files
+against this script)::
+
+    python3 rules/data/make_transactions.py   # rewrites rules/data/transactions.jsonl and authorisations.jsonl
 """
 
 from __future__ import annotations
@@ -26,7 +42,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["generate", "dumps", "main"]
+__all__ = ["generate", "generate_authorisations", "dumps", "main"]
 
 SEED = 20240301
 START_MS = int(datetime(2024, 3, 1, tzinfo=timezone.utc).timestamp() * 1000)
@@ -114,6 +130,59 @@ def generate(seed: int = SEED) -> list[dict]:
     return [{"id": f"t{i + 1:05d}", **r} for i, r in enumerate(rows)]
 
 
+AUTHORISATIONS = 300
+# category: (amount held, smallest and largest share of it captured, capture delay in seconds)
+AUTH_CATEGORIES = {
+    "fuel": (150.0, 0.15, 0.6, (90, 12 * 60)),
+    "ev_charging": (60.0, 0.2, 0.9, (10 * 60, 29 * 60 + 59)),
+    "parking": (40.0, 0.05, 0.5, (3 * 60, 25 * 60)),
+}
+
+
+def generate_authorisations(seed: int = SEED) -> list[dict]:
+    """Authorisations and their captures for the cards of :func:`generate`, sorted by time.
+
+    Example:
+        >>> rows = generate_authorisations(1)
+        >>> rows == generate_authorisations(1), rows[0]["id"], sorted(rows[0])
+        (True, 'a00001', ['amount', 'auth_id', 'card', 'country', 'id', 'label', 'merchant', 'ts', 'type'])
+        >>> {r["label"] for r in rows} == {None, "captured_late", "never_captured"}
+        True
+    """
+    homes: dict[str, dict[str, int]] = {}
+    for t in generate(seed):  # each card's home: the country of most of its payments
+        homes.setdefault(t["card"], {}).setdefault(t["country"], 0)
+        homes[t["card"]][t["country"]] += 1
+    home = {c: max(sorted(n), key=n.__getitem__) for c, n in homes.items()}
+    cards = sorted(home)
+    rnd = random.Random(seed * 31 + 7)  # a stream of its own: the payments above do not move
+    rows: list[dict] = []
+    labels = ["never_captured"] * 12 + ["captured_late"] * 10 + ["exactly_30"] * 2 + ["just_in_time"] * 2
+    labels += [None] * (AUTHORISATIONS - len(labels))
+    rnd.shuffle(labels)
+    for k, label in enumerate(labels):
+        card = rnd.choice(cards)
+        cat = rnd.choice(sorted(AUTH_CATEGORIES))
+        held, low, high, (d0, d1) = AUTH_CATEGORIES[cat]
+        merchant = _merchant(rnd, home[card], cat)
+        auth_id = f"au{k + 1:04d}"
+        t = _daytime(rnd, rnd.randrange(DAYS))
+        delay = rnd.randint(d0, d1) * 1000
+        if label == "captured_late":
+            delay = rnd.randint(31 * 60, 4 * 3600) * 1000
+        elif label == "exactly_30":  # "within 30 minutes" means before the 30th minute ends
+            label, delay = "captured_late", 30 * MINUTE
+        elif label == "just_in_time":
+            label, delay = None, 30 * MINUTE - 1000
+        base = {"auth_id": auth_id, "card": card, "merchant": merchant, "country": merchant[:2], "label": label}
+        rows.append({"ts": t, "type": "auth", "amount": held, **base})
+        if label != "never_captured":
+            rows.append({"ts": t + delay, "type": "capture", "amount": _amount(rnd, held * low, held * high), **base})
+    rows.sort(key=lambda r: r["ts"])
+    order = ["auth_id", "card", "ts", "type", "amount", "merchant", "country", "label"]
+    return [{"id": f"a{i + 1:05d}", **{f: r[f] for f in order}} for i, r in enumerate(rows)]
+
+
 def dumps(rows: list[dict]) -> str:
     """The file's text: one JSON object per line, keys in a fixed order."""
     return "".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in rows)
@@ -123,15 +192,22 @@ def main(argv: list[str] | None = None) -> int:
     """Write the transactions of ``--seed`` (default the committed one) to ``--output``."""
     import argparse
 
-    p = argparse.ArgumentParser(description="Write seeded synthetic card transactions as JSON lines.")
-    p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED}, the committed file)")
+    p = argparse.ArgumentParser(description="Write seeded synthetic card transactions and authorisations as JSON lines.")
+    p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED}, the committed files)")
     p.add_argument("--output", default=str(Path(__file__).with_name("transactions.jsonl")),
-                   help="output file (default rules/data/transactions.jsonl)")
+                   help="payments file (default rules/data/transactions.jsonl)")
+    p.add_argument("--auth-output", default=str(Path(__file__).with_name("authorisations.jsonl")),
+                   help="authorisations and captures file (default rules/data/authorisations.jsonl)")
     args = p.parse_args(argv)
     rows = generate(args.seed)
     Path(args.output).write_text(dumps(rows))
     print(f"{args.output}: {len(rows)} transactions, {sum(r['label'] is not None for r in rows)} labelled fraud",
           file=sys.stderr)
+    auths = generate_authorisations(args.seed)
+    Path(args.auth_output).write_text(dumps(auths))
+    labelled = {r["auth_id"] for r in auths if r["label"] is not None}
+    print(f"{args.auth_output}: {sum(r['type'] == 'auth' for r in auths)} authorisations, "
+          f"{sum(r['type'] == 'capture' for r in auths)} captures, {len(labelled)} labelled", file=sys.stderr)
     return 0
 
 

@@ -6,8 +6,9 @@ row's command runs (through ``cep.cli.main``) with every rule of the file emitti
 complex event. Facts per file, each recomputed here from the raw events with plain Python loops or
 pandas, never with the engine: ``fraud.yaml``, ``ops.yaml``, ``trends.yaml`` and ``sessions.yaml``
 below; ``trading.yaml`` in ``test_real_data.py`` (the brute-force matcher), ``weblogs.yaml`` in
-``test_analytics_data.py`` and ``media.yaml`` in ``test_search_rules.py`` (every query on every
-document).
+``test_analytics_data.py``, ``media.yaml`` in ``test_search_rules.py`` (every query on every
+document), and the absence rules of ``fraud.yaml``, ``ops.yaml``, ``sessions.yaml`` and
+``orders.yaml`` in ``test_absence_examples.py``.
 """
 
 from __future__ import annotations

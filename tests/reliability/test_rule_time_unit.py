@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "rules" / "data" / "nasa_http_sample.jsonl"  # times in epoch ms
 WEBLOGS, OPS = REPO / "rules" / "weblogs.yaml", REPO / "rules" / "ops.yaml"
 MS_PER = {"s": 1000, "ms": 1, "us": 0.001, "ns": 0.000001}
-RAW_TIMES = ("first_at", "last_at")  # pattern measures that copy the raw time field
+RAW_TIMES = ("first_at", "last_at", "not_found_at", "second_at")  # pattern measures that copy the raw time field
 
 HOURLY = """
 rules:
@@ -113,7 +113,7 @@ def test_every_example_rule_gives_the_same_rows_in_every_unit(unit: str) -> None
     rules = [*load_rules(WEBLOGS), *load_rules(OPS)]
     want = run(rules, sample())
     got = run(with_time_unit(rules, unit), in_unit(sample(), unit))
-    assert len(want.matches) == 58 + 69
+    assert len(want.matches) == 58 + 188
     assert in_ms(got.matches, unit) == in_ms(want.matches, "ms") and got.errors == got.late == []
 
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully suppo
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "rules" / "data"
 
-# One rule reads every stream (FROM events names none of the inputs), the others one stream each;
+# Two rules read every stream (FROM events names none of the inputs), the others one stream each;
 # read unrouted, the clicks rules would see the searches too (status NULL breaks a run of clicks,
 # searches add to the hourly counts) and the search rule would percolate clicks.
 RULES = (REPO / "rules" / "sessions.yaml").read_text() + """
@@ -51,6 +51,7 @@ RULES = (REPO / "rules" / "sessions.yaml").read_text() + """
       - {id: rage, query: '"rage face" OR rageface'}
 """
 SCHEMA = "session string, ts long, q string, landing string, url string, status long"
+EVERY_STREAM = ("search_then_click", "search_without_click")  # sessions.yaml's rules: FROM events
 
 
 def _read(name: str) -> list[dict[str, Any]]:
@@ -101,15 +102,15 @@ def test_a_backfill_of_named_inputs_gives_the_rows_of_cep_run(spark: Any, tmp_pa
                            "--shuffle-partitions", "2", "--buckets", "4"]) == 0
     rows = sink_rows(spark, tmp_path / "bf")
     assert Counter(_plain(r) for r in rows if r["output"] == "match") == Counter(_plain(r) for r in exp["run"])
-    assert {r["rule"] for r in exp["run"]} == {"search_then_click", "click_runs", "clicks_per_hour", "searched_for"}
+    assert {r["rule"] for r in exp["run"]} == {*EVERY_STREAM, "click_runs", "clicks_per_hour", "searched_for"}
     assert _problems(rows, "late") == _problems(exp["late"], "late")
     assert set(_problems(rows, "late")) == {
-        ("search_then_click", "late-search", searches[4]["ts"]), ("searched_for", "late-search", searches[4]["ts"]),
-        ("search_then_click", "late-click", clicks[3]["ts"]), ("click_runs", "late-click", clicks[3]["ts"]),
+        *((r, "late-search", searches[4]["ts"]) for r in EVERY_STREAM), ("searched_for", "late-search", searches[4]["ts"]),
+        *((r, "late-click", clicks[3]["ts"]) for r in EVERY_STREAM), ("click_runs", "late-click", clicks[3]["ts"]),
         ("clicks_per_hour", "late-click", clicks[3]["ts"])}
     errors = Counter((r["rule"], r["reason"]) for r in rows if r["output"] == "error")
     assert errors == Counter((r["rule"], r["reason"]) for r in exp["errors"])
-    assert {rule for rule, _ in errors} == {"search_then_click", "click_runs", "clicks_per_hour"}
+    assert {rule for rule, _ in errors} == {*EVERY_STREAM, "click_runs", "clicks_per_hour"}
     # the search rule read the searches alone: every row names a search's query
     assert all(r["q"] for r in rows if r["output"] == "match" and r["rule"] == "searched_for")
 
@@ -144,11 +145,11 @@ def test_a_stream_of_named_inputs_gives_the_embedded_engines_rows(spark: Any, tm
         for batch, _ in _merged_batches([(n, str(paths[n][i])) for n in files], "ts", None, 100_000):
             out.extend(eng.process(batch))
     assert Counter(_plain(r) for r in rows if r["output"] == "match") == Counter(_plain(m) for m in out.matches)
-    assert {m["rule"] for m in out.matches} == {"search_then_click", "click_runs", "clicks_per_hour", "searched_for"}
+    assert {m["rule"] for m in out.matches} == {*EVERY_STREAM, "click_runs", "clicks_per_hour", "searched_for"}
     assert _problems(rows, "late") == _problems(out.late, "late")
     assert {(rule, s) for rule, s, _ in _problems(rows, "late")} == {
-        ("search_then_click", "late-search"), ("searched_for", "late-search"), ("search_then_click", "late-click"),
-        ("click_runs", "late-click"), ("clicks_per_hour", "late-click")}
+        *((r, "late-search") for r in EVERY_STREAM), ("searched_for", "late-search"),
+        *((r, "late-click") for r in EVERY_STREAM), ("click_runs", "late-click"), ("clicks_per_hour", "late-click")}
     assert Counter((r["rule"], r["reason"]) for r in rows if r["output"] == "error") == Counter(
         (r["rule"], r["reason"]) for r in out.errors)
     m = re.search(r"(\d+) micro-batches, ([\d,]+) input rows", err)
