@@ -106,6 +106,8 @@ STEPS: tuple[Step, ...] = (
     Step("patterns", "bench_patterns.py", ("--curves",), ("--quick", "--curves"),
          ("patterns.json", "patterns.png", "patterns_curves.png")),
     Step("absence", "bench_absence.py", (), ("--quick",), ("absence.json",), quick_outputs=("absence_quick.json",)),
+    Step("any_match", "bench_any_match.py", (), ("--quick",), ("any_match.json",),
+         quick_outputs=("any_match_quick.json",)),
     Step("sketches", "bench_sketches.py", (), ("--quick",), ("sketches.json", "sketches.png")),
     Step("percolator", "bench_percolator.py", (), ("--quick",), ("percolator.json", "percolator.png"),
          needs=_need_data),

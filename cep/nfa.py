@@ -174,6 +174,10 @@ class PatternAutomaton:
         self.timeout_rows = mr.timeout_rows
         # a deadline does more than end runs: it completes absences or reports timed-out runs
         self.deadline_work = self.has_not or self.timeout_rows
+        # AFTER MATCH NO SKIP: every run that completes is a match (matches found in a row step wait
+        # in _done until the step resolves them)
+        self.no_skip = mr.skip.mode == "NO_SKIP"
+        self._done: list[tuple[Attempt, Node]] = []
         # at the partition's first row '^' passes; elsewhere it blocks (already in closure[])
         for pc in self.end_pcs:
             self.moves[pc] = (_NO_ROW, False, (), False)
@@ -468,6 +472,9 @@ class PatternAutomaton:
                     append((q, child))
                 if matches:
                     a.best = child
+                    if self.no_skip:
+                        self._done.append((a, child))
+                        continue
                     break
                 continue
             if not (m >> vid) & 1:
@@ -501,6 +508,9 @@ class PatternAutomaton:
                 append((q, child))
             if matches:
                 a.best = child
+                if self.no_skip:  # every run's match is reported: nothing is cut
+                    self._done.append((a, child))
+                    continue
                 break  # every later run is less preferred than this match
         if len(new) > self.max_partial_matches:
             stats.partial_matches_dropped += len(new) - self.max_partial_matches
@@ -537,12 +547,16 @@ class PatternAutomaton:
         th = a.threads
         if not th:
             return
-        if self.final_pcs and a.best is None:
+        if self.final_pcs and (a.best is None or self.no_skip):
             for pc, node in th:
                 if pc in self.final_pcs:
                     a.best = node
                     stats.absences += 1
-                    return
+                    if not self.no_skip:
+                        return
+                    self._done.append((a, node))
+            if a.best is not None:
+                return
         if self.timeout_rows and a.best is None:
             node = th[0][1]
             waiting: list[str] = []
@@ -608,6 +622,9 @@ class PatternAutomaton:
         self._resolve(st, emit, stats, past_last)
 
     def _resolve(self, st: KeyState, emit, stats: StepStats, past_last: bool) -> None:
+        if self.no_skip:
+            self._resolve_all(st, emit, stats)
+            return
         attempts = st.attempts
         while attempts:
             head = attempts[0]
@@ -637,6 +654,24 @@ class PatternAutomaton:
                 drop += 1
             if drop:
                 del attempts[:drop]
+
+    def _resolve_all(self, st: KeyState, emit, stats: StepStats) -> None:
+        """AFTER MATCH NO SKIP: emit every match completed so far (start rows in order, then the
+        runs' preference), report time-outs, and forget attempts with nothing alive."""
+        done = self._done
+        if done:
+            self._done = []
+            for _, node in done:
+                st.match_number += 1
+                stats.matches += 1
+                emit(st, node)
+        attempts = st.attempts
+        if any(not a.threads for a in attempts):
+            for a in attempts:
+                if not a.threads and a.timeout is not None and a.best is None:
+                    stats.timeouts += 1
+                    emit(st, a.timeout[0], None, a)
+            attempts[:] = [a for a in attempts if a.threads]
 
     def _resume_row(self, start: int, best: Node, stats: StepStats) -> int:
         mode = self.skip.mode
@@ -686,7 +721,9 @@ class PatternAutomaton:
                 for pc, node in a.threads:
                     if pc in ends and node is not None:
                         a.best = node
-                        break
+                        if not self.no_skip:
+                            break
+                        self._done.append((a, node))
             if self.deadline_work and a.threads:
                 self._time_out(a, stats)
             a.threads = self._dead
@@ -719,7 +756,7 @@ class PatternAutomaton:
 
     def _init_dfa(self) -> None:
         # NOT, timed-out runs and anchors need each run's node (the lazy DFA keeps automaton states)
-        self.dfa = self.history_free and not self.anchored and not self.deadline_work
+        self.dfa = self.history_free and not self.anchored and not self.deadline_work and not self.no_skip
         self.track = not self.dfa
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]

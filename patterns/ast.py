@@ -271,6 +271,18 @@ class PNot(Pattern):
 
 
 @dataclass(frozen=True)
+class PAny(Pattern):
+    """``ANY B`` / ``ANY (B | C)`` in a pattern's top-level sequence: skip-till-any-match.
+
+    Any rows may come before the variable's row; with ``AFTER MATCH NO SKIP`` every later row of it
+    (within ``WITHIN``) starts its own match, as Flink CEP's ``followedByAny``. The rows skipped are
+    part of the match as excluded rows, as for ``NOT``.
+    """
+
+    vars: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PAnchor(Pattern):
     """``^`` (the start of the partition) or ``$`` (its end): zero-width, they take no row."""
 
@@ -294,7 +306,7 @@ class Define(Node):
 
 @dataclass(frozen=True)
 class Skip(Node):
-    """AFTER MATCH SKIP: PAST_LAST_ROW, TO_NEXT_ROW, TO_FIRST (var), TO_LAST (var)."""
+    """AFTER MATCH SKIP: PAST_LAST_ROW, TO_NEXT_ROW, TO_FIRST (var), TO_LAST (var); or NO_SKIP."""
 
     mode: str = "PAST_LAST_ROW"
     var: str | None = None

@@ -45,6 +45,9 @@ OP_IGNORE = 4
 OP_BEGIN = 10  # (OP_BEGIN, next_pc): '^', passes only before the partition's first row
 OP_END = 11  # (OP_END, next_pc): '$', passes only after the partition's last row
 
+SKIPPED = "#skipped"
+"""The hidden variable of the rows ``ANY B`` skips (excluded rows; no condition, never readable)."""
+
 MAX_PROGRAM = 20_000  # instructions; bounded quantifiers are expanded, so cap the expansion
 MAX_PERMUTE = 7  # PERMUTE of n items expands to n! alternatives
 
@@ -91,7 +94,24 @@ def nullable(p: A.Pattern) -> bool:
         return nullable(p.item)
     if isinstance(p, (A.PNot, A.PAnchor)):
         return True
+    if isinstance(p, A.PAny):
+        return False
     raise TypeError(p)
+
+
+def _has(p: A.Pattern, kind: type) -> bool:
+    stack = [p]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, kind):
+            return True
+        if isinstance(x, (A.PSeq, A.PPermute)):
+            stack.extend(x.items)
+        elif isinstance(x, A.PAlt):
+            stack.extend(x.options)
+        elif isinstance(x, (A.PQuant, A.PExclude)):
+            stack.append(x.item)
+    return False
 
 
 def pattern_vars(p: A.Pattern) -> list[A.PVar]:
@@ -104,7 +124,7 @@ def pattern_vars(p: A.Pattern) -> list[A.PVar]:
         return [v for o in p.options for v in pattern_vars(o)]
     if isinstance(p, (A.PQuant, A.PExclude)):
         return pattern_vars(p.item)
-    if isinstance(p, A.PNot):
+    if isinstance(p, (A.PNot, A.PAny)):
         return [A.PVar(v, pos=p.pos) for v in p.vars]
     if isinstance(p, A.PAnchor):
         return []
@@ -190,6 +210,12 @@ class _Builder:
             self.gen_quant(p, excluded)
         elif isinstance(p, A.PNot):
             self.gen_not(p, final=False)
+        elif isinstance(p, A.PAny):
+            # L: split(take, skip); skip: IGNORE nothing -> L; take: B (or B | C ...)
+            loop = self.emit(OP_SPLIT, [])
+            ign = self.emit(OP_IGNORE, (), loop, False, self.var_ids[SKIPPED])
+            self.code[loop][1] = [ign + 1, ign]
+            self.gen(A.PAlt(tuple(A.PVar(v) for v in p.vars)) if len(p.vars) > 1 else A.PVar(p.vars[0]), excluded)
         elif isinstance(p, A.PAnchor):
             pc = self.emit(OP_BEGIN if p.kind == "^" else OP_END, None)
             self.code[pc][1] = pc + 1
@@ -331,6 +357,8 @@ class _Checker:
         var_ids: dict[str, int] = {}
         for v in occurrences:
             var_ids.setdefault(v.name, len(var_ids))
+        if _has(mr.pattern, A.PAny):
+            var_ids[SKIPPED] = len(var_ids)
         subsets: dict[str, frozenset[int]] = {}
         for name, members in mr.subsets:
             pos = mr.text.find(name) if mr.text else 0
@@ -343,7 +371,7 @@ class _Checker:
             for m in bad:
                 self.err(
                     f"SUBSET {name} names {m!r}, which is not a variable of PATTERN "
-                    f"(variables: {', '.join(var_ids)})",
+                    f"(variables: {', '.join(v for v in var_ids if v != SKIPPED)})",
                     pos,
                     len(name),
                 )
@@ -372,7 +400,7 @@ class _Checker:
             seen_define.add(d.var)
             if d.var not in var_ids:
                 self.err(
-                    f"DEFINE {d.var}: {d.var!r} does not occur in PATTERN (variables: {', '.join(var_ids)})",
+                    f"DEFINE {d.var}: {d.var!r} does not occur in PATTERN (variables: {', '.join(v for v in var_ids if v != SKIPPED)})",
                     d.pos,
                     len(d.var),
                 )
@@ -426,9 +454,15 @@ class _Checker:
         top = mr.pattern.items if isinstance(mr.pattern, A.PSeq) else (mr.pattern,)
         stack: list[A.Pattern] = [mr.pattern]
         nots: list[A.PNot] = []
+        anys: list[A.PAny] = []
         while stack:
             p = stack.pop()
-            if isinstance(p, A.PNot):
+            if isinstance(p, A.PAny):
+                anys.append(p)
+                if not any(p is x for x in top):
+                    self.err("ANY may stand only between the elements of the pattern's sequence (A ANY B); "
+                             "not inside a group, an alternation, a quantifier, PERMUTE or an exclusion", p.pos, 3)
+            elif isinstance(p, A.PNot):
                 nots.append(p)
                 if not any(p is x for x in top):
                     self.err(
@@ -448,6 +482,18 @@ class _Checker:
             pos = mr.text.upper().find("TIMEOUT") if mr.text else 0
             self.err("WITH TIMEOUT ROWS needs WITHIN: a partial match times out when its WITHIN runs out",
                      max(pos, 0), 7)
+        if anys:
+            if isinstance(top[0], A.PAny):
+                self.err("a pattern cannot start with ANY: say what comes first (for example A ANY B)", top[0].pos, 3)
+            if mr.skip.mode != "NO_SKIP":
+                self.err("ANY B reports every later B row, each in a match of its own: write AFTER MATCH NO SKIP "
+                         "(with another skip mode only the first B could be reported; for that, A X*? B is "
+                         "relaxed contiguity)", anys[0].pos, 3)
+            if mr.within_ms is None:
+                self.err("ANY needs WITHIN: every partial match keeps waiting for later rows until WITHIN ends it",
+                         anys[0].pos, 3)
+        if mr.skip.mode == "NO_SKIP" and mr.with_unmatched:
+            self.err("AFTER MATCH NO SKIP cannot be combined with WITH UNMATCHED ROWS", mr.skip.pos, 5)
         if not nots:
             return
         if isinstance(top[0], A.PNot):

@@ -228,8 +228,15 @@ class _Parser:
         if self.at_kw("AFTER"):
             spos = self.take().offset
             self.expect_kw("MATCH", "in AFTER MATCH SKIP")
-            self.expect_kw("SKIP", "in AFTER MATCH SKIP")
-            if self.accept_kw("PAST"):
+            if self.at_kw("NO") and self.peek().upper == "SKIP":
+                self.take()
+                self.take()
+                skip = A.Skip("NO_SKIP", pos=spos)  # every match of every start row (Flink's NO_SKIP)
+            else:
+                self.expect_kw("SKIP", "in AFTER MATCH SKIP (or AFTER MATCH NO SKIP)")
+            if skip.mode == "NO_SKIP":
+                pass
+            elif self.accept_kw("PAST"):
                 self.expect_kw("LAST", "in SKIP PAST LAST ROW")
                 self.expect_kw("ROW", "in SKIP PAST LAST ROW")
                 skip = A.Skip("PAST_LAST_ROW", pos=spos)
@@ -378,7 +385,9 @@ class _Parser:
         pos = self.tok.offset
         items = []
         while not (self.at_op(")", "|", ",", "-") or self.tok.kind == "EOF"):
-            if self.tok.kind == "IDENT" and self.tok.upper == "NOT":
+            if self.tok.kind == "IDENT" and (self.tok.upper == "NOT" or (
+                self.tok.upper == "ANY" and (self.peek().kind in ("IDENT", "QIDENT") or self.peek().value == "(")
+            )):
                 items.append(self.absence())
                 continue
             if items and self.tok.kind == "IDENT" and self.tok.upper in _RESERVED:
@@ -393,7 +402,9 @@ class _Parser:
         return A.PSeq(tuple(items), pos=pos)
 
     def absence(self) -> A.Pattern:
-        """``NOT B`` or ``NOT (B | C | ...)``: pattern variables that must not occur here."""
+        """``NOT B`` or ``NOT (B | C | ...)``: pattern variables that must not occur here; ``ANY B``
+        (or ``ANY (B | C)``): any later row of these variables, every one (skip-till-any-match)."""
+        word = self.tok.upper
         pos = self.take().offset
         names = []
         if self.accept_op("("):
@@ -401,15 +412,19 @@ class _Parser:
                 names.append(self.ident("a pattern variable after NOT (").value)
                 if not self.accept_op("|"):
                     break
-            self.expect_op(")", "to close NOT ( ... ): only variables separated by '|' may follow NOT")
+            self.expect_op(")", f"to close {word} ( ... ): only variables separated by '|' may follow {word}")
         else:
             t = self.tok
             if not (t.kind in ("IDENT", "QIDENT") and t.upper not in _RESERVED):
-                raise self.error(f"expected a pattern variable or '(' after NOT, found {self.describe(t)}")
+                raise self.error(f"expected a pattern variable or '(' after {word}, found {self.describe(t)}")
             names.append(self.take().value)
         if self.at_op("*", "+", "?") or (self.at_op("{") and self.peek().value != "-"):
-            raise self.error("NOT takes no quantifier: NOT B already means no B row at all here")
+            if word == "NOT":
+                raise self.error("NOT takes no quantifier: NOT B already means no B row at all here")
+            raise self.error("ANY takes no quantifier: ANY B already takes every later B row, each in a match")
         last = self.toks[self.i - 1]
+        if word == "ANY":
+            return A.PAny(tuple(names), pos=pos, end=last.offset + len(last.value))
         return A.PNot(tuple(names), pos=pos, end=last.offset + len(last.value))
 
     def quantified(self) -> A.Pattern:

@@ -58,6 +58,16 @@ def _gen(p: A.Pattern, i: int, asg: Assignment, ctx) -> Iterator[tuple[int, Assi
                 yield from seq(k + 1, j2, a2)
         yield from seq(0, i, asg)
         return
+    if isinstance(p, A.PAny):
+        # any rows (excluded, as the hidden variable), then a row of one of the variables
+        take = A.PAlt(tuple(A.PVar(v) for v in p.vars)) if len(p.vars) > 1 else A.PVar(p.vars[0])
+        j, a = i, asg
+        while True:
+            yield from _gen(take, j, a, ctx)
+            if j >= n or not ok_time(a, j):
+                return
+            a = a + ((j, "#skipped", True),)
+            j += 1
     if isinstance(p, A.PAlt):
         for o in p.options:
             yield from _gen(o, i, asg, ctx)
@@ -258,4 +268,27 @@ def reference_outcomes(
         if first is not None:
             out.append(("timeout", first, tuple(waiting)))
         s += 1
+    return out
+
+
+def reference_all_matches(
+    n: int,
+    pattern: A.Pattern,
+    cond: Callable[[str, int, Assignment], bool],
+    ts: list[int],
+    within: int,
+) -> list[Assignment]:
+    """AFTER MATCH NO SKIP: every complete match from every start row (each way of matching once)."""
+
+    def ok_time(asg: Assignment, i: int) -> bool:
+        return not asg or ts[i] - ts[asg[0][0]] < within
+
+    ctx = (n, cond, ok_time, lambda asg: True, Absence(ts, within, n))
+    out: list[Assignment] = []
+    for s in range(n):
+        seen = set()
+        for _, asg in _gen(pattern, s, (), ctx):
+            if asg and asg not in seen:
+                seen.add(asg)
+                out.append(asg)
     return out
