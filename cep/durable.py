@@ -92,6 +92,7 @@ class DurableConfig:
     output: str  # complex events, JSON lines (a file: it is cut back at restart)
     late: str | None = None  # late events, JSON lines
     errors: str | None = None  # bad events and lines, JSON lines
+    timeouts: str | None = None  # timed-out partial matches (WITH TIMEOUT ROWS), JSON lines
     stream: str | None = None  # stream name given to the events (NAME=PATH)
     follow: bool = False  # keep reading as files grow or appear
     batch_lines: int = 8192  # input lines per batch (part of the state: fixed for its life)
@@ -757,6 +758,7 @@ class _Run:
         self._waiter = waiter
         self.idle: IdleProgress | None = None
         self.n_idle = 0
+        self.n_lines = self.n_matches = self.n_late = self.n_errors = self.n_timeouts = 0
 
     def log(self, msg: str) -> None:
         self.err.write(f"cep run: {msg}\n")
@@ -769,6 +771,8 @@ class _Run:
             out["late"] = os.path.abspath(self.cfg.late)
         if self.cfg.errors:
             out["errors"] = os.path.abspath(self.cfg.errors)
+        if self.cfg.timeouts:
+            out["timeouts"] = os.path.abspath(self.cfg.timeouts)
         return out
 
     def start(self) -> int | None:
@@ -994,6 +998,9 @@ class _Run:
         self.n_matches += len(res.matches)
         self.n_late += len(res.late)
         self.n_errors += len(res.errors)
+        self.n_timeouts += len(res.timeouts)
+        if "timeouts" in self.sinks:
+            self.sinks["timeouts"].write(res.timeouts)
         if "late" in self.sinks:
             self.sinks["late"].write(res.late)
         if "errors" in self.sinks:
@@ -1076,7 +1083,7 @@ class _Run:
         cfg = self.cfg
         self.since = 0
         self.last_ck = self.clock()
-        self.n_lines = self.n_matches = self.n_late = self.n_errors = 0
+        self.n_lines = self.n_matches = self.n_late = self.n_errors = self.n_timeouts = 0
         if self.meta["finished"]:
             if self.source.pending_bytes():
                 self.log(
@@ -1156,6 +1163,8 @@ class _Run:
         self.log(
             f"{how}: {count_noun(self.n_lines, 'line')} this run ({m['lines']:,} in all), "
             f"{count_noun(self.n_matches, 'complex event')}, {self.n_late:,} late, {count_noun(self.n_errors, 'error')}"
+            + (f", {self.n_timeouts:,} timed out" + ("" if self.cfg.timeouts else " (not written: pass --timeouts FILE)")
+               if self.n_timeouts else "")
             + (f", {count_noun(self.n_idle, 'idle advance')}" if self.n_idle else "")
             + "; "
             f"checkpoint {m['checkpoints']:,} in {self.cfg.state}"
@@ -1169,7 +1178,8 @@ class _Run:
         for name, c in self.engine.counts().items():
             self.err.write(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
-                f"buffered {c.buffered:,}, matches {c.matches:,}\n"
+                f"buffered {c.buffered:,}, matches {c.matches:,}"
+                + (f", timeouts {c.timeouts:,}" if c.timeouts else "") + "\n"
             )
 
     def close(self) -> None:
@@ -1299,7 +1309,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         return ("--state cannot read standard input: a restart must read the input again from its "
                 "checkpointed offset; write the stream to files (a directory with --follow)")
     output = args.output or STDOUT
-    for flag in ("late", "errors"):
+    for flag in ("late", "errors", "timeouts"):
         if getattr(args, flag, None) == STDOUT:
             return (f"--{flag} cannot be standard output with --state (only --output can: its rows are written "
                     "again after a restart); pass a file")
@@ -1317,7 +1327,7 @@ def config_from_args(args: Any) -> DurableConfig | str:
         stream, spec = name, path
     return DurableConfig(
         rules=args.rules, input=spec, state=args.state, output=output, late=args.late,
-        errors=args.errors, stream=stream, follow=args.follow, batch_lines=args.batch_size,
+        errors=args.errors, timeouts=getattr(args, "timeouts", None), stream=stream, follow=args.follow, batch_lines=args.batch_size,
         checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
         watch_rules=args.watch_rules, poll_seconds=args.poll, finish=args.finish,
         limits=limits, quiet=args.quiet, overwrite=getattr(args, "overwrite", False),

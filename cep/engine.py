@@ -54,6 +54,7 @@ class Counts:
     eval_errors: int
     budget_dropped: int = 0  # partial matches dropped by the work budget (max_steps_per_event)
     budget_hits: int = 0  # events after which the work budget dropped some
+    timeouts: int = 0  # partial matches WITHIN ended unmatched, written as timeout rows (WITH TIMEOUT ROWS)
 
 
 LATE_WARNING_SHARE = 0.1
@@ -324,7 +325,7 @@ class Engine:
                 c.read, c.processed, c.late, c.errors, c.buffered, s.matches,
                 getattr(s, "partial_matches_peak", 0), getattr(s, "partial_matches_dropped", 0),
                 getattr(s, "cap_hits", 0), getattr(s, "eval_errors", 0),
-                getattr(s, "budget_dropped", 0), getattr(s, "budget_hits", 0),
+                getattr(s, "budget_dropped", 0), getattr(s, "budget_hits", 0), getattr(s, "timeouts", 0),
             )
         return res
 

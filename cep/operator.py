@@ -309,6 +309,16 @@ class PatternOperator:
             self._deadline_seq += 1
             heapq.heappush(self._deadlines, (d, self._deadline_seq, key))
 
+    def _live_deadlines(self) -> list[tuple[int, int, Any]]:
+        """The heap entries that count (one per key, the first to pop), in heap order."""
+        seen: set[Any] = set()
+        live = []
+        for d, n, key in sorted(self._deadlines, key=lambda e: (e[0], e[1])):
+            if key not in seen and self._deadline_of.get(key) == d:
+                seen.add(key)
+                live.append((d, n, key))
+        return live
+
     def _first_deadline(self) -> int | None:
         """The earliest deadline of any key, cleaning stale heap entries on the way."""
         heap = self._deadlines
@@ -1115,6 +1125,9 @@ class PatternOperator:
             "floor": self.floor,
             "next_sweep": self._next_sweep,
             "absence": self._fast.state() if self._fast is not None else None,
+            # the heap's live entries with their sequence numbers: keys whose deadlines tie fire in
+            # the same order after a restore as in an uninterrupted run
+            "deadlines": (self._deadline_seq, self._live_deadlines()),
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -1167,8 +1180,15 @@ class PatternOperator:
         self.floor = state.get("floor")
         self._next_sweep = state.get("next_sweep")
         self._deadlines, self._deadline_of, self._deadline_seq = [], {}, 0
-        for k in self.active:
-            self._watch(k)
+        saved_deadlines = state.get("deadlines")
+        if saved_deadlines is None:  # a snapshot from before the heap was kept
+            for k in self.active:
+                self._watch(k)
+        else:
+            self._deadline_seq, entries = saved_deadlines
+            self._deadlines = [(d, n, k) for d, n, k in entries]
+            heapq.heapify(self._deadlines)
+            self._deadline_of = {k: d for d, _, k in entries}
         self._fast = None
         if state.get("absence") is not None and self._absence_plan is not None:
             self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)

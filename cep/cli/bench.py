@@ -35,6 +35,7 @@ class RuleFigures:
     matches: int
     late: int
     errors: int
+    timeouts: int  # timed-out partial matches (ONE ROW PER MATCH WITH TIMEOUT ROWS)
     partial_matches_peak: int  # alive over every key, after the busiest batch
     partial_matches_end: int  # alive over every key when the input ended, before the final flush
     seconds_ingest: float
@@ -174,6 +175,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
                 matches=c.matches,
                 late=c.late,
                 errors=c.errors,
+                timeouts=c.timeouts,
                 partial_matches_peak=peak[rule.name],
                 partial_matches_end=live[rule.name],
                 seconds_ingest=getattr(st, "seconds_ingest", 0.0),
@@ -215,13 +217,13 @@ def _kind_figures(f: RuleFigures) -> str:
 
 
 def _table(res: BenchResult) -> str:
-    head = ["rule", "kind", "events/s alone", "matches", "late", "errors", "peak partial", "end partial",
+    head = ["rule", "kind", "events/s alone", "matches", "timeouts", "late", "errors", "peak partial", "end partial",
             "ingest", "predicates", "automaton", "kind figures"]
     rows = []
     for f in res.rules:
         t = f.seconds_ingest + f.seconds_predicates + f.seconds_automaton
         split = [f"{x / t:.0%}" for x in (f.seconds_ingest, f.seconds_predicates, f.seconds_automaton)] if t else ["-"] * 3
-        rows.append([f.rule, f.kind, f"{f.events_per_s_alone:,.0f}", f"{f.matches:,}", f"{f.late:,}", f"{f.errors:,}",
+        rows.append([f.rule, f.kind, f"{f.events_per_s_alone:,.0f}", f"{f.matches:,}", f"{f.timeouts:,}", f"{f.late:,}", f"{f.errors:,}",
                      f"{f.partial_matches_peak:,}", f"{f.partial_matches_end:,}", *split, _kind_figures(f)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input format (default: from each file's ending)")
     r.add_argument("--late", metavar="FILE", help="write late events here (JSON lines)")
     r.add_argument("--errors", metavar="FILE", help="write bad events here (JSON lines)")
+    r.add_argument("--timeouts", metavar="FILE", help="write timed-out partial matches here (JSON lines): rows "
+                   "of rules with ONE ROW PER MATCH WITH TIMEOUT ROWS whose WITHIN ran out, with the measures "
+                   "of the rows matched so far, _waiting_for and _deadline")
     r.add_argument("--time-field", help="event-time field used to merge several inputs "
                    "(default: the rules' ORDER BY column)")
     r.add_argument("--time-unit", choices=("s", "ms", "us", "ns"), default=None,
@@ -113,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--watch-rules", action="store_true", help="reload the rule file when it changes (SIGHUP "
                    "reloads it too); unchanged rules keep their state, a file with errors is refused")
     d.add_argument("--overwrite", action="store_true", help="with a fresh --state (no checkpoint yet): start "
-                   "--output, --late and --errors empty even when they already hold rows (refused otherwise)")
+                   "--output, --late, --errors and --timeouts empty even when they already hold rows (refused otherwise)")
     d.add_argument("--finish", action="store_true", help="with --state: the input ends here; flush every "
                    "partial match and close the state")
     d.add_argument("--poll", type=float, default=0.05, metavar="SECONDS", help="--follow: longest pause between "

@@ -83,11 +83,12 @@ class OutputWriter:
 
 
 
-def _open_outputs(args) -> tuple[OutputWriter, OutputWriter | None, OutputWriter | None] | str:
-    """The --output, --late and --errors writers, or what is wrong with one of them."""
+def _open_outputs(args) -> tuple[OutputWriter, OutputWriter | None, OutputWriter | None, OutputWriter | None] | str:
+    """The --output, --late, --errors and --timeouts writers, or what is wrong with one of them."""
     opened: list[OutputWriter | None] = []
     for option, target, fmt in (("--output", args.output, args.output_format),
-                                ("--late", args.late, "jsonl"), ("--errors", args.errors, "jsonl")):
+                                ("--late", args.late, "jsonl"), ("--errors", args.errors, "jsonl"),
+                                ("--timeouts", getattr(args, "timeouts", None), "jsonl")):
         try:
             opened.append(OutputWriter(target, fmt) if target is not None else None)
         except OSError as e:
@@ -95,7 +96,7 @@ def _open_outputs(args) -> tuple[OutputWriter, OutputWriter | None, OutputWriter
                     "writable folder, or '-' for stdout")
         except CepError as e:
             return str(e)
-    out, late, errs = opened
+    out, late, errs, timeouts = opened
     assert out is not None
-    return out, late, errs
+    return out, late, errs, timeouts
 

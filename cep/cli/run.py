@@ -102,9 +102,9 @@ def cmd_run(args) -> int:
     if isinstance(writers, str):
         print(f"cep run: {writers}", file=sys.stderr)
         return EXIT_USAGE
-    out, late, errs = writers
+    out, late, errs, timeouts = writers
     if any(p == STDIN for _, p in inputs):  # a live pipe: rows reach their files as they come
-        for writer in (out, late, errs):
+        for writer in (out, late, errs, timeouts):
             if writer:
                 writer.live = True
     total = sum(os.path.getsize(p) for _, p in inputs if p != STDIN)
@@ -114,14 +114,18 @@ def cmd_run(args) -> int:
     n_events = 0
     n_late = 0
     n_err = 0
+    n_timeouts = 0
 
     def sink(res) -> None:
-        nonlocal n_late, n_err
+        nonlocal n_late, n_err, n_timeouts
         for w in res.warnings:  # even with --quiet: the answer is likely wrong
             print(f"cep run: {w}", file=sys.stderr, flush=True)
         out.write(res.matches)
         n_late += len(res.late)
         n_err += len(res.errors)
+        n_timeouts += len(res.timeouts)
+        if timeouts:
+            timeouts.write(res.timeouts)
         if late:
             late.write(res.late)
         if errs:
@@ -146,20 +150,22 @@ def cmd_run(args) -> int:
         return EXIT_RUNTIME
     finally:
         out.close()
-        if late:
-            late.close()
-        if errs:
-            errs.close()
+        for writer in (late, errs, timeouts):
+            if writer:
+                writer.close()
     progress.close()
     if not args.quiet:
         print(f"cep run: {count_noun(n_events, 'event')}, {count_noun(out.count, 'complex event')}, "
               f"{n_late:,} late, {count_noun(n_err, 'error')}"
+              + (f", {n_timeouts:,} timed out" + ("" if timeouts else " (not written: pass --timeouts FILE)")
+                 if n_timeouts else "")
               + (f", {count_noun(idle.advances, 'idle advance')}" if idle is not None and idle.advances else ""),
               file=sys.stderr)
         for name, c in engine.counts().items():
             print(
                 f"  {name}: read {c.read:,}, processed {c.processed:,}, late {c.late:,}, errors {c.errors:,}, "
                 f"matches {c.matches:,}"
+                + (f", timeouts {c.timeouts:,}" if c.timeouts else "")
                 # over every key, before the final flush ended them; only pattern rules have them
                 + (f", partial matches open at the end {open_at_end[name]:,}" if name in open_at_end else "")
                 + (f", partial matches dropped at the cap {c.partial_matches_dropped:,}" if c.partial_matches_dropped else "")

@@ -331,3 +331,32 @@ def test_the_orders_rules_give_the_same_rows_in_any_batches(orders, size, column
     last = max(o["ts"] for o in orders)
     assert before_end == sum(1 for w in expected_unshipped(orders) if w[4] + 2 * DAY <= last) > 0
     assert (engine.operators["not_shipped_within_2_days"]._fast is not None) == column_wise
+
+
+def test_the_summary_counts_timeouts_and_says_when_they_are_not_written(tmp_path, capsys):
+    args = ["run", str(RULES / "orders.yaml"), "--input", str(DATA / "orders.jsonl"), "--output", str(tmp_path / "o.jsonl")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "306 complex events, 0 late, 0 errors, 21 timed out (not written: pass --timeouts FILE)" in err
+    assert "shipped_within_2_days: read 631, processed 631, late 0, errors 0, matches 285, timeouts 21" in err
+    assert main([*args, "--timeouts", str(tmp_path / "t.jsonl")]) == 0
+    assert "21 timed out\n" in capsys.readouterr().err
+
+
+def test_a_durable_run_resumed_midway_writes_the_same_timeouts(orders, tmp_path):
+    # the orders in two files: the first run stops after the first, the second resumes and finishes
+    lines = (DATA / "orders.jsonl").read_text().splitlines(keepends=True)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text("".join(lines[: len(lines) // 2]))
+    args = ["run", str(RULES / "orders.yaml"), "--input", str(logs), "--state", str(tmp_path / "st"),
+            "--output", str(tmp_path / "o.jsonl"), "--timeouts", str(tmp_path / "t.jsonl"), "--quiet",
+            "--batch-size", "50", "--checkpoint-every", "100"]
+    assert main(args) == 0
+    first = read_jsonl(tmp_path / "t.jsonl")
+    (logs / "b.jsonl").write_text("".join(lines[len(lines) // 2:]))
+    assert main([*args, "--finish"]) == 0
+    got = read_jsonl(tmp_path / "t.jsonl")
+    assert got[: len(first)] == first and 0 < len(first) < len(got)
+    assert timed_out(got) == expected_shipping(orders)[1]
+    assert len({r["_id"] for r in got}) == len(got)

@@ -27,7 +27,7 @@ def cep_cmd(rules: Path, logs: Path, out: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "cep.cli", "run", str(rules), "--input", str(logs), "--state", str(out / "state"),
         "--output", str(out / "out.jsonl"), "--late", str(out / "late.jsonl"), "--errors", str(out / "errors.jsonl"),
-        "--batch-size", str(BATCH), "--checkpoint-every", str(EVERY), "--idle-state-ttl", str(TTL_MS), "-q", *extra,
+        "--timeouts", str(out / "timeouts.jsonl"), "--batch-size", str(BATCH), "--checkpoint-every", str(EVERY), "--idle-state-ttl", str(TTL_MS), "-q", *extra,
     ]
 
 
@@ -35,7 +35,8 @@ def reference(rules: Path, logs: Path, out: Path, finish: bool = True) -> None:
     out.mkdir(exist_ok=True)
     code = run_durable(DurableConfig(
         rules=str(rules), input=str(logs), state=str(out / "state"), output=str(out / "out.jsonl"),
-        late=str(out / "late.jsonl"), errors=str(out / "errors.jsonl"), batch_lines=BATCH,
+        late=str(out / "late.jsonl"), errors=str(out / "errors.jsonl"), timeouts=str(out / "timeouts.jsonl"),
+        batch_lines=BATCH,
         checkpoint_every=EVERY, finish=finish, quiet=True, limits=StateLimits(idle_state_ttl_ms=TTL_MS)))
     assert code == 0
 
@@ -117,12 +118,14 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_output(wo
     print("\nkill test:", json.dumps(report))
     assert kills == KILLS >= 20, report
     assert with_tail >= 3, report  # the truncation path really ran
-    for name in ("out.jsonl", "late.jsonl", "errors.jsonl"):
+    for name in ("out.jsonl", "late.jsonl", "errors.jsonl", "timeouts.jsonl"):
         got, want = (run / name).read_bytes(), (ref / name).read_bytes()
         assert got == want, f"{name} differs after {kills} kills"
     rows = [json.loads(x) for x in (run / "out.jsonl").read_text().splitlines()]
     ids = [r["_id"] for r in rows]
     assert len(ids) == len(set(ids)) > 1000  # no duplicate, and a real workload
+    timeouts = [json.loads(x) for x in (run / "timeouts.jsonl").read_text().splitlines()]
+    assert len({r["_id"] for r in timeouts}) == len(timeouts) > 100  # the time-outs too
     (tmp / "kill_report.json").write_text(json.dumps(report))
 
 
@@ -152,7 +155,7 @@ def test_sigterm_finishes_the_batch_checkpoints_and_exits_0(small_workload):
     assert res.returncode == 0, res.stderr.decode()
     ref = tmp / "ref"
     reference(rules, logs, ref)
-    for name in ("out.jsonl", "late.jsonl", "errors.jsonl"):
+    for name in ("out.jsonl", "late.jsonl", "errors.jsonl", "timeouts.jsonl"):
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
 
 

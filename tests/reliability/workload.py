@@ -29,6 +29,17 @@ rules:
         PATTERN (A C*? D)
         WITHIN INTERVAL '5' SECOND
         DEFINE D AS D.px < A.px * 0.9)
+  - name: stall
+    description: a rise then a drop back within two seconds; attempts the time ends are timeout rows
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES A.ts AS t0, LAST(U.px) AS top, D.ts AS t1
+        ONE ROW PER MATCH WITH TIMEOUT ROWS
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A U+ D)
+        WITHIN INTERVAL '2' SECOND
+        DEFINE U AS U.px > PREV(U.px), D AS D.px < A.px)
 """
 
 CHANGED_RULE = """
