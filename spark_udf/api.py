@@ -145,6 +145,14 @@ class CepResult:
             "rule", *[_q(c) for c in cols]
         )
 
+    def timeouts(self, rule: str) -> DataFrame:
+        """Timed-out partial matches of one rule (``ONE ROW PER MATCH WITH TIMEOUT ROWS``): the rule's
+        columns (measures over the rows matched so far), ``_waiting_for`` and ``_deadline``."""
+        if rule not in self.envelope_layout.rule_columns:
+            raise KeyError(f"no rule named {rule!r}; rules: {', '.join(self.envelope_layout.rule_columns)}")
+        cols = [F.col(_q(env)).alias(name) for name, env, _ in self.envelope_layout.columns_of(rule)]
+        return self.envelope.where((F.col("output") == "timeout") & (F.col("rule") == rule)).select(*cols, "rule")
+
     @property
     def late(self) -> DataFrame:
         """Events behind the watermark, with the reason (rule, kind, source, line, reason, event)."""
@@ -414,6 +422,7 @@ def _metrics(rules: list[Any]) -> list[Column]:
         F.count(F.when(out == "match", 1)).alias("matches"),
         F.count(F.when(out == "late", 1)).alias("late"),
         F.count(F.when(out == "error", 1)).alias("errors"),
+        F.count(F.when(out == "timeout", 1)).alias("timeouts"),
     ]
     for i, r in enumerate(rules):
         ms.append(F.count(F.when((out == "match") & (F.col("rule") == r.name), 1)).alias(f"matches_{i}"))
@@ -742,7 +751,8 @@ class ProgressCounts:
     def __init__(self, rule_names: list[str]):
         self.rule_names = rule_names
         self.seen: set[tuple[str, int]] = set()
-        self.totals: dict[str, int] = {"batches": 0, "input_rows": 0, "matches": 0, "late": 0, "errors": 0}
+        self.totals: dict[str, int] = {"batches": 0, "input_rows": 0, "matches": 0, "late": 0, "errors": 0,
+                                       "timeouts": 0}
         self.per_rule: dict[str, int] = {r: 0 for r in rule_names}
 
     def add(self, run_id: str, batch_id: int, input_rows: int, metrics: Any) -> None:
@@ -753,7 +763,7 @@ class ProgressCounts:
         self.totals["input_rows"] += int(input_rows or 0)
         if metrics is not None:
             d = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
-            for k in ("matches", "late", "errors"):
+            for k in ("matches", "late", "errors", "timeouts"):
                 self.totals[k] += int(d.get(k) or 0)
             for i, r in enumerate(self.rule_names):
                 self.per_rule[r] += int(d.get(f"matches_{i}") or 0)

@@ -323,18 +323,21 @@ class GroupCore:
     def _frame(self, spec: RuleSpec | None, out: OperatorOutput) -> pd.DataFrame | None:
         """The envelope rows of one call (None when there are none)."""
         problems: list[dict] = []
+        # a rule's own rows: its complex events, then its timed-out partial matches (WITH TIMEOUT ROWS)
+        rule_rows = out.matches + out.timeouts if spec is not None else []
         n_match = len(out.matches) if spec is not None else 0
-        n = n_match + len(out.late) + len(out.errors)
+        n_own = len(rule_rows)
+        n = n_own + len(out.late) + len(out.errors)
         if n == 0:
             return None
         cols: dict[str, np.ndarray] = {}
         kind = spec.kind if spec is not None else None
-        if n_match and spec is not None:
+        if n_own and spec is not None:
             for name, env, typ in spec.outputs:
                 f = _converter(typ)
                 default = spec.defaults.get(name)
                 vals = np.empty(n, dtype=object)
-                for i, row in enumerate(out.matches):
+                for i, row in enumerate(rule_rows):
                     v = row.get(name, default)
                     if v is not None:
                         try:
@@ -346,7 +349,7 @@ class GroupCore:
                             })
                 cols[env] = vals
         recs = out.late + out.errors + problems
-        n = n_match + len(recs)
+        n = n_own + len(recs)
         names = self.envelope_columns
         index = {c: i for i, c in enumerate(names)}
         grid = np.empty((n, len(names)), dtype=object)  # one block: cheap to wrap in a DataFrame
@@ -354,11 +357,12 @@ class GroupCore:
             grid[: len(vals), index[c]] = vals
         o, r, k = index["output"], index["rule"], index["kind"]
         grid[:n_match, o] = "match"
-        grid[:n_match, r] = spec.name if spec is not None else None
+        grid[n_match:n_own, o] = "timeout"
+        grid[:n_own, r] = spec.name if spec is not None else None
         grid[:, k] = kind
-        n_late = n_match + len(out.late)
+        n_late = n_own + len(out.late)
         s_, l_, re_, ev_ = index["source"], index["line"], index["reason"], index["event"]
-        for j, rec in enumerate(recs, n_match):
+        for j, rec in enumerate(recs, n_own):
             grid[j, o] = "late" if j < n_late else "error"
             grid[j, r] = rec.get("rule")
             grid[j, s_] = None if rec.get("source") is None else str(rec["source"])

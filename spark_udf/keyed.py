@@ -78,7 +78,7 @@ class PatternKind:
     def output_fields(self, rule: Any, input_types: Mapping[str, str]) -> list[tuple[str, str]]:
         from spark_udf.schema import pattern_output_fields
 
-        return pattern_output_fields(rule.compiled.statement, input_types)
+        return pattern_output_fields(rule.compiled.statement, input_types, getattr(rule, "time_unit", "ms"))
 
     def new_operator(self, rule: Any) -> KeyedOperator:
         from cep.operator import PatternOperator

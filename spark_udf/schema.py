@@ -36,6 +36,7 @@ __all__ = [
     "NUMERIC",
     "expr_type",
     "pattern_output_fields",
+    "deadline_type",
     "analytics_output_fields",
     "search_output_fields",
     "SPANS_TYPE",
@@ -152,12 +153,14 @@ def expr_type(e: A.Expr, input_types: Mapping[str, str]) -> str:
     return "string"
 
 
-def pattern_output_fields(mr: A.MatchRecognize, input_fields: Mapping[str, str]) -> list[tuple[str, str]]:
+def pattern_output_fields(mr: A.MatchRecognize, input_fields: Mapping[str, str],
+                          time_unit: str = "ms") -> list[tuple[str, str]]:
     """Columns of one pattern rule's complex events, in the engine's order, with their types.
 
     ONE ROW PER MATCH: the PARTITION BY columns, then the measures. ALL ROWS PER MATCH: the
     PARTITION BY columns, the ORDER BY column, the measures, then every other input column.
-    The ``rule`` column comes last.
+    WITH TIMEOUT ROWS adds ``_waiting_for`` and ``_deadline`` (:func:`deadline_type`), NULL in
+    complex events and set in the timeout rows. The ``rule`` column comes last.
 
     Example:
         >>> from patterns.rules import parse_rule_text
@@ -178,8 +181,31 @@ def pattern_output_fields(mr: A.MatchRecognize, input_fields: Mapping[str, str])
         for c, typ in input_fields.items():
             if c not in out:
                 out[c] = typ
+    if mr.timeout_rows:
+        out["_waiting_for"] = "array<string>"
+        out["_deadline"] = deadline_type(input_fields.get(mr.order_by, "string"), time_unit)
     out["rule"] = "string"
     return list(out.items())
+
+
+def deadline_type(order_by_type: str, time_unit: str = "ms") -> str:
+    """The Spark type of a timeout row's ``_deadline``: the event-time field's own kind of value.
+
+    The engine writes the deadline like the field (cep.operator's timeout rows): a number in
+    the field's unit, or ISO-8601 text. Timestamps arrive in the engine as epoch milliseconds, so
+    their deadline is a timestamp again; whole epoch seconds can end on a fraction of a second.
+
+    Example:
+        >>> [deadline_type(t, u) for t, u in (("bigint", "ms"), ("bigint", "s"), ("timestamp", "ms"), ("string", "ms"))]
+        ['bigint', 'double', 'timestamp', 'string']
+    """
+    if order_by_type in TIME_TYPES:
+        return "timestamp" if order_by_type == "date" else order_by_type
+    if order_by_type in INTEGRAL:
+        return "double" if time_unit == "s" else "bigint"
+    if order_by_type in NUMERIC:
+        return "double"
+    return "string"
 
 
 _COUNTING = frozenset({"COUNT", "COUNT_DISTINCT", "APPROX_COUNT_DISTINCT", "APPROX_COUNT", "FIRST_SEEN"})

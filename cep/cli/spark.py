@@ -435,6 +435,9 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
             return _fail(cmd, "the backfill job", e, args.verbose), None
         clock.lap("job")
         head = (f"{counts['matches']:,} complex events, {counts['late']:,} late, {counts['errors']:,} errors")
+
+        if counts.get("timeouts"):
+            head += f", {counts['timeouts']:,} timed out"
         lines = [f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events" for i, name in enumerate(names)]
         return EXIT_OK, (head, lines)
 
@@ -465,6 +468,9 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
     t = progress.totals
     head = (f"{t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, {t['input_rows']:,} input rows, "
             f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors")
+
+    if t["timeouts"]:
+        head += f", {t['timeouts']:,} timed out"
     return status, (head, [f"  {name}: {progress.per_rule[name]:,} complex events" for name in names])
 
 

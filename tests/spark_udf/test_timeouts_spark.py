@@ -1,0 +1,114 @@
+"""Timed-out partial matches (``ONE ROW PER MATCH WITH TIMEOUT ROWS``) on Spark: ``output=timeout`` rows.
+
+The orders example of ``rules/`` (an order placed and shipped within 2 days; the orders whose 2
+days ran out are time-outs) through the Spark-free core under Spark's stateful-stage contract,
+and through ``cep spark backfill`` with ``cep spark cat --output timeout``: the same rows as the
+embedded engine's ``timeouts``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from cep.cli import main as cep_main
+from cep.cli import spark as spark_cli
+from cep.engine import Engine
+from patterns.rules import load_rules
+from spark_udf.core import GroupCore
+from tests.spark_udf.conftest import match_key
+from tests.spark_udf.simulate import rows_of, run_stream
+
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILE = REPO / "rules" / "orders.yaml"
+DATA = REPO / "rules" / "data" / "orders.jsonl"
+TYPES = {"id": "string", "order_id": "string", "ts": "bigint", "type": "string", "customer": "string",
+         "warehouse": "string", "amount": "double", "label": "string"}
+COLUMNS = list(TYPES)
+
+
+def orders() -> list[dict[str, Any]]:
+    return [json.loads(x) for x in DATA.read_text().splitlines() if x.strip()]
+
+
+def embedded() -> Any:
+    engine = Engine(load_rules(RULE_FILE))
+    out = engine.process(orders())
+    out.extend(engine.finish())
+    return out
+
+
+def plain(row: dict[str, Any]) -> tuple:
+    """A row without its engine-only ``_id``, order-free (NULL fields left out)."""
+    return match_key({k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in row.items() if k != "_id"})
+
+
+def own_rows(frame: pd.DataFrame, output: str, env_columns: dict[str, list]) -> Counter:
+    out: Counter = Counter()
+    for rec in rows_of(frame, output):
+        row = {name: rec[e] for name, e, _ in env_columns[rec["rule"]] if e in rec}
+        row["rule"] = rec["rule"]
+        out[plain(row)] += 1
+    return out
+
+
+@pytest.mark.parametrize("per_batch,chunk,restart", [(631, 1000, False), (50, 7, True), (13, 3, False)])
+def test_the_stream_core_writes_the_embedded_timeouts(per_batch: int, chunk: int, restart: bool) -> None:
+    rules = list(load_rules(RULE_FILE))
+    core, env = GroupCore.for_rules(rules, TYPES, 4)
+    rows = orders()
+    batches = [rows[i:i + per_batch] for i in range(0, len(rows), per_batch)]
+    if restart:  # a fresh worker resumes from the saved state halfway
+        half = len(batches) // 2
+        first, state, timeouts, wm = run_stream(core, rules, batches[:half], COLUMNS, 4, chunk=chunk)
+        fresh = pickle.loads(pickle.dumps(core))
+        second, *_ = run_stream(fresh, rules, batches[half:], COLUMNS, 4, chunk=chunk, state=state,
+                                timeouts=timeouts, watermark=wm)
+        frame = pd.concat([first, second], ignore_index=True)
+    else:
+        frame, *_ = run_stream(core, rules, batches, COLUMNS, 4, chunk=chunk)
+    exp = embedded()
+    # a stream ends at its last watermark: the time-outs whose deadline it passed (here every one:
+    # no order of the input's last 2 days is left unshipped)
+    last = max(r["ts"] for r in rows)
+    want = Counter(plain(r) for r in exp.timeouts if r["_deadline"] < last)
+    columns = {r: env.columns_of(r) for r in env.rule_columns}
+    got = own_rows(frame, "timeout", columns)
+    assert got == want and sum(want.values()) == len(exp.timeouts) == 21
+    assert all(r["_waiting_for"] == ["S"] for r in rows_of(frame, "timeout"))
+    # complex events are unchanged by the timeout rows beside them
+    matches = own_rows(frame, "match", columns)
+    assert matches and set(matches) <= {plain(r) for r in exp.matches}
+
+
+def test_timeout_columns_are_typed_like_the_event_time() -> None:
+    rules = list(load_rules(RULE_FILE))
+    _, env = GroupCore.for_rules(rules, TYPES, 4)
+    cols = {name: typ for name, _, typ in env.columns_of("shipped_within_2_days")}
+    assert (cols["_waiting_for"], cols["_deadline"]) == ("array<string>", "bigint")
+    assert "_deadline" not in {name for name, _, _ in env.columns_of("not_shipped_within_2_days")}
+
+
+@pytest.mark.spark
+def test_backfill_timeout_rows_equal_cep_runs_timeouts(spark: Any, tmp_path: Path, capsys) -> None:
+    assert cep_main(["run", str(RULE_FILE), "--input", str(DATA), "--output", str(tmp_path / "m.jsonl"),
+                     "--timeouts", str(tmp_path / "t.jsonl"), "--quiet"]) == 0
+    want = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(want) == 21
+    assert spark_cli.main(["backfill", str(RULE_FILE), "--input", str(DATA), "--output", str(tmp_path / "bf"),
+                           "--shuffle-partitions", "2", "--buckets", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "306 complex events, 0 late, 0 errors, 21 timed out" in err
+    assert spark_cli.main(["cat", str(tmp_path / "bf"), "--output", "timeout"]) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {(r["output"], r["rule"]) for r in got} == {("timeout", "shipped_within_2_days")}
+    strip = ("output", "kind")
+    assert Counter(plain({k: v for k, v in r.items() if k not in strip}) for r in got) == Counter(plain(r) for r in want)
