@@ -288,6 +288,21 @@ def test_counts_have_their_nouns(tmp_path: Path, capsys) -> None:
     assert "cep run: 2 events, 1 complex event, 0 late, 1 error" in err
 
 
+def test_bench_says_one_rule_not_all_1_rules(tmp_path: Path, capsys) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    events = write(tmp_path / "e.jsonl", '{"k": "x", "ts": 1, "v": 1}\n{"k": "x", "ts": 2, "v": 2}\n')
+    assert main(["bench", str(rules), "--input", str(events), "--repeat", "1", "--progress", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "2 events (0 bad lines)" in out and "all 1 rule together" in out and "all 1 rules" not in out
+
+
+def test_the_progress_bar_counts_have_their_nouns() -> None:
+    from cep.cli.progress import progress_line
+
+    assert progress_line(0.0, 1, 1).endswith("0.0% 1 event 1 match")
+    assert progress_line(1.0, 12_000, 0) == "[" + "#" * 30 + "] 100.0% 12,000 events 0 matches"
+
+
 def test_max_partial_matches_must_be_a_whole_number() -> None:
     for bad in ("null", "1.5", "true", "'ten'"):
         text = PAIR.replace("  - name: pair\n", f"  - name: pair\n    max_partial_matches: {bad}\n")
