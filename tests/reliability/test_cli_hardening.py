@@ -52,6 +52,28 @@ def test_an_input_sorted_by_symbol_is_called_out_with_both_fixes(tmp_path: Path,
     assert late > len(rows) / 10
 
 
+def test_a_durable_finish_over_an_input_sorted_by_symbol_is_called_out(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    by_symbol = tmp_path / "by_symbol.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["symbol"])))
+    assert main(["run", str(TRADING), "--input", str(by_symbol), "--state", str(tmp_path / "state"),
+                 "-o", str(tmp_path / "o.jsonl"), "--finish", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: rule 'v_shape' found" in err
+    assert "sorted by event time? Sort it by the rules' ORDER BY field, or give the rule a 'lateness:'" in err
+    late, read = (int(x.replace(",", "")) for x in err.split("found ")[1].split(" events")[0].split(" of "))
+    assert read == len(rows) and late > read / 10
+
+
+def test_a_durable_run_without_finish_is_not_warned_yet(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    by_symbol = tmp_path / "by_symbol.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["symbol"])))
+    assert main(["run", str(TRADING), "--input", str(by_symbol), "--state", str(tmp_path / "state"),
+                 "-o", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the input may still grow: late is not yet a verdict
+
+
 def test_a_sorted_input_gets_no_warning(capsys) -> None:
     assert main(["run", str(TRADING), "--input", str(BARS), "-o", os.devnull]) == 0
     assert "warning" not in capsys.readouterr().err
