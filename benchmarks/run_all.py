@@ -108,6 +108,7 @@ STEPS: tuple[Step, ...] = (
     Step("absence", "bench_absence.py", (), ("--quick",), ("absence.json",), quick_outputs=("absence_quick.json",)),
     Step("any_match", "bench_any_match.py", (), ("--quick",), ("any_match.json",),
          quick_outputs=("any_match_quick.json",)),
+    Step("wildcards", "bench_wildcards.py", (), ("--repeat", "3"), ("wildcards.json",)),
     Step("sketches", "bench_sketches.py", (), ("--quick",), ("sketches.json", "sketches.png")),
     Step("percolator", "bench_percolator.py", (), ("--quick",), ("percolator.json", "percolator.png"),
          needs=_need_data),

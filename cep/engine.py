@@ -29,7 +29,8 @@ from cep.operator import OperatorOutput, StateVersionError
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
-    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "with_time_unit"]
+    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
+    "with_time_unit"]
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -70,11 +71,22 @@ def late_warning(counts: dict[str, Counts]) -> str | None:
         >>> print(late_warning({"v": c}))
         warning: rule 'v' found 90 of 100 events (90.0%) late: is the input sorted by event time? Sort it by the rules' ORDER BY field, or give the rule a 'lateness:' that covers how far out of order events come (docs/semantics.md, "Event time")
     """
-    over = [(name, c) for name, c in counts.items() if c.read and c.late > LATE_WARNING_SHARE * c.read]
+    return late_share_warning((f"rule {name!r}", c.late, c.read) for name, c in counts.items())
+
+
+def late_share_warning(figures: Iterable[tuple[str, int, int]]) -> str | None:
+    """The same warning from ``(who, late, read)`` figures, for a runner without :class:`Counts`.
+
+    Example:
+        >>> late_share_warning([("the rules", 5, 100)]) is None
+        True
+        >>> late_share_warning([("the rules", 30, 100)]).split(": is")[0]
+        'warning: the rules found 30 of 100 events (30.0%) late'
+    """
+    over = [(who, late, read) for who, late, read in figures if read and late > LATE_WARNING_SHARE * read]
     if not over:
         return None
-    what = "; ".join(f"rule {name!r} found {c.late:,} of {c.read:,} events ({c.late / c.read:.1%}) late"
-                     for name, c in over)
+    what = "; ".join(f"{who} found {late:,} of {read:,} events ({late / read:.1%}) late" for who, late, read in over)
     return (f"warning: {what}: is the input sorted by event time? Sort it by the rules' ORDER BY field, "
             "or give the rule a 'lateness:' that covers how far out of order events come "
             '(docs/semantics.md, "Event time")')

@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from patterns.errors import CepError
+from patterns.files import strip_bom
 from patterns.rules import DEFAULT_MAX_FUTURE_SKEW_MS, TIME_UNITS
 
 __all__ = [
@@ -295,7 +296,6 @@ def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src:
         yield b
 
 
-_BOM = b"\xef\xbb\xbf"
 _FLUSH = object()  # from a live source: nothing more is ready now, so emit what was read
 
 
@@ -305,8 +305,7 @@ def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated
     With ``mark_unterminated``, a malformed line without its newline is reported as an
     unterminated last line (a file being written, read while it grows).
     """
-    if raw.startswith(_BOM):  # a UTF-8 byte-order mark (editors on Windows write one)
-        raw = raw[3:]
+    raw = strip_bom(raw)  # editors on Windows write one; a file cat'ed after another has it mid-stream
     stripped = raw.strip()
     if not stripped:
         return None
@@ -406,7 +405,7 @@ def _csv_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
                 if raw is _FLUSH:
                     flush[0] = True
                     continue
-                yield raw.decode("utf-8", "replace").removeprefix("\ufeff") if lineno == 1 else raw.decode("utf-8", "replace")
+                yield (strip_bom(raw) if lineno == 1 else raw).decode("utf-8", "replace")
 
         lines = text_lines()
         first = next(lines, None)
@@ -520,8 +519,8 @@ def _access_log_batches(path: Path, batch_size: int) -> Iterator[EventBatch]:
             if raw is _FLUSH:
                 yield _FLUSH
                 continue
-            if lineno == 1 and raw.startswith(_BOM):
-                raw = raw[3:]
+            if lineno == 1:
+                raw = strip_bom(raw)
             if not raw.strip():
                 continue
             ev = parse_access_log_line(raw)
@@ -949,7 +948,7 @@ def format_time(ms: int) -> str:
 
 def iter_jsonl_text(text: str) -> Iterable[dict]:
     """Events from JSON lines held in a string (tests and examples)."""
-    for line in io.StringIO(text):
+    for line in io.StringIO(strip_bom(text)):
         line = line.strip()
         if line:
             yield orjson.loads(line)

@@ -39,6 +39,8 @@ __all__ = [
     "MatchRecognize",
     "walk_expr",
     "MAX_NESTING",
+    "MAX_CHAIN",
+    "MAX_EXPRESSION_DEPTH",
     "too_deep",
 ]
 
@@ -335,9 +337,19 @@ class MatchRecognize(Node):
 
 MAX_NESTING = 50
 """How deep an expression or a row pattern may nest: parentheses, NOT, signs, CASE, function
-calls and chained operators (``a + b + c`` is two levels) each count one level. Parsers refuse
-deeper text with a caret error, so no later pass (checks, compilers, evaluation) can run out of
-stack on a crafted rule."""
+calls, pattern groups and quantifiers each count one level. A chain of operators of one
+precedence level (``a + b - c``, ``a * b / c``) is flat: it is parsed in a loop and counts once,
+however long (see :data:`MAX_CHAIN`). Parsers refuse deeper text with a caret error, so no later
+pass (checks, compilers, evaluation) can run out of stack on a crafted rule."""
+
+MAX_CHAIN = 100
+"""How many operands one chain of operators of one precedence level may join (``a + b - c``
+holds three). The chain builds the usual left-leaning tree (``(a + b) - c``), which the checks,
+compilers and evaluators walk recursively, so its length is bounded too."""
+
+MAX_EXPRESSION_DEPTH = MAX_NESTING + MAX_CHAIN
+"""How deep the tree of a whole expression may be, each operator of a chain counted: chains in
+parentheses stack (``(a + b + c) + d`` is three levels), and this bounds what they stack to."""
 
 
 def too_deep(node: Any, limit: int = MAX_NESTING) -> Any | None:

@@ -6,6 +6,9 @@ only name a regular file below the rule file's folder, or below a folder the per
 symbolic links resolved first. Every file is read up to a size limit and never past it, so an
 endless device (``/dev/zero``) or a file that keeps growing cannot exhaust memory, and a named
 pipe is refused before it is opened for reading, so it cannot hang the reader.
+
+Every reader of JSON lines or CSV text drops a leading UTF-8 byte-order mark with
+:func:`strip_bom` (Notepad and Excel's "CSV UTF-8" write one).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Iterable
+from typing import AnyStr, Iterable
 
 from patterns.errors import CepError
 
 __all__ = [
     "MAX_RULE_FILE_BYTES",
+    "UTF8_BOM",
     "MAX_QUERIES_FILE_BYTES",
     "QUERIES_ROOTS_ENV",
     "FileRefused",
@@ -29,6 +33,7 @@ __all__ = [
     "confine",
     "check_regular_file",
     "read_limited",
+    "strip_bom",
 ]
 
 #: The largest rule file read (bytes; ``parse_rules`` counts characters of its text).
@@ -40,6 +45,22 @@ MAX_QUERIES_FILE_BYTES = 256 << 20
 #: Folders (separated by ``os.pathsep``) whose files a rule's ``queries_file`` may name, besides
 #: the rule file's own folder.
 QUERIES_ROOTS_ENV = "CEP_QUERIES_ROOTS"
+
+
+#: U+FEFF encoded in UTF-8: the byte-order mark some editors write at the start of a text file.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(data: AnyStr) -> AnyStr:
+    """``data`` without a leading UTF-8 byte-order mark (bytes, or text already decoded).
+
+    Example:
+        >>> strip_bom(b'\\xef\\xbb\\xbf{"id": 1}'), strip_bom('\\ufeffid,price'), strip_bom(b"{}")
+        (b'{"id": 1}', 'id,price', b'{}')
+    """
+    if isinstance(data, bytes):
+        return data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+    return data.removeprefix("\ufeff")
 
 
 class FileRefused(CepError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from patterns import ast as A
 from patterns.errors import CepSyntaxError, SourceError
@@ -80,16 +80,37 @@ class _Parser:
 
     def leave(self, node: Any) -> Any:
         """Close one nesting level; back at the top, refuse a tree deeper than ``MAX_NESTING``
-        (chained operators nest without parentheses: ``a + b + ... + z``)."""
+        (quantifiers stack without parentheses: ``A{1}{1}...``), or for an expression deeper than
+        ``MAX_EXPRESSION_DEPTH`` (chains in parentheses stack: ``(a + b) + c``)."""
         self.depth -= 1
         if self.depth == 0:
-            deep = A.too_deep(node)
+            if isinstance(node, A.Expr):
+                deep = A.too_deep(node, A.MAX_EXPRESSION_DEPTH)
+                what = (f"more than {A.MAX_EXPRESSION_DEPTH} levels deep counting each chained operator "
+                        "(chains of + - * / in parentheses stack: (a + b) + c is two levels)")
+            else:
+                deep = A.too_deep(node)
+                what = f"nested more than {A.MAX_NESTING} levels deep (pattern groups or quantifiers)"
             if deep is not None:
-                raise CepSyntaxError(SourceError(
-                    f"nested more than {A.MAX_NESTING} levels deep (chained operators, parentheses, NOT, "
-                    "CASE, function calls, pattern groups or quantifiers); simplify or split it",
-                    self.text, deep.pos, 1, self.file))
+                raise CepSyntaxError(SourceError(f"{what}; simplify or split it", self.text, deep.pos, 1, self.file))
         return node
+
+    def chain(self, operand: Callable[[], A.Expr], ops: tuple[str, ...], pos: int) -> A.Expr:
+        """Operands joined by operators of one precedence level, read in a loop (a flat chain
+        adds no nesting), built into the left-leaning tree ``((a + b) - c)``; more than
+        ``MAX_CHAIN`` operands are refused at the operator that brings one too many."""
+        left = operand()
+        n = 1
+        while self.at_op(*ops):
+            if n == A.MAX_CHAIN:
+                raise self.error(f"more than {A.MAX_CHAIN} operands joined by {' '.join(ops)} in one chain "
+                                 f"(this {self.tok.value!r} brings operand {n + 1}); join at most {A.MAX_CHAIN} "
+                                 "per expression: split the rest into another MEASURES column, aggregate "
+                                 "or condition")
+            op = self.take().value
+            left = A.Binary(op, left, operand(), pos=pos)
+            n += 1
+        return left
 
     def error(self, message: str, tok: Token | None = None) -> CepSyntaxError:
         tok = tok or self.tok
@@ -575,20 +596,10 @@ class _Parser:
         return left
 
     def additive(self) -> A.Expr:
-        pos = self.tok.offset
-        left = self.multiplicative()
-        while self.at_op("+", "-", "||"):
-            op = self.take().value
-            left = A.Binary(op, left, self.multiplicative(), pos=pos)
-        return left
+        return self.chain(self.multiplicative, ("+", "-", "||"), self.tok.offset)
 
     def multiplicative(self) -> A.Expr:
-        pos = self.tok.offset
-        left = self.unary()
-        while self.at_op("*", "/", "%"):
-            op = self.take().value
-            left = A.Binary(op, left, self.unary(), pos=pos)
-        return left
+        return self.chain(self.unary, ("*", "/", "%"), self.tok.offset)
 
     def unary(self) -> A.Expr:
         pos = self.tok.offset

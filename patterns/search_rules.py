@@ -35,7 +35,7 @@ import yaml
 
 from patterns.analysis import ENGLISH_STOPWORDS, STEMMERS, AnalysisConfig
 from patterns.errors import EXCERPT, CepSyntaxError, SourceError, short_repr
-from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, confine, read_limited
+from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, confine, read_limited, strip_bom
 from patterns.lucene import Node, QueryConfig, compile_query
 from patterns.rules import construct
 
@@ -406,8 +406,10 @@ def load_queries_file(text: str, path: str, into: Any) -> None:
     """Read JSON lines of ``{"id", "query", "metadata"}`` into a query collector.
 
     Errors are placed in the queries file (its line, the column inside the JSON line, a caret);
-    a header line written by ``Percolator.save`` is skipped (the rule's options apply).
+    a header line written by ``Percolator.save`` is skipped (the rule's options apply), and so is
+    a leading byte-order mark (columns count from the first character after it).
     """
+    text = strip_bom(text)
     chk = into.chk
     errors: list[SourceError] = []
     offset = 0

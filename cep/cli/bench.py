@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cep.cli.progress import Progress
+from patterns.errors import count_noun
 
 __all__ = ["add_arguments", "run", "bench", "BenchResult"]
 
@@ -231,7 +232,7 @@ def _table(res: BenchResult) -> str:
         lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))))
     summary = (
         f"{res.events:,} events ({res.bad_lines:,} bad lines); decode {res.decode_events_per_s:,.0f} events/s; "
-        f"all {len(res.rules)} rules together {res.all_rules_events_per_s:,.0f} events/s (best of {res.repeats}); "
+        f"all {count_noun(len(res.rules), 'rule')} together {res.all_rules_events_per_s:,.0f} events/s (best of {res.repeats}); "
         f"peak Python memory {res.peak_python_bytes / 2**20:,.1f} MiB"
     )
     return "\n".join(lines + ["", summary])

@@ -13,7 +13,7 @@ import orjson
 
 from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
 from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
-from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file
+from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file, strip_bom
 from patterns.lucene import QueryConfig
 
 __all__ = ["add_arguments", "run", "sort_ids", "MAX_INDEX_FILE_BYTES"]
@@ -122,6 +122,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
     first_line: dict[Any, int] = {}
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
+            raw = strip_bom(raw)  # on any line: a file cat'ed after another brings its own
             if not raw.strip() or (lineno == 1 and skip_header):
                 continue
             where = f"{path}:{lineno}"
@@ -167,6 +168,7 @@ def _documents(path: str, skipped: list[int]) -> Iterator[tuple[int, dict[str, A
     name = "<stdin>" if path == "-" else path
     try:
         for lineno, raw in enumerate(fh, 1):
+            raw = strip_bom(raw)
             if not raw.strip():
                 continue
             try:

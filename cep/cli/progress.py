@@ -5,7 +5,20 @@ from __future__ import annotations
 import sys
 import time
 
-__all__ = ["Progress"]
+from patterns.errors import count_noun
+
+__all__ = ["Progress", "progress_line"]
+
+
+def progress_line(frac: float, events: int, matches: int) -> str:
+    """The bar and its counts, each with its noun.
+
+    Example:
+        >>> progress_line(0.5, 1, 1255)
+        '[###############               ]  50.0% 1 event 1,255 matches'
+    """
+    bar = "#" * int(frac * 30)
+    return f"[{bar:<30}] {frac:6.1%} {count_noun(events, 'event')} {count_noun(matches, 'match', 'matches')}"
 
 
 class Progress:
@@ -23,9 +36,7 @@ class Progress:
         if now - self.last < 0.2:
             return
         self.last = now
-        frac = min(done_bytes / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r[{bar:<30}] {frac:6.1%} {events:,} events {matches:,} matches")
+        sys.stderr.write("\r" + progress_line(min(done_bytes / self.total, 1.0), events, matches))
         sys.stderr.flush()
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ import warnings
 from typing import Any
 
 from cep.cli.spark_failures import check_master, describe_failure, first_cause
+from patterns.errors import count_noun
 
 __all__ = ["add_arguments", "run", "main"]
 
@@ -434,11 +435,11 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
         except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
             return _fail(cmd, "the backfill job", e, args.verbose), None
         clock.lap("job")
-        head = (f"{counts['matches']:,} complex events, {counts['late']:,} late, {counts['errors']:,} errors")
-
+        head = (f"{count_noun(counts['matches'], 'complex event')}, {counts['late']:,} late, "
+                f"{count_noun(counts['errors'], 'error')}")
         if counts.get("timeouts"):
             head += f", {counts['timeouts']:,} timed out"
-        lines = [f"  {name}: {counts.get(f'matches_{i}', 0):,} complex events" for i, name in enumerate(names)]
+        lines = [f"  {name}: {count_noun(counts.get(f'matches_{i}', 0), 'complex event')}" for i, name in enumerate(names)]
         return EXIT_OK, (head, lines)
 
     progress = ProgressCounts(names)
@@ -466,12 +467,11 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
                 pass
     clock.lap("streaming")
     t = progress.totals
-    head = (f"{t['batches']:,} micro-batch{'es' if t['batches'] != 1 else ''}, {t['input_rows']:,} input rows, "
-            f"{t['matches']:,} complex events, {t['late']:,} late, {t['errors']:,} errors")
-
+    head = (f"{count_noun(t['batches'], 'micro-batch', 'micro-batches')}, {count_noun(t['input_rows'], 'input row')}, "
+            f"{count_noun(t['matches'], 'complex event')}, {t['late']:,} late, {count_noun(t['errors'], 'error')}")
     if t["timeouts"]:
         head += f", {t['timeouts']:,} timed out"
-    return status, (head, [f"  {name}: {progress.per_rule[name]:,} complex events" for name in names])
+    return status, (head, [f"  {name}: {count_noun(progress.per_rule[name], 'complex event')}" for name in names])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from cep.percolator.saved import (
 from cep.safe_pickle import UnsafeState
 from cep.safe_pickle import loads as safe_loads
 from patterns.errors import CepError
+from patterns.files import strip_bom
 from patterns.lucene import Node, compile_query
 
 __all__ = ["MetadataFilter", "_QuerySet"]
@@ -204,7 +205,7 @@ class _QuerySet:
         built on first use). A built index (:meth:`Percolator.save_index`) is refused here:
         it is read only by :meth:`load_index`, so a file taken for queries never unpickles."""
         with open(path, "rb") as fh:
-            first = fh.readline(1 << 26)
+            first = strip_bom(fh.readline(1 << 26))
             try:
                 header = orjson.loads(first)
             except orjson.JSONDecodeError:

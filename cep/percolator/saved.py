@@ -12,6 +12,7 @@ import orjson
 from cep.percolator.config import PercolatorConfig
 from patterns.analysis import AnalysisConfig
 from patterns.errors import CepError
+from patterns.files import strip_bom
 from patterns.lucene import QueryConfig
 
 __all__ = ["saved_config", "_FORMAT", "_VERSION", "_INDEX_FORMAT", "_INDEX_VERSION",
@@ -96,7 +97,7 @@ def saved_config(path: str | Path) -> tuple[str, PercolatorConfig] | None:
         ('queries', 'AND')
     """
     with open(path, "rb") as fh:
-        first = fh.readline(1 << 26)
+        first = strip_bom(fh.readline(1 << 26))
     try:
         header = orjson.loads(first)
     except orjson.JSONDecodeError:

@@ -52,6 +52,28 @@ def test_an_input_sorted_by_symbol_is_called_out_with_both_fixes(tmp_path: Path,
     assert late > len(rows) / 10
 
 
+def test_a_durable_finish_over_an_input_sorted_by_symbol_is_called_out(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    by_symbol = tmp_path / "by_symbol.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["symbol"])))
+    assert main(["run", str(TRADING), "--input", str(by_symbol), "--state", str(tmp_path / "state"),
+                 "-o", str(tmp_path / "o.jsonl"), "--finish", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: rule 'v_shape' found" in err
+    assert "sorted by event time? Sort it by the rules' ORDER BY field, or give the rule a 'lateness:'" in err
+    late, read = (int(x.replace(",", "")) for x in err.split("found ")[1].split(" events")[0].split(" of "))
+    assert read == len(rows) and late > read / 10
+
+
+def test_a_durable_run_without_finish_is_not_warned_yet(tmp_path: Path, capsys) -> None:
+    rows = [json.loads(x) for x in BARS.read_text().splitlines()]
+    by_symbol = tmp_path / "by_symbol.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["symbol"])))
+    assert main(["run", str(TRADING), "--input", str(by_symbol), "--state", str(tmp_path / "state"),
+                 "-o", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the input may still grow: late is not yet a verdict
+
+
 def test_a_sorted_input_gets_no_warning(capsys) -> None:
     assert main(["run", str(TRADING), "--input", str(BARS), "-o", os.devnull]) == 0
     assert "warning" not in capsys.readouterr().err
@@ -182,6 +204,89 @@ def test_a_byte_order_mark_before_an_access_log(tmp_path: Path, capsys) -> None:
     assert sum(b.n for b in batches) == 2 and not any(b.bad for b in batches)
 
 
+BOM = b"\xef\xbb\xbf"
+QUERIES = b'{"id": "q1", "query": "apple"}\n{"id": "q2", "query": "pie"}\n'
+DOCS = b'{"id": 1, "text": "Apple pie"}\n{"id": 2, "text": "cake"}\n'
+
+
+@pytest.mark.parametrize("marked", ["queries", "documents", "both"])
+def test_percolate_reads_files_that_start_with_a_byte_order_mark(tmp_path: Path, marked: str, capsys) -> None:
+    # before: "skipped query line: invalid JSON (UTF-8 byte order mark (BOM) is not supported ...)"
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes((BOM if marked in ("queries", "both") else b"") + QUERIES)
+    docs = tmp_path / "d.jsonl"
+    docs.write_bytes((BOM if marked in ("documents", "both") else b"") + DOCS)
+    out = tmp_path / "o.jsonl"
+    assert main(["percolate", "--queries", str(queries), "-i", str(docs), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "BOM" not in err and "skipped query" not in err and "skipped document" not in err
+    assert "2 queries loaded, 0 rejected; 2 documents, 0 skipped; 2 matches" in err
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [
+        {"id": 1, "matches": ["q1", "q2"]}, {"id": 2, "matches": []}]
+
+
+def test_percolate_reads_standard_input_that_starts_with_a_byte_order_mark(tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes(QUERIES)
+    proc = subprocess.run([sys.executable, "-m", "cep.cli", "percolate", "--queries", str(queries), "--input", "-"],
+                          input=BOM + DOCS, capture_output=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert b"skipped document" not in proc.stderr and b"2 documents, 0 skipped" in proc.stderr
+    assert proc.stdout.splitlines()[0] == b'{"id":1,"matches":["q1","q2"]}'
+
+
+def test_percolate_reads_a_saved_query_set_that_gained_a_byte_order_mark(tmp_path: Path, capsys) -> None:
+    from cep.percolator import Percolator, PercolatorConfig
+    from patterns.lucene import QueryConfig
+
+    saved = tmp_path / "saved.jsonl"
+    p = Percolator(PercolatorConfig(query=QueryConfig(default_operator="AND")))
+    p.register("both", "apple pie")
+    p.save(saved)
+    saved.write_bytes(BOM + saved.read_bytes())  # opened and saved again in Notepad
+    assert len(Percolator.load(saved)) == 1
+    docs = tmp_path / "d.jsonl"
+    docs.write_bytes(DOCS)
+    out = tmp_path / "o.jsonl"
+    assert main(["percolate", "--queries", str(saved), "-i", str(docs), "-o", str(out)]) == 0
+    assert [json.loads(x)["matches"] for x in out.read_text().splitlines()] == [["both"], []]
+
+
+def test_a_search_rules_queries_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    from patterns.rules import load_rules
+
+    # before: "q.jsonl:1:1: invalid JSON: UTF-8 byte order mark (BOM) is not supported"
+    (tmp_path / "q.jsonl").write_bytes(BOM + QUERIES)
+    rules = write(tmp_path / "r.yaml", "rules:\n  - name: s\n    kind: search\n    from: news\n"
+                  "    queries_file: q.jsonl\n")
+    spec = load_rules(rules).rules[0].spec
+    assert [q.id for q in spec.queries] == ["q1", "q2"]
+
+
+def test_an_error_in_a_queries_file_with_a_byte_order_mark_counts_columns_after_it(tmp_path: Path) -> None:
+    from patterns.rules import load_rules
+
+    (tmp_path / "q.jsonl").write_bytes(BOM + b'{"id": "q1", "query": "apple AND"}\n')
+    rules = write(tmp_path / "r.yaml", "rules:\n  - name: s\n    kind: search\n    from: news\n"
+                  "    queries_file: q.jsonl\n")
+    with pytest.raises(RuleErrors) as exc:
+        load_rules(rules)
+    shown = exc.value.errors[0].format()
+    assert shown.startswith(f"{tmp_path / 'q.jsonl'}:1:") and "\ufeff" not in shown
+    line, caret = shown.splitlines()[1:3]
+    assert line.startswith('{"id": "q1"') and caret.index("^") >= line.index("apple")
+
+
+def test_reloaded_queries_may_start_with_a_byte_order_mark() -> None:
+    from dataclasses import replace
+
+    from patterns.search_rules import SearchQuery, SearchSpec, reload_queries
+
+    spec = replace(SearchSpec("news", (SearchQuery("own", "pear"),)), queries_file="q.jsonl")
+    new, errors = reload_queries(spec, "\ufeff" + QUERIES.decode())
+    assert errors == [] and [q.id for q in new.queries] == ["own", "q1", "q2"]
+
+
 # ---------------------------------------------------------------- item 15: consistent options and messages
 
 
@@ -203,6 +308,21 @@ def test_counts_have_their_nouns(tmp_path: Path, capsys) -> None:
     assert main(["run", str(rules), "--input", str(events), "-o", os.devnull]) == 0
     err = capsys.readouterr().err
     assert "cep run: 2 events, 1 complex event, 0 late, 1 error" in err
+
+
+def test_bench_says_one_rule_not_all_1_rules(tmp_path: Path, capsys) -> None:
+    rules = write(tmp_path / "pair.yaml", PAIR)
+    events = write(tmp_path / "e.jsonl", '{"k": "x", "ts": 1, "v": 1}\n{"k": "x", "ts": 2, "v": 2}\n')
+    assert main(["bench", str(rules), "--input", str(events), "--repeat", "1", "--progress", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "2 events (0 bad lines)" in out and "all 1 rule together" in out and "all 1 rules" not in out
+
+
+def test_the_progress_bar_counts_have_their_nouns() -> None:
+    from cep.cli.progress import progress_line
+
+    assert progress_line(0.0, 1, 1).endswith("0.0% 1 event 1 match")
+    assert progress_line(1.0, 12_000, 0) == "[" + "#" * 30 + "] 100.0% 12,000 events 0 matches"
 
 
 def test_max_partial_matches_must_be_a_whole_number() -> None:

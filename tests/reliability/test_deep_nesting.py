@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from cep.cli import main
-from patterns.ast import MAX_NESTING
+from cep.engine import Engine
+from patterns.ast import MAX_CHAIN, MAX_EXPRESSION_DEPTH, MAX_NESTING
 from patterns.errors import CepSyntaxError, RuleErrors
 from patterns.lucene import MAX_GROUP_DEPTH, QueryConfig, compile_query, parse
 from patterns.rules import parse_rules
@@ -35,8 +36,6 @@ HOSTILE = {
     "define signs": pattern_rule(define="A.x > " + "- " * 3000 + "1"),
     "define calls": pattern_rule(define="ABS(" * 300 + "A.x" + ")" * 300 + " > 0"),
     "define CASE": pattern_rule(define="CASE WHEN " * 200 + "TRUE" + " THEN TRUE END" * 200),
-    "define chained operators": pattern_rule(define="A.x" + " + A.x" * 5000 + " > 0"),
-    "measures chained operators": pattern_rule(measures="A.x" + " * A.x" * 5000 + " AS m"),
     "pattern groups": pattern_rule(pattern="(" * 250 + "A" + ")" * 250),
     "pattern exclusions": pattern_rule(pattern="{- " * 250 + "A" + " -}" * 250),
     "pattern quantifiers": pattern_rule(pattern="A" + "{1}" * 3000),
@@ -52,6 +51,80 @@ def test_deep_rule_text_is_a_caret_error(name: str) -> None:
     assert f"more than {MAX_NESTING} levels deep" in first.message, first.message
     assert first.line == 1 + next(i for i, x in enumerate(HOSTILE[name].splitlines()) if "SELECT" in x)
     assert "^" in str(err.value)
+
+
+def total(n: int, var: str = "") -> str:
+    return " + ".join(f"{var}c{i}" for i in range(n))
+
+
+def events(n: int) -> list[dict]:
+    return [{"ts": ts, "k": 1, **{f"c{i}": i + ts for i in range(n)}} for ts in (1, 2, 7200_000)]
+
+
+def test_a_60_operand_sum_in_define_and_measures_is_flat_and_right() -> None:
+    # before: "nested more than 50 levels deep (chained operators, ...)" while a 60-term AND passed
+    rules = parse_rules(pattern_rule(define=f"{total(60, 'A.')} > 1800", measures=f"A.ts AS t, {total(60, 'A.')} AS s"))
+    out = Engine(rules).process(events(60))
+    # sum of i + ts over i < 60 is 1770 + 60 ts: 1830 > 1800 from ts 1 on
+    assert [(m["t"], m["s"]) for m in out.matches] == [(ts, 1770 + 60 * ts) for ts in (1, 2, 7200_000)]
+
+
+def test_a_60_operand_sum_in_an_analytics_select_and_where_is_flat_and_right() -> None:
+    rules = parse_rules("rules:\n  - name: r\n    kind: analytics\n    sql: |\n      SELECT SUM("
+                        f"{total(60)}) AS s FROM t WHERE {total(60)} > 1800 GROUP BY TUMBLE(ts, INTERVAL '1' HOUR)\n")
+    engine = Engine(rules)
+    out = engine.process(events(60))
+    rows = out.matches + engine.finish().matches
+    assert [r["s"] for r in rows] == [(1770 + 60) + (1770 + 120), 1770 + 60 * 7200_000]
+
+
+def test_a_chain_keeps_its_left_associative_tree() -> None:
+    from patterns import ast as A
+    from patterns.match_recognize import parse_expression
+
+    e = parse_expression("a - b - c * d / e")
+    assert e == A.Binary("-", A.Binary("-", A.Column(None, "a"), A.Column(None, "b")),
+                         A.Binary("/", A.Binary("*", A.Column(None, "c"), A.Column(None, "d")), A.Column(None, "e")))
+
+
+@pytest.mark.parametrize("op", ["+", "*", "||"])
+def test_a_chain_longer_than_the_limit_is_a_caret_error_at_the_operator_too_many(op: str) -> None:
+    define = "A.x" + f" {op} A.x" * 5000 + " > 0"
+    text = pattern_rule(define=define)
+    with time_bound(10.0), pytest.raises(RuleErrors) as err:
+        parse_rules(text)
+    first = err.value.errors[0]
+    assert first.message.startswith(f"more than {MAX_CHAIN} operands joined by ")
+    assert f"(this {op!r} brings operand {MAX_CHAIN + 1})" in first.message
+    line = text.splitlines()[first.line - 1]
+    assert line[first.column - 1:].startswith(f"{op} A.x") and line[:first.column - 1].count(" A.x") == MAX_CHAIN
+    assert "^" in str(err.value)
+
+
+def test_a_chain_at_the_limit_parses() -> None:
+    parse_rules(pattern_rule(define=f"{total(MAX_CHAIN, 'A.')} > 0"))
+
+
+def test_chains_stacked_in_parentheses_are_bounded_as_a_whole() -> None:
+    chain = total(MAX_CHAIN - 1, "A.")
+    define = chain
+    for _ in range(3):  # each chain is within the limit, and adds its operators to the tree's left spine
+        define = f"({define}) + {chain}"
+    with time_bound(10.0), pytest.raises(RuleErrors) as err:
+        parse_rules(pattern_rule(define=define + " > 0"))
+    first = err.value.errors[0]
+    assert f"more than {MAX_EXPRESSION_DEPTH} levels deep counting each chained operator" in first.message
+    assert "^" in str(err.value)
+
+
+def test_150_nested_parentheses_around_a_short_sum_are_still_refused() -> None:
+    text = pattern_rule(define="(" * 150 + "A.x + A.y" + ")" * 150 + " > 0")
+    with pytest.raises(RuleErrors) as err:
+        parse_rules(text)
+    first = err.value.errors[0]
+    assert f"nested more than {MAX_NESTING} levels deep" in first.message
+    line = text.splitlines()[first.line - 1]
+    assert line[:first.column - 1].endswith("(" * (MAX_NESTING - 1))  # the caret under the first '(' too many
 
 
 def test_nesting_up_to_the_limit_is_accepted() -> None:
