@@ -426,6 +426,7 @@ def _metrics(rules: list[Any]) -> list[Column]:
     ]
     for i, r in enumerate(rules):
         ms.append(F.count(F.when((out == "match") & (F.col("rule") == r.name), 1)).alias(f"matches_{i}"))
+        ms.append(F.count(F.when((out == "late") & (F.col("rule") == r.name), 1)).alias(f"late_{i}"))
     return ms
 
 

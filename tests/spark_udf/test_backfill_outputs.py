@@ -3,12 +3,14 @@
 The orders example of ``rules/`` (an order placed and shipped within 2 days; the orders whose 2
 days ran out are time-outs) through the Spark-free core under Spark's stateful-stage contract,
 and through ``cep spark backfill`` with ``cep spark cat --output timeout``: the same rows as the
-embedded engine's ``timeouts``.
+embedded engine's ``timeouts``. Also the backfill's summary of a mostly late (unsorted) input,
+worded as ``cep run``'s.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import pickle
 from collections import Counter
 from pathlib import Path
@@ -112,3 +114,37 @@ def test_backfill_timeout_rows_equal_cep_runs_timeouts(spark: Any, tmp_path: Pat
     assert {(r["output"], r["rule"]) for r in got} == {("timeout", "shipped_within_2_days")}
     strip = ("output", "kind")
     assert Counter(plain({k: v for k, v in r.items() if k not in strip}) for r in got) == Counter(plain(r) for r in want)
+
+
+class _Counted:
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def count(self) -> int:
+        self.calls += 1
+        return self.n
+
+
+def test_the_backfill_late_share_counts_the_input_only_when_events_were_late() -> None:
+    frames = {"": _Counted(1000)}
+    assert spark_cli._late_share({"late_0": 0, "late_1": 0}, ["a", "b"], frames) is None
+    assert frames[""].calls == 0  # no late event: no extra scan
+    assert spark_cli._late_share({"late_0": 50, "late_1": 0}, ["a", "b"], frames) is None  # 5%: no warning
+    warning = spark_cli._late_share({"late_0": 990, "late_1": 101}, ["a", "b"], frames)
+    assert warning is not None and warning.startswith(
+        "warning: rule 'a' found 990 of 1,000 events (99.0%) late; rule 'b' found 101 of 1,000 events (10.1%) late: "
+        "is the input sorted by event time?")
+
+
+@pytest.mark.spark
+def test_a_backfill_of_an_input_sorted_by_symbol_says_most_events_were_late(spark: Any, tmp_path: Path, capsys) -> None:
+    bars = [json.loads(x) for x in (REPO / "rules" / "data" / "sp500_daily_2017_sample.jsonl").read_text().splitlines()]
+    by_symbol = tmp_path / "bars.jsonl"
+    by_symbol.write_text("".join(json.dumps(r) + "\n" for r in sorted(bars, key=lambda r: (r["symbol"], r["date"]))))
+    assert spark_cli.main(["backfill", str(REPO / "rules" / "trading.yaml"), "--input", str(by_symbol), "--output",
+                           str(tmp_path / "bf"), "--shuffle-partitions", "2", "--buckets", "2", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"warning: rule 'v_shape' found ([\d,]+) of ([\d,]+) events", err)
+    assert m, err
+    assert int(m.group(2).replace(",", "")) == len(bars) and int(m.group(1).replace(",", "")) > len(bars) // 2
+    assert "Sort it by the rules' ORDER BY field, or give the rule a 'lateness:'" in err
