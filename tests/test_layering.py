@@ -42,7 +42,6 @@ from __future__ import annotations
 import ast
 from collections import deque
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import Iterator
@@ -60,10 +59,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 """Which of our packages each package may import (DESIGN.md, "Layers")."""
 
-SPARK_SUBCOMMAND_MODULES = ("cep.spark_cli", "cep.cli.*spark*")
-"""The modules of the ``cep`` command's Spark subcommands (patterns of module names): the only
-``cep`` modules that may import ``spark_udf``, and only inside the functions that run a job, so
-that ``cep run`` never loads Spark."""
+SPARK_SUBCOMMAND_MODULES = ("cep.cli.spark", "cep.cli.spark_failures")
+"""The only ``cep`` modules that may import ``spark_udf`` (exact module names): the ``cep spark``
+subcommands and their failure reporting (which names the engine's shipped packages), and only
+inside the functions that run a job or report its failure, so that ``cep run`` never loads Spark."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]
 
 
 def may_import_spark_udf(module: str) -> bool:
-    return any(fnmatchcase(module, pattern) for pattern in SPARK_SUBCOMMAND_MODULES)
+    return module in SPARK_SUBCOMMAND_MODULES
 
 
 def layering_violations(imports: list[Import]) -> list[Import]:
@@ -355,9 +354,8 @@ def test_the_checker_reports_each_import_across_the_layers(tmp_path: Path) -> No
         "patterns/ok.py": "from sketches.hll import f\n",
         "cep/events.py": "",
         "cep/engine.py": "def f():\n    import spark_udf.api\n",  # not a Spark subcommand module
-        "cep/spark_cli.py": "def f():\n    from spark_udf.api import apply_rules\n",
+        "cep/cli/spark_failures.py": "def f():\n    from spark_udf.shipping import ENGINE_PACKAGES\n",
         "cep/cli/spark.py": "from spark_udf import api\n",  # at module level: would load Spark for `cep run`
-        "cep/cli/run_spark.py": "def f():\n    from spark_udf.api import apply_rules\n",
         "spark_udf/api.py": "from cep.events import x\nfrom patterns import ok\nimport sketches\n",
     })
     imports = imports_of(root)
@@ -369,6 +367,20 @@ def test_the_checker_reports_each_import_across_the_layers(tmp_path: Path) -> No
     # ``from ..cep`` in a top-level package reaches above our packages: reported as unresolved
     assert [(i.importer, i.target, i.resolved) for i in imports if i.importer == "patterns.ast"] == [
         ("patterns.ast", "..cep", False)
+    ]
+
+
+def test_only_the_named_spark_modules_may_import_spark_udf(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "cep/cli/spark.py": "def f():\n    from spark_udf.api import apply_rules\n",
+        "cep/cli/spark_failures.py": "def f():\n    from spark_udf.shipping import ENGINE_PACKAGES\n",
+        # a name that looks like a Spark module is not enough, nor the removed cep.spark_cli
+        "cep/cli/run_spark.py": "def f():\n    from spark_udf.api import apply_rules\n",
+        "cep/cli/spark_extra.py": "def f():\n    from spark_udf.api import apply_rules\n",
+        "cep/spark_cli.py": "def f():\n    from spark_udf.api import apply_rules\n",
+    })
+    assert sorted(i.importer for i in layering_violations(imports_of(root))) == [
+        "cep.cli.run_spark", "cep.cli.spark_extra", "cep.spark_cli",
     ]
 
 
