@@ -92,6 +92,25 @@ def late_share_warning(figures: Iterable[tuple[str, int, int]]) -> str | None:
             '(docs/semantics.md, "Event time")')
 
 
+def timeouts_note(n: int, written: bool, durable: bool = False) -> str:
+    """The summary's time-out count: empty for none, and how to keep them when not written.
+
+    A durable run cannot add ``--timeouts`` to a state made without it, so it names a new state.
+
+    Example:
+        >>> timeouts_note(0, False), timeouts_note(21, True), timeouts_note(1, False)
+        ('', ', 21 timed out', ', 1 timed out (not written: pass --timeouts FILE)')
+        >>> timeouts_note(21, False, durable=True)
+        ', 21 timed out (not written: --timeouts FILE needs a new --state directory)'
+    """
+    if not n:
+        return ""
+    if written:
+        return f", {n:,} timed out"
+    hint = "--timeouts FILE needs a new --state directory" if durable else "pass --timeouts FILE"
+    return f", {n:,} timed out (not written: {hint})"
+
+
 # rule kind -> "module:Class" of its operator; every operator has from_rule(rule), process(batch),
 # finish(), snapshot(), restore(bytes), and the counters `counts` and `stats`.
 OPERATORS = {

@@ -338,8 +338,8 @@ class MatchRecognize(Node):
 MAX_NESTING = 50
 """How deep an expression or a row pattern may nest: parentheses, NOT, signs, CASE, function
 calls, pattern groups and quantifiers each count one level. A chain of operators of one
-precedence level (``a + b - c``, ``a * b / c``) is flat: it is parsed in a loop and counts once,
-however long (see :data:`MAX_CHAIN`). Parsers refuse deeper text with a caret error, so no later
+precedence level (``a + b - c``, ``a * b / c``) is parsed in a loop and counts once here, however
+long (see :data:`MAX_CHAIN`), though its tree leans one level per operand. Parsers refuse deeper text with a caret error, so no later
 pass (checks, compilers, evaluation) can run out of stack on a crafted rule."""
 
 MAX_CHAIN = 100
@@ -370,6 +370,24 @@ def too_deep(node: Any, limit: int = MAX_NESTING) -> Any | None:
         for child in _children(n):
             stack.append((child, d + 1))
     return None
+
+
+def leftmost_pos(node: Any) -> int:
+    """The smallest source position in ``node``'s tree (where the text of an expression starts).
+
+    Example:
+        >>> leftmost_pos(Unary("-", Literal(1, pos=3), pos=2))
+        2
+    """
+    best = getattr(node, "pos", None)
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        p = getattr(n, "pos", None)
+        if isinstance(p, int) and (best is None or p < best):
+            best = p
+        stack.extend(_children(n))
+    return best or 0
 
 
 def _children(n: Any) -> list[Any]:

@@ -81,23 +81,27 @@ class _Parser:
     def leave(self, node: Any) -> Any:
         """Close one nesting level; back at the top, refuse a tree deeper than ``MAX_NESTING``
         (quantifiers stack without parentheses: ``A{1}{1}...``), or for an expression deeper than
-        ``MAX_EXPRESSION_DEPTH`` (chains in parentheses stack: ``(a + b) + c``)."""
+        ``MAX_EXPRESSION_DEPTH`` (chains inside chains stack: ``a + (b + (c + ...))``), with the
+        caret at the start of that expression."""
         self.depth -= 1
         if self.depth == 0:
             if isinstance(node, A.Expr):
                 deep = A.too_deep(node, A.MAX_EXPRESSION_DEPTH)
-                what = (f"more than {A.MAX_EXPRESSION_DEPTH} levels deep counting each chained operator "
-                        "(chains of + - * / in parentheses stack: (a + b) + c is two levels)")
+                what = (f"the expression starting here is more than {A.MAX_EXPRESSION_DEPTH} levels deep as a "
+                        "tree: each operator of a chain that is itself inside a chain, parentheses or a call "
+                        "adds one (a + (b + (c + ...))) stacks a level per operand)")
+                where = A.leftmost_pos(node) if deep is not None else 0
             else:
                 deep = A.too_deep(node)
                 what = f"nested more than {A.MAX_NESTING} levels deep (pattern groups or quantifiers)"
+                where = deep.pos if deep is not None else 0
             if deep is not None:
-                raise CepSyntaxError(SourceError(f"{what}; simplify or split it", self.text, deep.pos, 1, self.file))
+                raise CepSyntaxError(SourceError(f"{what}; simplify or split it", self.text, where, 1, self.file))
         return node
 
     def chain(self, operand: Callable[[], A.Expr], ops: tuple[str, ...], pos: int) -> A.Expr:
-        """Operands joined by operators of one precedence level, read in a loop (a flat chain
-        adds no nesting), built into the left-leaning tree ``((a + b) - c)``; more than
+        """Operands joined by operators of one precedence level, read in a loop (no recursion, no
+        nesting level per operand), built into the left-leaning tree ``((a + b) - c)``; more than
         ``MAX_CHAIN`` operands are refused at the operator that brings one too many."""
         left = operand()
         n = 1
@@ -648,7 +652,8 @@ class _Parser:
             return A.Literal(self.interval(), pos=pos)
         if u in ("RUNNING", "FINAL") and self.peek().kind == "IDENT":
             self.take()
-            inner = self.primary()
+            self.enter()  # RUNNING RUNNING ... recurses here: bounded like signs
+            inner = self.leave(self.primary())
             return _with_semantics(inner, u, self, t)
         if self.peek().value == "(" and self.peek().kind == "OP":
             return self.call()

@@ -34,7 +34,7 @@ def live_batches(batches: Iterable[Any], engine: Any, idle: Any, sink: Callable[
 
 
 def cmd_run(args) -> int:
-    from cep.engine import Engine, late_warning, with_time_unit
+    from cep.engine import Engine, late_warning, timeouts_note, with_time_unit
     from cep.events import STDIN
     from patterns.rules import load_rules
 
@@ -157,8 +157,7 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print(f"cep run: {count_noun(n_events, 'event')}, {count_noun(out.count, 'complex event')}, "
               f"{n_late:,} late, {count_noun(n_err, 'error')}"
-              + (f", {n_timeouts:,} timed out" + ("" if timeouts else " (not written: pass --timeouts FILE)")
-                 if n_timeouts else "")
+              + timeouts_note(n_timeouts, timeouts is not None)
               + (f", {count_noun(idle.advances, 'idle advance')}" if idle is not None and idle.advances else ""),
               file=sys.stderr)
         for name, c in engine.counts().items():

@@ -411,6 +411,7 @@ def _late_share(counts: dict[str, int], names: list[str], frames: dict[str, Any]
 def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | None, str]], trigger: str | None,
          clock: _Clock) -> tuple[int, tuple[str, list[str]] | None]:
     """Plan and run the job on ``spark``: the exit code, and the summary (None after a failure)."""
+    from cep.engine import timeouts_note
     from patterns.errors import CepError
     from spark_udf.api import ProgressCounts, SparkRunConfig, apply_rules
 
@@ -459,8 +460,7 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
         clock.lap("job")
         head = (f"{count_noun(counts['matches'], 'complex event')}, {counts['late']:,} late, "
                 f"{count_noun(counts['errors'], 'error')}")
-        if counts.get("timeouts"):
-            head += f", {counts['timeouts']:,} timed out"
+        head += timeouts_note(counts.get("timeouts", 0), True)
         lines = [f"  {name}: {count_noun(counts.get(f'matches_{i}', 0), 'complex event')}" for i, name in enumerate(names)]
         return EXIT_OK, (head, lines)
 
@@ -491,8 +491,7 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
     t = progress.totals
     head = (f"{count_noun(t['batches'], 'micro-batch', 'micro-batches')}, {count_noun(t['input_rows'], 'input row')}, "
             f"{count_noun(t['matches'], 'complex event')}, {t['late']:,} late, {count_noun(t['errors'], 'error')}")
-    if t["timeouts"]:
-        head += f", {t['timeouts']:,} timed out"
+    head += timeouts_note(t["timeouts"], True)
     return status, (head, [f"  {name}: {count_noun(progress.per_rule[name], 'complex event')}" for name in names])
 
 

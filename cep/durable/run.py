@@ -16,7 +16,14 @@ from cep.durable.cuts import _CutLog
 from cep.durable.errors import StateMismatch
 from cep.durable.sinks import STDOUT, _ReaderGone, _Sink, _StdoutSink
 from cep.durable.source import LogSource, _Waiter
-from cep.engine import Engine, ReloadReport, StateLimits, late_warning, with_time_unit
+from cep.engine import (
+    Engine,
+    ReloadReport,
+    StateLimits,
+    late_warning,
+    timeouts_note,
+    with_time_unit,
+)
 from cep.events import EventBatch
 from cep.idle import IdleProgress, check_idle_seconds
 from patterns.errors import CepError, RuleErrors, count_noun
@@ -451,8 +458,7 @@ class _Run:
         self.log(
             f"{how}: {count_noun(self.n_lines, 'line')} this run ({m['lines']:,} in all), "
             f"{count_noun(self.n_matches, 'complex event')}, {self.n_late:,} late, {count_noun(self.n_errors, 'error')}"
-            + (f", {self.n_timeouts:,} timed out" + ("" if self.cfg.timeouts else " (not written: pass --timeouts FILE)")
-               if self.n_timeouts else "")
+            + timeouts_note(self.n_timeouts, bool(self.cfg.timeouts), durable=True)
             + (f", {count_noun(self.n_idle, 'idle advance')}" if self.n_idle else "")
             + "; "
             f"checkpoint {m['checkpoints']:,} in {self.cfg.state}"

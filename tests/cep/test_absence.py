@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from cep.operator import PatternOperator
 from patterns.errors import RuleError
-from patterns.rules import parse_rule_text
+from patterns.rules import parse_rule_text, parse_rules
 from tests.reference import reference_outcomes
 
 WITHIN_MS = 10_000
@@ -357,3 +357,43 @@ def test_column_wise_path_fires_on_the_watermark(monkeypatch):
     out = op.process([{"k": "busy", "ts": 11_000, "v": 3, "w": 0, "i": 0}])
     assert [(r["k"], r["a_i"]) for r in out.matches] == [("quiet", 0)]
     assert op.next_deadline() is None and op.finish().matches == []
+
+
+TIE_RULES = """rules:
+  - name: r
+    sql: |
+      SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS t0 ONE ROW PER MATCH WITH TIMEOUT ROWS
+        AFTER MATCH SKIP PAST LAST ROW PATTERN (A X*? B) WITHIN INTERVAL '10' MILLISECOND
+        DEFINE A AS t = 'A', B AS t = 'B')
+"""
+
+
+@pytest.mark.parametrize("restore", [None, "snapshot", "snapshot without the deadline heap"])
+def test_deadlines_that_tie_fire_in_the_same_order_after_a_restore(restore):
+    # x's deadline at 15 was pushed before y's at 15 (x's first partial match ended first and its
+    # next one was watched then); a restore that rebuilt the heap key by key would put x first
+    import pickle
+
+    from cep import Engine
+    from cep.safe_pickle import loads as safe_loads
+
+    first = [dict(ts=0, k="x", t="A"), dict(ts=5, k="x", t="A"), dict(ts=5, k="y", t="A"), dict(ts=12, k="z", t="C")]
+    engine = Engine(parse_rules(TIE_RULES))
+    got = [(r["k"], r["t0"]) for r in engine.process(first).timeouts]
+    if restore is not None:
+        snap = engine.snapshot()
+        if restore == "snapshot without the deadline heap":  # as written before the heap was kept
+            state = safe_loads(snap[7:], "engine snapshot")
+            blob = state["rules"]["r"]
+            op_state = pickle.loads(blob[1:])
+            del op_state["deadlines"]
+            state["rules"]["r"] = blob[:1] + pickle.dumps(op_state, protocol=5)
+            snap = snap[:7] + pickle.dumps(state, protocol=5)
+        engine = Engine(parse_rules(TIE_RULES))
+        engine.restore(snap)
+    got += [(r["k"], r["t0"]) for r in engine.process([dict(ts=20, k="z", t="C")]).timeouts]
+    got += [(r["k"], r["t0"]) for r in engine.finish().timeouts]
+    assert sorted(got) == [("x", 0), ("x", 5), ("y", 5)]  # an old snapshot still loads and loses nothing
+    if restore != "snapshot without the deadline heap":
+        assert got == [("x", 0), ("y", 5), ("x", 5)]

@@ -360,3 +360,31 @@ def test_a_durable_run_resumed_midway_writes_the_same_timeouts(orders, tmp_path)
     assert got[: len(first)] == first and 0 < len(first) < len(got)
     assert timed_out(got) == expected_shipping(orders)[1]
     assert len({r["_id"] for r in got}) == len(got)
+
+
+def test_a_durable_summary_counts_timeouts_and_says_a_new_state_is_needed_to_write_them(tmp_path, capsys):
+    args = ["run", str(RULES / "orders.yaml"), "--input", str(DATA / "orders.jsonl"), "--finish",
+            "--output", str(tmp_path / "o.jsonl")]
+    assert main([*args, "--state", str(tmp_path / "st")]) == 0
+    err = capsys.readouterr().err
+    assert "306 complex events, 0 late, 0 errors, 21 timed out (not written: --timeouts FILE needs a new --state directory)" in err
+    assert "shipped_within_2_days: read 631, processed 631, late 0, errors 0, buffered 0, matches 285, timeouts 21" in err
+    # the advice holds: the same state refuses an output it was not made with
+    assert main([*args, "--state", str(tmp_path / "st"), "--timeouts", str(tmp_path / "t.jsonl")]) == 2
+    assert "this run asks for" in capsys.readouterr().err
+    assert main([*args, "--state", str(tmp_path / "st2"), "--timeouts", str(tmp_path / "t.jsonl"),
+                 "--overwrite"]) == 0
+    assert "21 timed out;" in capsys.readouterr().err and len(read_jsonl(tmp_path / "t.jsonl")) == 21
+
+
+def test_cep_bench_counts_the_timeouts_of_each_rule(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", str(RULES / "orders.yaml"), "--input", str(DATA / "orders.jsonl"), "--repeat", "1",
+                 "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    head = table.splitlines()[0].split()
+    assert head[:6] == ["rule", "kind", "events/s", "alone", "matches", "timeouts"]
+    figures = {f["rule"]: f for f in json.loads(out.read_text())["rules"]}
+    assert (figures["shipped_within_2_days"]["timeouts"], figures["not_shipped_within_2_days"]["timeouts"]) == (21, 0)
+    row = next(x for x in table.splitlines() if x.startswith("shipped_within_2_days"))
+    assert row.split()[3:5] == ["285", "21"]

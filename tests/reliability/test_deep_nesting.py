@@ -113,8 +113,17 @@ def test_chains_stacked_in_parentheses_are_bounded_as_a_whole() -> None:
     with time_bound(10.0), pytest.raises(RuleErrors) as err:
         parse_rules(pattern_rule(define=define + " > 0"))
     first = err.value.errors[0]
-    assert f"more than {MAX_EXPRESSION_DEPTH} levels deep counting each chained operator" in first.message
+    assert f"is more than {MAX_EXPRESSION_DEPTH} levels deep as a tree" in first.message
+    # the caret is where the expression starts: the first of the opening parentheses
+    line = pattern_rule(define=define + " > 0").splitlines()[first.line - 1]
+    assert first.column == line.index("DEFINE A AS ") + len("DEFINE A AS ") + 1
     assert "^" in str(err.value)
+
+
+def test_running_repeated_past_the_limit_is_a_caret_error_not_a_recursion() -> None:
+    with time_bound(10.0), pytest.raises(RuleErrors) as err:
+        parse_rules(pattern_rule(define="RUNNING " * 2000 + "LAST(A.x) > 0"))
+    assert f"nested more than {MAX_NESTING} levels deep" in err.value.errors[0].message
 
 
 def test_150_nested_parentheses_around_a_short_sum_are_still_refused() -> None:

@@ -195,6 +195,7 @@ def test_one_state_directory_one_run(setup, capsys):
     (["--follow"], "--follow needs --state DIR"),
     (["--state", "S", "-o", "x.jsonl", "--late", "-"], "--late cannot be standard output with --state"),
     (["--state", "S", "-o", "x.jsonl", "--errors", "-"], "--errors cannot be standard output with --state"),
+    (["--state", "S", "-o", "x.jsonl", "--timeouts", "-"], "--timeouts cannot be standard output with --state"),
     (["--state", "S", "-o", "x.csv"], "--state reads and writes JSON lines only"),
     (["--state", "S", "-o", "x.jsonl", "--idle-state-ttl", "soonish"], "--idle-state-ttl: cannot read 'soonish'"),
     (["--state", "S", "-o", "x.jsonl", "--max-buffered-events", "-1"], "--max-buffered-events must not be negative"),
