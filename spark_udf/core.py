@@ -488,9 +488,18 @@ def _converter(typ: str) -> Callable[[Any], Any]:
         return _to_ms
     if typ == SPANS_TYPE:
         return _spans
+    if typ == "array<string>":  # a timeout row's _waiting_for
+        return _strings
     if typ.startswith(_TOP_K[0]) and typ.endswith(_TOP_K[1]):
         return _top_k(_converter(typ[len(_TOP_K[0]) : -len(_TOP_K[1])]))
     return lambda v: v
+
+
+def _strings(v: Any) -> list[str]:
+    """A list of names as ``array<string>``; anything else is a per-row problem, not a failed batch."""
+    if not isinstance(v, (list, tuple)):
+        raise TypeError(f"expected a list of names, got {type(v).__name__}")
+    return [str(x) for x in v]
 
 
 _TOP_K = ("array<struct<value:", ",count:bigint>>")  # spark_udf.schema.top_k_type

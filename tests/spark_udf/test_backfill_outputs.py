@@ -148,3 +148,43 @@ def test_a_backfill_of_an_input_sorted_by_symbol_says_most_events_were_late(spar
     assert m, err
     assert int(m.group(2).replace(",", "")) == len(bars) and int(m.group(1).replace(",", "")) > len(bars) // 2
     assert "Sort it by the rules' ORDER BY field, or give the rule a 'lateness:'" in err
+
+
+@pytest.mark.parametrize("time_type,unit,ts,deadline", [
+    ("bigint", "s", [100, 101], 160.0),  # epoch seconds: the deadline may end on a fraction, so double
+    ("double", "ms", [100_000.0, 101_000.0], 160_000.0),
+    ("string", "ms", ["2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"], "2026-01-01T00:01:00.000Z"),
+    ("timestamp", "ms", [pd.Timestamp("2026-01-01 00:00:00", tz="UTC"), pd.Timestamp("2026-01-01 00:00:01", tz="UTC")],
+     pd.Timestamp("2026-01-01 00:01:00", tz="UTC")),
+])
+def test_a_timeout_rows_deadline_is_written_like_the_event_time(time_type, unit, ts, deadline) -> None:
+    from patterns.rules import parse_rules
+
+    rules = list(parse_rules(f"""rules:
+  - name: w
+    time_unit: {unit}
+    sql: |
+      SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS t0 ONE ROW PER MATCH WITH TIMEOUT ROWS
+        PATTERN (A B) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.x = 1, B AS B.x = 2)
+"""))
+    types = {"k": "string", "ts": time_type, "x": "bigint"}
+    core, env = GroupCore.for_rules(rules, types, 1)
+    cols = {name: (e, typ) for name, e, typ in env.columns_of("w")}
+    assert cols["_deadline"][1] == {"bigint": "double"}.get(time_type, time_type)
+    # one key whose A never sees its B; a later key's event (not a B) moves the watermark past the deadline
+    later = {"bigint": 1000, "double": 1_000_000.0, "string": "2026-01-01T01:00:00Z",
+             "timestamp": pd.Timestamp("2026-01-01 01:00:00", tz="UTC")}[time_type]
+    rows = [{"k": "a", "ts": ts[0], "x": 1}, {"k": "b", "ts": ts[1], "x": 0}, {"k": "b", "ts": later, "x": 0}]
+    frame = core.static_group(("w", 0), pd.DataFrame(rows, columns=list(types)))
+    out = rows_of(frame, "timeout")
+    assert len(out) == 1 and out[0][cols["_deadline"][0]] == deadline and list(out[0]["_waiting_for"]) == ["B"]
+    assert not rows_of(frame, "error")
+
+
+def test_a_waiting_for_that_is_not_a_list_is_a_row_problem_not_a_failed_batch() -> None:
+    from spark_udf.core import _converter
+
+    assert _converter("array<string>")(("B", "C")) == ["B", "C"]
+    with pytest.raises(TypeError, match="expected a list of names"):
+        _converter("array<string>")("B")
