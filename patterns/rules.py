@@ -39,7 +39,7 @@ from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
 
 __all__ = [
-    "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "parse_rule_text", "read_rule_file", "construct",
+    "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "compose_yaml", "node_error", "parse_rule_text", "read_rule_file", "construct",
     "RULE_KEYS", "RULE_KINDS", "MAX_RULE_FILE_BYTES", "MAX_ALIAS_EXPANSION", "MAX_YAML_DEPTH",
     "TIME_UNITS", "DEFAULT_MAX_FUTURE_SKEW_MS",
 ]
@@ -383,6 +383,42 @@ def _compose(text: str) -> Any:
         loader.dispose()
 
 
+def compose_yaml(text: str, file: str | None = None, what: str = "rule file") -> Any:
+    """The YAML node graph of one document (merge keys resolved), read as a rule file is.
+
+    The safe loader with the alias budget and depth limit of rule files; nodes keep their marks
+    (line, column) for errors. None for an empty document. Raises RuleErrors at the problem's place.
+
+    Example:
+        >>> compose_yaml("tests: [{name: a}]").value[0][0].value
+        'tests'
+    """
+    try:
+        root = _compose(text)
+    except _Refused as e:
+        at = _offset(text, e.mark.line, e.mark.column)
+        raise RuleErrors([SourceError(e.message, text, at, e.width, file)]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        msg = f"not a valid YAML {what}: {getattr(e, 'problem', None) or e}"
+        if mark is not None:
+            raise RuleErrors([SourceError(msg, text, _offset(text, mark.line, mark.column), 1, file)]) from None
+        raise RuleErrors([SourceError(msg, text, 0, 1, file)]) from None
+    if root is None:
+        return None
+    try:
+        _merge_keys(root)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise RuleErrors([SourceError(f"{e.problem or e}", text, _offset(text, mark.line, mark.column), 1, file)]) from None
+    return root
+
+
+def node_error(message: str, text: str, node: Any, file: str | None) -> SourceError:
+    """An error at a YAML node of ``text`` (its first character), for file:line:column and a caret."""
+    return _node_err(message, text, node, file)
+
+
 def parse_rules(text: str, file: str | None = None, *,
                 queries_roots: Iterable[str | os.PathLike[str]] | None = None) -> RuleSet:
     """Parse rule-file text: YAML with a ``rules:`` list, or one bare SQL statement.
@@ -413,31 +449,17 @@ def parse_rules(text: str, file: str | None = None, *,
             "", 0, 1, file)])
     roots = _queries_roots(queries_roots)
     errors: list[SourceError] = []
-    try:
-        root = _compose(text)
-    except _Refused as e:
-        at = _offset(text, e.mark.line, e.mark.column)
-        raise RuleErrors([SourceError(e.message, text, at, e.width, file)]) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        msg = f"not a valid YAML rule file: {getattr(e, 'problem', None) or e}"
-        if mark is not None:
-            raise RuleErrors([SourceError(msg, text, _offset(text, mark.line, mark.column), 1, file)]) from None
-        raise RuleErrors([SourceError(msg, text, 0, 1, file)]) from None
+    root = compose_yaml(text, file)
     if root is None:
         raise RuleErrors([SourceError("empty rule file: expected 'rules:' with a list of rules", text, 0, 1, file)])
-    try:
-        _merge_keys(root)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        raise RuleErrors([SourceError(f"{e.problem or e}", text, _offset(text, mark.line, mark.column), 1, file)]) from None
     rules_node = None
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "rules":
                 rules_node = v
-            else:
-                errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules'", text, k, file))
+            elif k.value != "tests":  # the file's own tests, which cep test reads and runs
+                errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules' (and 'tests', the "
+                                        "tests cep test runs)", text, k, file))
     if rules_node is None or not isinstance(rules_node, yaml.SequenceNode):
         errors.append(_node_err("expected a top-level 'rules:' holding a list of rules", text, rules_node or root, file))
         raise RuleErrors(errors)

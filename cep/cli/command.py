@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "examples (from the repository root, on the bundled data):\n"
             "  cep check rules/fraud.yaml\n"
+            "  cep test rules/trading.yaml\n"
             "  cep run rules/fraud.yaml --input rules/data/transactions.jsonl\n"
             "  cep bench rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl\n"
             "  cep percolate --queries rules/data/news_queries.jsonl --input rules/data/headlines_sample.jsonl\n"
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
             "\n"
             "exit codes:\n"
             "  0  ok (bad and late events are reported and counted, not failures)\n"
-            "  1  complex events were emitted and 'cep run --fail-on-match' was given\n"
+            "  1  complex events were emitted and 'cep run --fail-on-match' was given; a test of 'cep test' failed\n"
             "  2  usage or rule errors: bad options, a missing input file, a rule file with errors\n"
             "  3  runtime failure"
         ),
@@ -63,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 every file is valid; 2 a file has errors, or a usage error.")
     c.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql)")
     c.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP)
+
+    t = sub.add_parser("test", help="run the tests written next to rule files", description=(
+        "Run the tests of each rule file: the 'tests:' list in the file and those of NAME.test.yaml beside "
+        "it. Each test feeds its events through the rules as 'cep run' does and compares the complex events "
+        "(expect: exactly, contains: a subset), late and bad events and timeout rows with what it expects. "
+        "Prints 'PASS file::test' or 'FAIL file::test' with the missing and unexpected rows, then "
+        "'N passed, M failed' (docs/cli.md, 'cep test')."),
+        epilog="Exit codes: 0 every test passed; 1 a test failed; 2 usage, rule-file or test-file errors "
+        "(bad YAML, an unknown key, a missing events file, a file with no tests).")
+    t.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql); NAME.test.yaml names NAME.yaml")
+    t.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP
+                   + "; an events file of a test may lie there too")
 
     r = sub.add_parser("run", help="run a rule file over event files", description=(
         "Run every rule of RULES over the input events in event-time order and write one row per "
@@ -199,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "test":
+            from cep.cli.rule_tests import cmd_test
+
+            return cmd_test(args)
         if args.command == "run":
             return cmd_run(args)
         if args.command == "spark":

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import heapq
 import os
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["input_batches", "merge_time_field"]
+__all__ = ["input_batches", "merge_time_field", "merge_sources", "merge_unit"]
 
 
 def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
@@ -25,11 +25,23 @@ def _parse_inputs(specs: list[str]) -> list[tuple[str | None, str]]:
 def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size: int,
                     unit: str = "ms") -> Iterator[tuple[Any, str | None]]:
     """Several named inputs merged in event-time order (ties: input order, then file order)."""
-    from cep.events import batch_from_records, parse_times, read_events
+    from cep.events import read_events
 
-    def events(idx: int, name: str, path: str):
+    sources = [(name, read_events(path, batch_size, fmt)) for name, path in inputs]
+    return merge_sources(sources, time_field, batch_size, unit)
+
+
+def merge_sources(sources: list[tuple[str | None, Iterable[Any]]], time_field: str | None, batch_size: int,
+                  unit: str = "ms") -> Iterator[tuple[Any, str | None]]:
+    """Several inputs' batches ((stream name or None, batches) pairs) merged in event-time order
+    (ties: input order, then order within the input); each event carries its input's name in
+    ``stream`` (``inputN`` for an unnamed one). What ``cep run`` does with several --input files,
+    and ``cep test`` with a test's ``inputs:``."""
+    from cep.events import batch_from_records, parse_times
+
+    def events(idx: int, name: str, batches: Iterable[Any]):
         seq = 0
-        for b in read_events(path, batch_size, fmt):
+        for b in batches:
             for bl in b.bad:
                 yield (-(2**63), idx, seq, None, bl)
                 seq += 1
@@ -51,7 +63,7 @@ def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size:
             b.epoch_ms[k] = np.fromiter((k in c for c in convs), dtype=bool, count=len(convs))
         return b
 
-    gens = [events(i, name or f"input{i}", path) for i, (name, path) in enumerate(inputs)]
+    gens = [events(i, name or f"input{i}", batches) for i, (name, batches) in enumerate(sources)]
     recs: list[dict] = []
     lines: list[int] = []
     convs: list[tuple[str, ...]] = []
@@ -103,10 +115,10 @@ def input_batches(
         name, path = inputs[0]
         return ((b, name) for b in read_events(path, batch_size, fmt))
     tf = time_field if time_field is not None else merge_time_field(rules)
-    return _merged_batches(inputs, tf, fmt, batch_size, _merge_unit(rules, tf))
+    return _merged_batches(inputs, tf, fmt, batch_size, merge_unit(rules, tf))
 
 
-def _merge_unit(rules: Any, field: str | None) -> str:
+def merge_unit(rules: Any, field: str | None) -> str:
     """The unit the rules read ``field``'s numbers in, which orders merged inputs (ms by default).
 
     Raises:

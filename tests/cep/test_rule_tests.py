@@ -1,0 +1,206 @@
+"""``cep test``: the tests written next to rule files pass, fail with a readable diff, or are refused with a place."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cep.cli import main
+from cep.cli.rule_tests import match_rows
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "rules"
+TEST_FILES = sorted(RULES.glob("*.test.yaml"))
+
+ORDER_EVENTS = """\
+    events:
+      - {order_id: o5, ts: 1711929600000, type: placed, customer: c5, warehouse: AMS, amount: 55.0}
+      - {order_id: o6, ts: 1711933200000, type: placed, customer: c6, warehouse: LYS, amount: 60.0}
+      - {order_id: o6, ts: 1711936800000, type: shipped}
+"""
+
+
+@pytest.fixture
+def orders(tmp_path: Path) -> Path:
+    """A copy of rules/orders.yaml in a folder of its own, for tests written here."""
+    path = tmp_path / "orders.yaml"
+    shutil.copy(RULES / "orders.yaml", path)
+    return path
+
+
+def write_tests(rule_file: Path, body: str) -> Path:
+    path = rule_file.with_name(rule_file.stem + ".test.yaml")
+    path.write_text("tests:\n" + body)
+    return path
+
+
+def test_the_bundled_rule_files_have_tests():
+    assert {p.name for p in TEST_FILES} >= {"trading.test.yaml", "orders.test.yaml", "sessions.test.yaml"}
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
+def test_every_rule_files_tests_pass(path: Path, capsys):
+    rule_file = path.with_name(path.name.replace(".test.yaml", ".yaml"))
+    code = main(["test", str(rule_file)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "FAIL" not in out
+    assert out.splitlines()[-1].endswith(" passed, 0 failed")
+    assert all(line.startswith(f"PASS {path}::") for line in out.splitlines()[:-1])
+
+
+def test_several_rule_files_one_summary(capsys):
+    assert main(["test", str(RULES / "trading.yaml"), str(RULES / "orders.yaml")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "5 passed, 0 failed"
+
+
+def test_a_test_file_named_runs_its_rule_file(capsys):
+    assert main(["test", str(RULES / "orders.test.yaml")]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_wrong_expectation_fails_with_the_missing_row(orders: Path, capsys):
+    write_tests(orders, "  - name: wrong amount\n" + ORDER_EVENTS + """\
+    rules: [not_shipped_within_2_days]
+    expect:
+      - {order_id: o5, amount: 56.0}
+    timeouts: 0
+""")
+    code = main(["test", str(orders)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert f"FAIL {orders.with_name('orders.test.yaml')}::wrong amount" in out
+    assert 'missing    {"rule": "not_shipped_within_2_days", "order_id": "o5", "amount": 56.0}' in out
+    assert 'unexpected {"order_id": "o5", "customer": "c5", "warehouse": "AMS", "amount": 55.0' in out
+    assert "expect: 1 of 1 expected complex events missing, 1 unexpected (expected 1, got 1)" in out
+    assert out.splitlines()[-1] == "0 passed, 1 failed"
+
+
+def test_counts_expected_and_got(orders: Path, capsys):
+    write_tests(orders, "  - name: counts\n" + ORDER_EVENTS + "    late: 1\n    errors: 0\n")
+    assert main(["test", str(orders)]) == 1
+    assert "late: expected 1 late events, got 0" in capsys.readouterr().out
+
+
+def test_contains_a_subset_passes(orders: Path, capsys):
+    write_tests(orders, "  - name: subset\n" + ORDER_EVENTS + """\
+    contains:
+      - {rule: shipped_within_2_days, order_id: o6, hours_to_ship: 1.0}
+    timeouts:
+      - {rule: shipped_within_2_days, order_id: o5, _waiting_for: [S]}
+""")
+    assert main(["test", str(orders)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"PASS {orders.with_name('orders.test.yaml')}::subset",
+                                                   "1 passed, 0 failed"]
+
+
+def test_expect_is_exact_where_contains_is_not(orders: Path, capsys):
+    write_tests(orders, "  - name: exact\n" + ORDER_EVENTS + """\
+    expect:
+      - {rule: shipped_within_2_days, order_id: o6, hours_to_ship: 1.0}
+""")
+    assert main(["test", str(orders)]) == 1
+    out = capsys.readouterr().out
+    assert 'unexpected {"order_id": "o5", "customer": "c5"' in out  # the absence of o5, not expected
+    assert "missing    " not in out
+
+
+def test_inline_tests_in_the_rule_file(orders: Path, capsys):
+    orders.write_text(orders.read_text() + "\ntests:\n  - name: inline\n" + ORDER_EVENTS
+                      + "    contains: [{rule: not_shipped_within_2_days, order_id: o5}]\n")
+    assert main(["test", str(orders)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"PASS {orders}::inline"
+    # the rules still check and run with the tests key there
+    assert main(["check", str(orders)]) == 0
+    events = orders.with_name("e.jsonl")
+    events.write_text('{"order_id": "o1", "ts": 1711929600000, "type": "placed"}\n')
+    out = orders.with_name("out.jsonl")
+    assert main(["run", str(orders), "--input", str(events), "--output", str(out), "--quiet"]) == 0
+    assert '"order_id":"o1"' in out.read_text().replace(" ", "")
+
+
+def test_an_events_file_beside_the_test_file(orders: Path, capsys):
+    (orders.parent / "data").mkdir()
+    (orders.parent / "data" / "o.jsonl").write_text(
+        '{"order_id": "o1", "ts": 1711929600000, "type": "placed"}\n{"order_id": "o1", "ts": 1711933200000, '
+        '"type": "shipped"}\nnot json\n')
+    write_tests(orders, """\
+  - name: from a file
+    events_file: data/o.jsonl
+    expect: [{rule: shipped_within_2_days, order_id: o1, hours_to_ship: 1.0}]
+    errors: 1
+""")
+    assert main(["test", str(orders)]) == 0, capsys.readouterr()
+
+
+def test_rows_must_name_their_rule_when_several_run(orders: Path, capsys):
+    write_tests(orders, "  - name: which rule\n" + ORDER_EVENTS + "    expect: [{order_id: o5}]\n")
+    assert main(["test", str(orders)]) == 2
+    err = capsys.readouterr().err
+    assert "test 'which rule': the 'expect' row {\"order_id\": \"o5\"} names no 'rule'" in err
+    assert "add rule: NAME to the row, or rules: [NAME] to the test" in err
+
+
+@pytest.mark.parametrize("body, message, where", [
+    ("  - name: typo\n    evnts: []\n    expect: []\n",
+     "unknown key 'evnts' in a test; known keys: name, description, rules, events", ":2:5:"),
+    ("  - name: missing\n    events_file: nowhere.jsonl\n    expect: []\n",
+     "test 'missing': events file not found: nowhere.jsonl", ":3:18:"),
+    ("  - name: outside\n    events_file: ../../etc/passwd\n    expect: []\n",
+     "test 'outside': events file ../../etc/passwd", ":3:18:"),
+    ("  - name: no input\n    expect: []\n",
+     "test 'no input' needs one input: 'events' (a list of events), 'events_file' (a file) or 'inputs'", ":2:5:"),
+    ("  - name: nothing expected\n" + ORDER_EVENTS,
+     "test 'nothing expected' expects nothing: add 'expect'", ":2:5:"),
+    ("  - name: both\n" + ORDER_EVENTS + "    expect: []\n    contains: []\n",
+     "test 'both': give 'expect' (the rows, exactly) or 'contains' (a subset), not both", ":8:5:"),
+    ("  - name: bad count\n" + ORDER_EVENTS + "    late: many\n",
+     "test 'bad count': 'late' must be a count or a list of rows (mappings), found 'many'", ":7:11:"),
+    ("  - name: [unclosed\n", "not a valid YAML test file", ":3:1:"),
+])
+def test_test_file_errors_exit_2_with_their_place(orders: Path, capsys, body: str, message: str, where: str):
+    path = write_tests(orders, body)
+    assert main(["test", str(orders)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert f"{path}{where}" in err
+
+
+def test_outside_the_folder_is_refused_with_the_reason(orders: Path, capsys):
+    write_tests(orders, "  - name: outside\n    events_file: ../../etc/passwd\n    expect: []\n")
+    assert main(["test", str(orders)]) == 2
+    assert "is outside " + str(orders.parent.resolve()) + ", the test file's folder" in capsys.readouterr().err
+
+
+def test_unknown_top_level_key_of_a_test_file(orders: Path, capsys):
+    path = orders.with_name("orders.test.yaml")
+    path.write_text("test:\n  - name: x\n")
+    assert main(["test", str(orders)]) == 2
+    assert f"{path}:1:1: unknown top-level key 'test' in a test file; expected 'tests'" in capsys.readouterr().err
+
+
+def test_a_rule_the_file_does_not_have(orders: Path, capsys):
+    write_tests(orders, "  - name: r\n    rules: [nope]\n" + ORDER_EVENTS + "    expect: []\n")
+    assert main(["test", str(orders)]) == 2
+    assert "test 'r' names rules the file does not have: nope" in capsys.readouterr().err
+
+
+def test_a_rule_file_without_tests(orders: Path, capsys):
+    assert main(["test", str(orders)]) == 2
+    assert "no tests" in capsys.readouterr().err
+
+
+def test_a_rule_file_with_errors(tmp_path: Path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    sql: SELECT\n")
+    assert main(["test", str(bad)]) == 2
+    assert f"{bad}: 1 error" in capsys.readouterr().err
+
+
+def test_pairing_is_one_to_one_and_not_greedy():
+    # the general row {a: 1} must not take the only row the specific one fits
+    assert match_rows([{"a": 1}, {"a": 1, "b": 2}], [{"a": 1, "b": 2}, {"a": 1, "b": 3}]) == ([], [])
+    assert match_rows([{"a": 1}, {"a": 1}], [{"a": 1}]) == ([{"a": 1}], [])
+    assert match_rows([], [{"a": 1}]) == ([], [{"a": 1}])
