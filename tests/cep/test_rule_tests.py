@@ -37,7 +37,8 @@ def write_tests(rule_file: Path, body: str) -> Path:
 
 
 def test_the_bundled_rule_files_have_tests():
-    assert {p.name for p in TEST_FILES} >= {"trading.test.yaml", "orders.test.yaml", "sessions.test.yaml"}
+    assert {p.name for p in TEST_FILES} >= {"trading.test.yaml", "orders.test.yaml", "sessions.test.yaml",
+                                              "fraud.test.yaml"}
 
 
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
