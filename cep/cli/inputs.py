@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def _merged_batches(inputs, time_field: str | None, fmt: str | None, batch_size:
     return merge_sources(sources, time_field, batch_size, unit)
 
 
-def merge_sources(sources: list[tuple[str | None, Iterable[Any]]], time_field: str | None, batch_size: int,
+def merge_sources(sources: Sequence[tuple[str | None, Iterable[Any]]], time_field: str | None, batch_size: int,
                   unit: str = "ms") -> Iterator[tuple[Any, str | None]]:
     """Several inputs' batches ((stream name or None, batches) pairs) merged in event-time order
     (ties: input order, then order within the input); each event carries its input's name in

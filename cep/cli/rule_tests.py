@@ -187,9 +187,9 @@ class _Reader:
                 t.inputs.append(got)
         for key in (*ROW_EXPECTATIONS, *OTHER_EXPECTATIONS):
             if key in fields:
-                got = self.expectation(name, key, fields[key][1])
-                if got is not None:
-                    t.expectations[key] = got
+                want = self.expectation(name, key, fields[key][1])
+                if want is not None:
+                    t.expectations[key] = want
         if "expect" in fields and "contains" in fields:
             self.err(f"test {name!r}: give 'expect' (the rows, exactly) or 'contains' (a subset), not both",
                      fields["contains"][0])
