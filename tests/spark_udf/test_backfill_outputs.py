@@ -188,3 +188,26 @@ def test_a_waiting_for_that_is_not_a_list_is_a_row_problem_not_a_failed_batch() 
     assert _converter("array<string>")(("B", "C")) == ["B", "C"]
     with pytest.raises(TypeError, match="expected a list of names"):
         _converter("array<string>")("B")
+
+
+def test_a_failure_reading_the_first_rows_is_one_line_and_exit_3(monkeypatch, capsys) -> None:
+    # the unit check's small job runs before the backfill job: its failure is one line too, not a traceback
+    import argparse
+
+    import spark_udf.api
+
+    def fails(source, rules):
+        raise RuntimeError("Python worker exited unexpectedly (crashed)")
+
+    monkeypatch.setattr(spark_cli, "_read", lambda spark, args, streaming, path=None: (object(), None))
+    monkeypatch.setattr(spark_udf.api, "apply_rules", lambda source, rules, cfg: object())
+    monkeypatch.setattr(spark_udf.api, "time_unit_warnings", fails)
+    args = argparse.Namespace(format="json", buckets=4, search_buckets=8, verbose=False, mode="error",
+                              output="out", output_format="json")
+    code, summary = spark_cli._job("backfill", args, None, list(load_rules(RULE_FILE)), [(None, str(DATA))], None,
+                                   spark_cli._Clock())
+    err = capsys.readouterr().err
+    assert (code, summary) == (3, None)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cep spark backfill: reading the first rows failed")
+    assert "Python worker exited unexpectedly" in lines[0] and "Traceback" not in err
