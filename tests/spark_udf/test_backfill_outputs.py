@@ -10,8 +10,8 @@ worded as ``cep run``'s.
 from __future__ import annotations
 
 import json
-import re
 import pickle
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
