@@ -20,9 +20,9 @@ from cep.analytics import WindowOperator
 from cep.analytics.context import _Ctx
 from cep.analytics.operator import WindowStats
 from cep.events import EventBatch, event_times, format_time, to_batch
-from cep.expressions import truthy
 from cep.explain.model import ExplainedRow, Explanation, Verdict
 from cep.explain.rows import in_range, key_rows, plain, range_notes, stream_rows
+from cep.expressions import truthy
 from patterns.rules import Rule
 
 __all__ = ["explain_analytics"]
@@ -120,7 +120,8 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
     key_cols = list(spec.keys)
     idx = key_rows(batch, key_cols, key)
     keyval: Any = () if not key_cols else key[key_cols[0]] if len(key_cols) == 1 else tuple(key[c] for c in key_cols)
-    op = _ExplainingOperator.from_rule(rule)
+    op = _ExplainingOperator(spec, name=rule.name, lateness_ms=rule.lateness_ms, time_unit=rule.time_unit,
+                             max_future_skew_ms=rule.max_future_skew_ms)
     op.target = keyval
     win = spec.window
     slide = win.kind == "SLIDE"
@@ -130,7 +131,7 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
     rows = [ExplainedRow(j, int(ms[j]) if ok[j] else None, sub.record(j)) for j in range(len(idx))]
     ex = Explanation(rule.name, "analytics", dict(key))
     emitted: list[Verdict] = []
-    state = {"last": None}  # the key row the latest emissions follow
+    state: dict[str, int | None] = {"last": None}  # the key row the latest emissions follow
 
     def take_emitted(out_rows: list[dict], when: str) -> None:
         for r in out_rows:
@@ -142,8 +143,9 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
                                                             if k not in ("rule", "correction", "retract"))
             v = Verdict("emitted", text, not row.get("retract"), {"row": row, "after_row": state["last"]})
             emitted.append(v)
-            if state["last"] is not None:
-                rows[state["last"]].verdicts.append(v)
+            last = state["last"]
+            if last is not None:
+                rows[last].verdicts.append(v)
 
     shown = [in_range(r.ts, t_from, t_to) for r in rows]
     line_of_key = {batch.line_of(i): j for j, i in enumerate(idx.tolist())}
@@ -155,7 +157,7 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
         out = op.process(batch.take(np.arange(lo, hi)))
         for kind, got in (("late", out.late), ("error", out.errors)):
             for r in got:
-                j = line_of_key.get(r.get("line"))
+                j = line_of_key.get(int(r.get("line") or 0))
                 if j is not None:
                     rows[j].verdicts.append(Verdict(kind, r["reason"], False))
         take_emitted(out.matches, f"when later events moved the clock to {_when(op.max_ts)}")
