@@ -258,6 +258,30 @@ class WindowOperator:
         t = self.engine.next_threshold()
         return None if t is None else t - self.lateness
 
+    def peek(self, key: Any) -> list[dict[str, Any]]:
+        """The open windows of one key (its value; a tuple for several key columns, ``()`` for
+        none) and the row each would emit now (None when HAVING fails), without emitting or
+        counting anything. TUMBLE, HOP and SESSION; a SLIDE row is evaluated only when released.
+
+        Example:
+            >>> from patterns.analytics import compile_analytics
+            >>> op = WindowOperator(compile_analytics(
+            ...     "SELECT k, COUNT(*) AS n FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MILLISECOND)"), name="r")
+            >>> _ = op.process([{"k": "a", "ts": 3}, {"k": "a", "ts": 4}])
+            >>> op.peek("a")
+            [{'window_start': 0, 'window_end': 10, 'fired': False, 'row': {'k': 'a', 'n': 2, 'rule': 'r', 'correction': False}}]
+        """
+        kid = self._key_ids.get(key)
+        peek = getattr(self.engine, "peek", None)
+        if kid is None or peek is None:
+            return []
+        stats = WindowStats(**asdict(self.stats))
+        try:
+            got = peek(kid)
+        finally:
+            self.stats = stats
+        return [{"window_start": s, "window_end": e, "fired": f, "row": r} for s, e, f, r in got]
+
     def key_count(self) -> int:
         """Keys the operator holds ids for (a key is forgotten once none of its windows is open)."""
         return len(self._key_values)

@@ -158,6 +158,18 @@ class _PaneWindows:
         kids = part.cells[[i for i, _r in rows]].tolist()
         return list(zip(kids, [r for _i, r in rows]))
 
+    def peek(self, kid: int) -> list[tuple[int, int, bool, dict | None]]:
+        """The open windows holding key id ``kid``, in start order: (start, end, fired, the row
+        the window would emit now, None when HAVING fails). Reads state only (``cep explain``)."""
+        out: list[tuple[int, int, bool, dict | None]] = []
+        keep = np.array([kid], dtype=np.int64)
+        for k in sorted(self.wins):
+            if not _member(keep, self.keys_of(k))[0]:
+                continue
+            rows = self.emit(k, keep)
+            out.append((k * self.step, self.end(k), self.wins[k].fired, rows[0][1] if rows else None))
+        return out
+
     def live_kids(self) -> set[int]:
         out: set[int] = set()
         for chunks in self.panes.values():

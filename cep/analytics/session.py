@@ -292,6 +292,16 @@ class _SessionWindows:
         ctx = _Ctx(op, self.kid[idx], self.start[idx], self.last[idx] + self.gap)
         return {int(idx[i]): row for i, row in op._evaluate(part, None, ctx)}
 
+    def peek(self, kid: int) -> list[tuple[int, int, bool, dict | None]]:
+        """The open sessions of key id ``kid``, in start order: (start, end, fired, the row the
+        session would emit now, None when HAVING fails). Aggregates the pending events first (as
+        any read does), otherwise reads state only (``cep explain``)."""
+        self._build_pending()
+        at = np.flatnonzero(self.kid == kid)
+        at = at[np.argsort(self.start[at], kind="stable")]
+        got = self.emit(at) if len(at) else {}
+        return [(int(self.start[i]), int(self.last[i]) + self.gap, bool(self.fired[i]), got.get(i)) for i in at.tolist()]
+
     def live_kids(self) -> set[int]:
         return set(self.kid.tolist())
 
