@@ -129,8 +129,7 @@ _UPSERT_OPS = {"c", "u", "r"}
 
 def _debezium(batch: EventBatch, spec: TableSpec) -> Changes:
     n = batch.n
-    envelopes = batch.column("payload").tolist() if "payload" in batch.columns and "op" not in batch.columns \
-        else [None] * n
+    envelopes = batch.column("payload").tolist()
     ops = batch.column("op").tolist()
     before = batch.column("before").tolist()
     after = batch.column("after").tolist()
@@ -140,7 +139,7 @@ def _debezium(batch: EventBatch, spec: TableSpec) -> Changes:
     rows: list[Any] = [None] * n
     for i in range(n):
         env = envelopes[i]
-        if isinstance(env, dict):  # the JSON converter's {"schema": ..., "payload": {...}}
+        if ops[i] is None and isinstance(env, dict):  # the JSON converter's {"schema": ..., "payload": {...}}
             op, b, a = env.get("op"), env.get("before"), env.get("after")
             times[i] = _walk(env, spec.time_field.split("."))
         else:

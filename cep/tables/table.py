@@ -130,7 +130,7 @@ class Table:
             out.late.append({
                 "rule": None, "table": self.name, "source": batch.source, "line": batch.line_of(i),
                 "reason": (f"late change: time {format_time(int(ts[j]))} is {int(wm_before[j] - ts[j])} ms behind "
-                           f"table {self.name!r}'s watermark {format_time(int(wm_before[j]))} (allowed lateness "
+                           f"the watermark {format_time(int(wm_before[j]))} of table {self.name!r} (allowed lateness "
                            f"{lateness} ms); not applied"),
                 "event": batch.record(i),
             })

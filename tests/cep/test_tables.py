@@ -11,8 +11,13 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cep.events import batch_from_records
 from cep.safe_pickle import loads as safe_loads
-from cep.tables import MIN_TIME, VersionedTable
+from cep.tables import MIN_TIME, Table, VersionedTable
+from cep.tables.changelog import decode
+from patterns.errors import RuleErrors
+from patterns.rules import parse_rules
+from patterns.tables import TableSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
@@ -28,8 +33,10 @@ def asof_reference(changes: pd.DataFrame, events: pd.DataFrame) -> list:
     ``changes``: key, time, seq (arrival order), deleted, value. ``events``: key, t.
     """
     ev = events.reset_index(drop=True).assign(_i=lambda d: np.arange(len(d)))
-    if changes.empty:
+    if changes.empty or ev.empty:
         return [None] * len(ev)
+    ev = ev.astype({"key": np.int64, "t": np.int64})
+    changes = changes.astype({"key": np.int64, "time": np.int64})
     ch = changes.sort_values(["time", "seq"], kind="stable").rename(columns={"time": "t"})
     ch = ch[["key", "t", "deleted", "value"]]
     left = ev.sort_values("t", kind="stable")
@@ -121,3 +128,222 @@ def test_store_stats_and_compaction():
     assert t.compact(25) == 2 * n
     assert t.stats().versions == n
     assert t.gather(t.lookup(np.array([7]), np.array([30])))["v"].tolist() == [9]
+
+
+# ---------------------------------------------------------------- the engine: joins in pattern rules
+
+JOIN_RULES = """
+tables:
+  - name: accounts
+    from: account_changes
+    primary_key: id
+    columns: [tier]
+    time_field: ts
+    lateness: {table_lateness}
+rules:
+  - name: seen
+    lateness: {rule_lateness}
+    sql: |
+      SELECT * FROM payments AS p {kind} JOIN accounts FOR SYSTEM_TIME AS OF p.ts AS a ON p.account = a.id
+      MATCH_RECOGNIZE (PARTITION BY account ORDER BY ts
+        MEASURES A.ts AS ts, A.n AS n, a.tier AS tier
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A) DEFINE A AS A.n >= 0)
+"""
+
+
+def _late_in_arrival_order(times: list[int], lateness: int) -> list[bool]:
+    """Late as the engine judges it: behind the running maximum of the earlier ones minus the lateness."""
+    out, top = [], None
+    for t in times:
+        out.append(top is not None and t < top - lateness)
+        top = t if top is None else max(top, t)
+    return out
+
+
+def _join_reference(changes, events, kind, table_lateness, rule_lateness):
+    late_c = _late_in_arrival_order([c[1] for c in changes], table_lateness)
+    on_time = [c for c, late in zip(changes, late_c) if not late]
+    late_e = _late_in_arrival_order([e[1] for e in events], rule_lateness)
+    evs = [e for e, late in zip(events, late_e) if not late]
+    values = asof_reference(
+        pd.DataFrame({"key": [c[0] for c in on_time], "time": [c[1] for c in on_time], "seq": range(len(on_time)),
+                      "deleted": [c[2] for c in on_time], "value": [f"t{c[3]}" for c in on_time]}),
+        pd.DataFrame({"key": [e[0] for e in evs], "t": [e[1] for e in evs]}))
+    rows = [(e[0], e[1], e[2], v) for e, v in zip(evs, values) if v is not None or kind == "LEFT"]
+    return sorted(rows, key=repr), sum(late_c), sum(late_e)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(changes=st.lists(change_st, max_size=40),
+       events=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 45)), max_size=30),
+       order=st.randoms(use_true_random=False), kind=st.sampled_from(["", "LEFT"]),
+       table_lateness=st.sampled_from([0, 5, 100]), rule_lateness=st.sampled_from([0, 5, 100]),
+       restore_at=st.integers(0, 12))
+def test_engine_join_matches_reference(changes, events, order, kind, table_lateness, rule_lateness, restore_at):
+    """Changes and events interleaved in any order, cut into batches anywhere, with a snapshot and a
+    restore into a new engine between two batches: the rows are the reference's (the as-of value of
+    the on-time changes, for the on-time events), late changes and events are reported."""
+    from cep import Engine
+
+    rules = parse_rules(JOIN_RULES.format(kind=kind, table_lateness=table_lateness, rule_lateness=rule_lateness))
+    events = [(k, t, i) for i, (k, t) in enumerate(events)]
+    # an arrival order: a random interleaving keeping each stream's own order
+    tags = ["c"] * len(changes) + ["e"] * len(events)
+    order.shuffle(tags)
+    ci = ei = 0
+    arrival = []
+    for tag in tags:
+        if tag == "c":
+            arrival.append(("c", changes[ci]))
+            ci += 1
+        else:
+            arrival.append(("e", events[ei]))
+            ei += 1
+    engine = Engine(rules)
+    rows, late = [], []
+    i = 0
+    batch_no = 0
+    while i < len(arrival):
+        tag = arrival[i][0]
+        j = i
+        while j < len(arrival) and arrival[j][0] == tag and (j == i or order.random() < 0.7):
+            j += 1
+        part = [x for _, x in arrival[i:j]]
+        if tag == "c":
+            recs = [{"id": k, "ts": t, "tier": f"t{v}", **({"__deleted": "true"} if d else {})} for k, t, d, v in part]
+            out = engine.process(recs, stream="account_changes")
+        else:
+            out = engine.process([{"account": k, "ts": t, "n": n} for k, t, n in part], stream="payments")
+        rows += out.matches
+        late += out.late
+        batch_no += 1
+        if batch_no == restore_at:
+            fresh = Engine(rules)
+            fresh.restore(engine.snapshot())
+            engine = fresh
+        i = j
+    out = engine.finish()
+    rows += out.matches
+    want, late_changes, late_events = _join_reference(changes, events, "LEFT" if kind else "INNER",
+                                                      table_lateness, rule_lateness)
+    got = sorted(((r["account"], r["ts"], r["n"], r["tier"]) for r in rows), key=repr)
+    assert got == want
+    assert sum(1 for x in late if x.get("table") == "accounts") == late_changes
+    assert sum(1 for x in late if x.get("rule") == "seen") == late_events
+    c = engine.counts()["seen"]
+    assert c.read == c.processed + c.late + c.errors + c.buffered
+
+
+def test_join_waits_for_the_table_watermark():
+    """An event is released only once the table's watermark has passed it: the change at the same
+    time, arriving after the event, is seen."""
+    from cep import Engine
+
+    engine = Engine(parse_rules(JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0)))
+    assert engine.process([{"account": 1, "ts": 10, "n": 0}, {"account": 1, "ts": 30, "n": 1}],
+                          stream="payments").matches == []
+    assert engine.process([{"id": 1, "ts": 10, "tier": "gold"}], stream="account_changes").matches == []
+    out = engine.process([{"id": 1, "ts": 11, "tier": "silver"}], stream="account_changes")
+    assert [(r["ts"], r["tier"]) for r in out.matches] == [(10, "gold")]
+    assert [(r["ts"], r["tier"]) for r in engine.finish().matches] == [(30, "silver")]
+
+
+def test_left_join_partition_by_joined_column_null_is_an_error():
+    from cep import Engine
+
+    rules = parse_rules("""
+tables:
+  - {name: accounts, from: account_changes, primary_key: id, columns: [tier], time_field: ts}
+rules:
+  - name: per_tier
+    sql: |
+      SELECT * FROM payments LEFT JOIN accounts FOR SYSTEM_TIME AS OF payments.ts ON payments.account = accounts.id
+      MATCH_RECOGNIZE (PARTITION BY tier ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A{2}) DEFINE A AS A.n > 0)
+""")
+    engine = Engine(rules)
+    engine.process([{"id": 1, "ts": 0, "tier": "gold"}, {"id": 2, "ts": 0, "tier": "gold"}], stream="account_changes")
+    engine.process([{"account": a, "ts": t, "n": 1} for a, t in [(1, 1), (3, 2), (2, 3)]], stream="payments")
+    out = engine.finish()
+    assert [(r["tier"], r["n"]) for r in out.matches] == [("gold", 2)]
+    assert [e["reason"] for e in out.errors] == [
+        "partition field 'tier' is missing (null): table 'accounts' has no row for the event's key at its time (LEFT JOIN)"]
+    c = engine.counts()["per_tier"]
+    assert (c.read, c.processed, c.errors) == (3, 2, 1)
+
+
+def test_merged_stream_routes_changes_to_the_table():
+    """In a merged batch (rows tagged with their stream) the changelog rows feed the table, not the rules."""
+    from cep import Engine
+
+    engine = Engine(parse_rules(JOIN_RULES.format(kind="LEFT", table_lateness=0, rule_lateness=0)),
+                    streams=["payments", "account_changes"])
+    out = engine.process([
+        {"stream": "account_changes", "id": 1, "ts": 1, "tier": "gold"},
+        {"stream": "payments", "account": 1, "ts": 2, "n": 7},
+        {"stream": "account_changes", "id": 1, "ts": 3, "tier": "x"},
+    ])
+    out.extend(engine.finish())
+    assert [(r["n"], r["tier"]) for r in out.matches] == [(7, "gold")]
+    assert engine.counts()["seen"].read == 1
+    assert engine.table_stats()["accounts"]["applied"] == 2
+
+
+# ---------------------------------------------------------------- changelog formats
+
+
+def _spec(**kw):
+    return TableSpec("t", "changes", ("id",), ("name", "tier"), **kw)
+
+
+def test_debezium_envelopes():
+    """c/u/r upsert ``after``, d deletes ``before``'s key; ``payload`` wrappers; errors for the rest."""
+    table = Table(_spec(format="debezium", lateness_ms=1000))
+    out = table.apply(batch_from_records([
+        {"op": "r", "before": None, "after": {"id": 1, "name": "Ann", "tier": "silver"}, "ts_ms": 100},
+        {"op": "u", "before": {"id": 1, "name": "Ann", "tier": "silver"},
+         "after": {"id": 1, "name": "Ann", "tier": "gold"}, "ts_ms": 200},
+        {"schema": {}, "payload": {"op": "c", "after": {"id": 2, "name": "Bo", "tier": "gold"}, "ts_ms": 150}},
+        {"op": "d", "before": {"id": 1, "name": "Ann", "tier": "gold"}, "after": None, "ts_ms": 300},
+        {"op": "d", "before": None, "ts_ms": 310},
+        {"op": "t", "ts_ms": 320},
+        {"op": "c", "after": {"id": None}, "ts_ms": 330},
+        {"op": "c", "after": {"id": 3}, "ts_ms": "soon"},
+    ]))
+    assert [e["reason"] for e in out.errors] == [
+        "Debezium op 'd' needs a 'before' object with the key (set the table's REPLICA IDENTITY or equivalent), found None",
+        "Debezium op 't' (truncate) is not supported: it would delete every key at once",
+        "primary key field 'id' is missing (null)",
+        "time field 'ts_ms': 'soon' is neither epoch milliseconds nor an ISO-8601 time",
+    ]
+    assert [e["line"] for e in out.errors] == [5, 6, 7, 8]
+    rows = table.lookup([np.array([1, 1, 1, 2, 2])], np.array([150, 250, 300, 149, 150]))
+    assert _norm(table.gather(rows)["tier"].tolist()) == ["silver", "gold", None, None, "gold"]
+
+
+def test_debezium_time_from_source():
+    spec = _spec(format="debezium", time_field="source.ts_ms")
+    ch = decode(batch_from_records([{"op": "c", "after": {"id": 1, "tier": "a"}, "ts_ms": 999,
+                                     "source": {"ts_ms": 5}}]), spec)
+    assert ch.times.tolist() == [5]
+
+
+def test_upsert_delete_markers():
+    """The default marker is Debezium's flattened ``__deleted``; any field and values can be named."""
+    ch = decode(batch_from_records([{"id": 1, "ts": 1, "tier": "a"}, {"id": 1, "ts": 2, "__deleted": "true"},
+                                    {"id": 2, "ts": 3, "__deleted": "false", "tier": "b"}]), _spec(time_field="ts"))
+    assert ch.deletes.tolist() == [False, True, False]
+    spec = _spec(time_field="ts", delete_field="op", delete_values=("d", "delete"))
+    ch = decode(batch_from_records([{"id": 1, "ts": 1, "op": "u"}, {"id": 1, "ts": 2, "op": "delete"},
+                                    {"id": 1, "ts": 3, "op": "d"}]), spec)
+    assert ch.deletes.tolist() == [False, True, True]
+
+
+def test_table_state_restores_through_the_safe_unpickler():
+    table = Table(_spec(time_field="ts"))
+    table.apply(batch_from_records([{"id": "a", "ts": 1, "tier": "x"}, {"id": "b", "ts": 2, "tier": "y"}]))
+    again = Table(_spec(time_field="ts"))
+    again.restore(safe_loads(pickle.dumps(table.state())))
+    rows = again.lookup([np.array(["a", "b", "c"], dtype=object)], np.array([5, 5, 5]))
+    assert _norm(again.gather(rows)["tier"].tolist()) == ["x", "y", None]
+    assert again.watermark == 2
