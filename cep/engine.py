@@ -269,7 +269,7 @@ class Engine:
 
     def _compact_tables(self) -> None:
         """Let each table forget the versions no joined rule can look up any more."""
-        for name, table in self.tables.items():
+        for table in self.tables.values():
             marks = [op.released_to for op in self.operators.values()
                      if getattr(op, "join", None) is not None and op.join.table is table]
             if not marks:

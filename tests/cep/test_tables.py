@@ -3,11 +3,13 @@ formats, rule-file errors, and pattern rules joined to a table."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -347,3 +349,156 @@ def test_table_state_restores_through_the_safe_unpickler():
     rows = again.lookup([np.array(["a", "b", "c"], dtype=object)], np.array([5, 5, 5]))
     assert _norm(again.gather(rows)["tier"].tolist()) == ["x", "y", None]
     assert again.watermark == 2
+
+
+# ---------------------------------------------------------------- rule-file errors
+
+TABLE = """tables:
+  - name: customers
+    from: customer_changes
+    primary_key: id
+    columns: [tier]
+    time_field: ts
+"""
+RULE = """rules:
+  - name: r
+    sql: SELECT * FROM pay AS p JOIN {table} FOR SYSTEM_TIME AS OF {as_of} AS c ON {on} MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE A AS {cond})
+"""
+
+
+def _errors(text: str) -> list[str]:
+    with pytest.raises(RuleErrors) as exc:
+        parse_rules(text, "f.yaml")
+    return [e.format().split("\n")[0] for e in exc.value.errors]
+
+
+def _rule(table="customers", as_of="p.ts", on="p.cust = c.id", cond="c.tier = 'gold'") -> str:
+    return TABLE + RULE.format(table=table, as_of=as_of, on=on, cond=cond)
+
+
+@pytest.mark.parametrize("text, message", [
+    (_rule(table="clients"), "f.yaml:9:38: unknown table 'clients' (declared tables: customers); declare it under "
+                             "'tables:' in the rule file"),
+    (_rule(on="p.cust = c.tier"), "f.yaml:9:92: ON ... = c.tier: 'tier' is not in table 'customers''s primary key (id); "
+                                  "a temporal join looks rows up by their primary key"),
+    (_rule(as_of="p.placed"), "f.yaml:9:70: AS OF placed: a temporal join reads the table as of the rule's event time, "
+                              "so AS OF must name the ORDER BY column (ts), as Flink requires the left side's time "
+                              "attribute"),
+    (_rule(as_of="c.ts"), "f.yaml:9:70: AS OF c.ts: the time must be the stream's (p or pay), the time each event "
+                          "looks the table up at"),
+    (_rule(cond="c.region = 'EU'"), "f.yaml:9:150: c.region: table 'customers' has no column 'region'; its columns: tier"),
+    (_rule(cond="p.tier = 'gold'"), "f.yaml:9:150: p.tier: the join replaces the event's 'tier' with table "
+                                    "'customers''s column of that name; write tier (the table's), or rename the event field"),
+    (_rule(on="p.cust = p.id"), "f.yaml:9:83: ON p.cust = p.id: each equality names a column of the stream (p or pay) "
+                                "and one of the table (c or customers), qualified by name or alias"),
+])
+def test_join_errors(text, message):
+    assert _errors(text) == [message]
+
+
+@pytest.mark.parametrize("table, message", [
+    ("  - name: t\n    primary_key: id\n    columns: [a]\n    time_field: ts\n",
+     "f.yaml:2:5: table 't' needs 'from:', the input stream that carries its changelog"),
+    ("  - name: t\n    from: s\n    columns: [a]\n    time_field: ts\n",
+     "f.yaml:2:5: table 't' needs 'primary_key:', the key column or a list of key columns"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    time_field: ts\n",
+     "f.yaml:2:5: table 't' needs 'columns:', the list of columns a join adds to each event"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n",
+     "f.yaml:2:5: table 't' needs 'time_field:', the field saying when each change takes effect (event time: a lookup "
+     "at time t sees the changes up to t)"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n    time_field: ts\n    format: csv\n",
+     "f.yaml:7:13: table 't': format must be upsert or debezium, found 'csv'"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [id, a]\n    time_field: ts\n",
+     "f.yaml:5:14: table 't': id is in primary_key; columns lists the other columns (a join already has the key: it "
+     "equals the event's join column)"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n    format: debezium\n    delete_field: op\n",
+     "f.yaml:7:19: table 't': delete_field is for format upsert; a Debezium envelope says a delete with op 'd'"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n    time_field: ts\n    lateness: soon\n",
+     "f.yaml:7:15: table 't': lateness: cannot read 'soon' as an interval; write milliseconds or text such as '5 minutes'"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n    time_field: ts\n    snapshot: rows.xlsx\n",
+     "f.yaml:7:15: table 't': snapshot 'rows.xlsx' must end in .csv, .tsv, .jsonl, .json, .ndjson or .parquet (its "
+     "format)"),
+    ("  - name: t\n    from: s\n    primary_key: id\n    columns: [a]\n    time_field: ts\n    colums: [b]\n",
+     "f.yaml:7:5: unknown key 'colums' for a table; known keys: name, description, from, primary_key, columns, format, "
+     "time_field, time_unit, lateness, delete_field, delete_values, snapshot"),
+    ("  - name: 1t\n", "f.yaml:2:11: a table needs a 'name' that is an SQL identifier (letters, digits, _), found '1t'"),
+])
+def test_table_declaration_errors(table, message):
+    assert _errors("tables:\n" + table + "rules: []\n") == [message]
+
+
+def test_snapshot_outside_the_rule_files_folder(tmp_path):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "secret.csv").write_text("id,a\n1,2\n")
+    text = "tables:\n  - {name: t, from: s, primary_key: id, columns: [a], time_field: ts, snapshot: ../secret.csv}\nrules: []\n"
+    with pytest.raises(RuleErrors) as exc:
+        parse_rules(text, str(tmp_path / "rules" / "f.yaml"))
+    (err,) = exc.value.errors
+    assert "snapshot file ../secret.csv" in err.message and "is outside" in err.message
+
+
+# ---------------------------------------------------------------- real data: S&P 500 bars and GICS sectors
+
+FIXTURES = REPO / "tests" / "fixtures" / "tables"
+
+
+def test_sp500_sample_tagged_with_sector():
+    """The bundled 2017 bars of five stocks joined with their sector (a snapshot table): every match
+    carries its company's sector, and the per-sector rule counts rows as pandas does."""
+    from cep import Engine
+    from patterns.rules import load_rules
+
+    bars = [json.loads(line) for line in open(REPO / "rules" / "data" / "sp500_daily_2017_sample.jsonl")]
+    engine = Engine(load_rules(FIXTURES / "sectors.yaml"), streams=["bars"])
+    out = engine.process(bars, stream="bars")
+    out.extend(engine.finish())
+    companies = pd.read_csv(FIXTURES / "sp500_sectors_sample.csv").set_index("Symbol")
+    tech = [r for r in out.matches if r["rule"] == "tech_rise"]
+    df = pd.DataFrame(bars).sort_values(["symbol", "date"])
+    df["prev"] = df.groupby("symbol")["close"].shift()
+    df["sector"] = df["symbol"].map(companies["GICS Sector"])
+    want = df[(df["sector"] == "Information Technology") & (df["close"] > df["prev"] * 1.03)]
+    assert sorted((r["symbol"], r["up_date"]) for r in tech) == sorted(zip(want["symbol"], want["date"]))
+    assert all(r["sector"] == companies.loc[r["symbol"], "GICS Sector"] for r in tech)
+    per_sector = [r for r in out.matches if r["rule"] == "sector_days"]
+    assert len(per_sector) == sum(n // 10 for n in df.groupby("sector").size())
+    assert engine.table_stats()["companies"]["snapshot_rows"] == 5
+
+
+@pytest.mark.data
+def test_sp500_full_history_inner_join_drops_symbols_not_listed(tmp_path):
+    """619,040 bars of 2013-2018 against today's constituents: bars of symbols no longer listed are
+    dropped by the inner join (counted), the others tagged with their sector."""
+    if not (SHARED / "sp500_daily_ohlcv_2013_2018.csv").exists():
+        pytest.skip("needs ../shared/data")
+    import shutil
+
+    from cep import Engine
+
+    shutil.copy(SHARED / "sp500_companies.csv", tmp_path / "companies.csv")
+    (tmp_path / "rules.yaml").write_text("""
+tables:
+  - {name: companies, from: company_changes, primary_key: Symbol, columns: ["GICS Sector"], time_field: t,
+     snapshot: companies.csv}
+rules:
+  - name: tagged
+    sql: |
+      SELECT * FROM bars JOIN companies FOR SYSTEM_TIME AS OF bars.date ON bars.Name = companies.Symbol
+      MATCH_RECOGNIZE (PARTITION BY Name ORDER BY date MEASURES A."GICS Sector" AS sector PATTERN (A)
+                       DEFINE A AS A.close > A.open * 1.1)
+""")
+    from patterns.rules import load_rules
+
+    engine = Engine(load_rules(tmp_path / "rules.yaml"), streams=["bars"])
+    # the file is sorted by symbol, then date: in event-time order for the stream
+    bars = pd.read_csv(SHARED / "sp500_daily_ohlcv_2013_2018.csv").sort_values("date", kind="stable")
+    rows = []
+    for lo in range(0, len(bars), 65536):
+        rows += engine.process(bars.iloc[lo:lo + 65536], stream="bars").matches
+    rows += engine.finish().matches
+    sectors = pd.read_csv(SHARED / "sp500_companies.csv").set_index("Symbol")["GICS Sector"]
+    bars["sector"] = bars["Name"].map(sectors)
+    want = bars[bars["sector"].notna() & (bars["close"] > bars["open"] * 1.1)]
+    assert sorted((r["Name"], r["sector"]) for r in rows) == sorted(zip(want["Name"], want["sector"]))
+    join = engine.operators["tagged"].join.counts
+    assert join["dropped"] == int(bars["sector"].isna().sum())
