@@ -37,7 +37,7 @@ from patterns.files import MAX_RULE_FILE_BYTES, FileRefused, read_limited
 from patterns.files import queries_roots as _queries_roots
 from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
-from patterns.tables import TableSpec, bind_join, parse_tables
+from patterns.tables import TableSpec, YamlHelpers, bind_join, parse_tables
 
 __all__ = [
     "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "compose_yaml", "node_error", "parse_rule_text", "read_rule_file", "construct",
@@ -462,7 +462,7 @@ def parse_rules(text: str, file: str | None = None, *,
             if k.value == "rules":
                 rules_node = v
             elif k.value == "tables":
-                tables, errs = parse_tables(v, text, file, roots)
+                tables, errs = parse_tables(v, text, file, roots, YamlHelpers(construct, _node_err, _ms, TIME_UNITS))
                 errors.extend(errs)
             elif k.value != "tests":  # the file's own tests, which cep test reads and runs
                 errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules' (and 'tables', the "

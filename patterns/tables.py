@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["TableSpec", "TABLE_KEYS", "TABLE_FORMATS", "SNAPSHOT_FORMATS", "parse_tables", "bind_join",
+__all__ = ["TableSpec", "TABLE_KEYS", "TABLE_FORMATS", "SNAPSHOT_FORMATS", "parse_tables", "bind_join", "YamlHelpers",
            "DEFAULT_DELETE_FIELD", "DEFAULT_DELETE_VALUES"]
 
 TABLE_FORMATS = ("upsert", "debezium")
@@ -74,11 +74,22 @@ class TableSpec:
     description: str = ""
 
 
-def parse_tables(node: Any, text: str, file: str | None, roots: Iterable[str] = ()) -> tuple[dict[str, TableSpec], list]:
+@dataclass(frozen=True)
+class YamlHelpers:
+    """What the rule-file reader lends the tables' parser (passed in: patterns.rules imports this module)."""
+
+    construct: Callable[[Any], Any]  # a node's Python value, by the safe constructor
+    node_error: Callable[..., Any]  # (message, text, node, file) -> SourceError
+    ms: Callable[[Any, str], int]  # an interval option in ms, ValueError with the message otherwise
+    time_units: tuple[str, ...]
+
+
+def parse_tables(node: Any, text: str, file: str | None, roots: Iterable[str],
+                 helpers: YamlHelpers) -> tuple[dict[str, TableSpec], list]:
     """The tables of a ``tables:`` node and the errors found (SourceError, at the offending value)."""
     import yaml
 
-    from patterns.rules import construct, node_error
+    construct, node_error = helpers.construct, helpers.node_error
 
     errors: list = []
     tables: dict[str, TableSpec] = {}
@@ -111,7 +122,7 @@ def parse_tables(node: Any, text: str, file: str | None, roots: Iterable[str] = 
         if name in tables:
             err(f"duplicate table name {name!r}", "name")
             continue
-        spec = _one_table(name, py, err, file, roots)
+        spec = _one_table(name, py, err, file, roots, helpers)
         if spec is not None:
             tables[name] = spec
     return tables, errors
@@ -130,8 +141,8 @@ def _columns(value: Any, what: str, name: str, err: Callable[..., None], key: st
 
 
 def _one_table(name: str, py: dict[str, Any], err: Callable[..., None], file: str | None,
-               roots: Iterable[str]) -> TableSpec | None:
-    from patterns.rules import TIME_UNITS, _ms
+               roots: Iterable[str], helpers: YamlHelpers) -> TableSpec | None:
+    TIME_UNITS, _ms = helpers.time_units, helpers.ms
 
     ok = True
     stream = py.get("from")
