@@ -221,17 +221,71 @@ class Engine:
         self.clock = clock
         self.operators: dict[str, Any] = {r.name: make_operator(r) for r in self.rules}
         self.bad_lines = 0
+        self.tables: dict[str, Any] = {}
+        self._startup = EngineOutput()  # the tables' snapshot files' bad rows, returned by the first call
+        specs = getattr(rules, "tables", None) or {}
+        if specs:
+            from cep.tables import Table
+
+            for name, spec in specs.items():
+                table = self.tables[name] = Table(spec)
+                # a table whose changelog is none of the named inputs is its snapshot: joins do not wait
+                table.static = streams is not None and bool(self.streams) and spec.stream not in self.streams
+                self._startup.extend(table.load_snapshot())
         self._configure(self.operators.values())
 
     def _reads(self, rule: Rule, stream: str | None) -> bool:
         if stream is None or rule.stream not in self.streams:
-            return True
+            # a table's changelog goes to the table, not to rules that read every stream
+            return stream is None or rule.stream == stream or stream not in self._table_streams
         return rule.stream == stream
+
+    @property
+    def _table_streams(self) -> set[str]:
+        return {t.spec.stream for t in self.tables.values()}
+
+    def _apply_changes(self, batch: EventBatch, stream: str | None, out: EngineOutput) -> EventBatch:
+        """Feed the tables their changelog rows; the rest of the batch, for the rules."""
+        if not self.tables:
+            return batch
+        if stream is not None:
+            for t in self.tables.values():
+                if t.spec.stream == stream:
+                    out.extend(t.apply(batch))
+            return batch
+        tags = batch.columns.get("stream")
+        if tags is None:
+            return batch
+        rest = np.ones(batch.n, dtype=bool)
+        for s in self._table_streams:
+            mine = tags == s
+            if mine.any():
+                part = batch.take(np.flatnonzero(mine))
+                for t in self.tables.values():
+                    if t.spec.stream == s:
+                        out.extend(t.apply(part))
+                rest &= ~mine
+        return batch if rest.all() else batch.take(np.flatnonzero(rest))
+
+    def _compact_tables(self) -> None:
+        """Let each table forget the versions no joined rule can look up any more."""
+        for table in self.tables.values():
+            marks = [op.released_to for op in self.operators.values()
+                     if getattr(op, "join", None) is not None and op.join.table is table]
+            if not marks:
+                wm = table.watermark
+                if wm is not None:
+                    table.compact(wm)
+            elif all(m is not None for m in marks):
+                table.compact(min(marks))
 
     def process(self, events: Any, stream: str | None = None) -> EngineOutput:
         """Push a batch (EventBatch, dict, list of dicts, pandas or Arrow) through every rule."""
         batch = to_batch(events)
         out = EngineOutput()
+        if self._startup.errors:
+            out.extend(self._startup)
+            self._startup = EngineOutput()
         for bl in batch.bad:
             self.bad_lines += 1
             out.errors.append({"rule": None, **bl.to_dict()})
@@ -239,19 +293,32 @@ class Engine:
             self.streams.add(stream)
             if "stream" not in batch.columns:
                 batch.columns["stream"] = np.full(batch.n, stream, dtype=object)
+        full = batch
+        batch = self._apply_changes(batch, stream, out)
         # a merged batch (events of several named streams, each tagged in "stream"): a rule whose
         # FROM names one of them reads that stream's rows only
         tags = batch.columns.get("stream") if stream is None and self.streams else None
         parts: dict[str, EventBatch] = {}
+        fed: set[str] = set()
         for rule in self.rules:
             if not self._reads(rule, stream):
                 continue
             part = batch
             if tags is not None and rule.stream in self.streams:
                 if rule.stream not in parts:
-                    parts[rule.stream] = batch.take(np.flatnonzero(tags == rule.stream))
+                    src = full if rule.stream in self._table_streams else batch
+                    tags_of = src.columns["stream"]
+                    parts[rule.stream] = src.take(np.flatnonzero(tags_of == rule.stream))
                 part = parts[rule.stream]
+            fed.add(rule.name)
             out.extend(self.operators[rule.name].process(part))
+        if self.tables:
+            # a table's watermark may have moved: joined rules release what it now allows
+            for rule in self.rules:
+                op = self.operators[rule.name]
+                if rule.name not in fed and getattr(op, "join", None) is not None:
+                    out.extend(op.release())
+            self._compact_tables()
         if self._unit_pending:
             out.warnings.extend(self._unit_warnings())
         return out
@@ -273,9 +340,19 @@ class Engine:
     def finish(self) -> EngineOutput:
         """End of input: flush every rule (final watermark)."""
         out = EngineOutput()
+        if self._startup.errors:
+            out.extend(self._startup)
+            self._startup = EngineOutput()
         for rule in self.rules:
             out.extend(self.operators[rule.name].finish())
         return out
+
+    def table_stats(self) -> dict[str, dict[str, Any]]:
+        """Per table: changes read, applied, late, errors; keys, versions, rows and memory (bytes, per row)."""
+        from dataclasses import asdict
+
+        return {name: {**asdict(t.counts), **t.stats().to_dict(), "watermark": t.watermark}
+                for name, t in self.tables.items()}
 
     # ------------------------------------------------------------------ time without events
     def watermarks(self) -> dict[str, int | None]:
@@ -365,7 +442,9 @@ class Engine:
         import pickle
 
         parts = {name: op.snapshot() for name, op in self.operators.items()}
-        body = pickle.dumps({"rules": parts, "streams": sorted(self.streams), "bad_lines": self.bad_lines}, protocol=5)
+        tables = {name: t.state() for name, t in self.tables.items()}
+        body = pickle.dumps({"rules": parts, "streams": sorted(self.streams), "bad_lines": self.bad_lines,
+                             "tables": tables}, protocol=5)
         return SNAPSHOT_MAGIC + bytes([SNAPSHOT_VERSION]) + body
 
     def restore(self, data: bytes) -> None:
@@ -378,6 +457,10 @@ class Engine:
                 f"{SNAPSHOT_VERSION}); start from an empty state or use the engine that wrote it"
             )
         state = safe_loads(data[7:], "engine snapshot")
+        for name, saved in state.get("tables", {}).items():
+            if name in self.tables:  # the snapshot holds the snapshot file's rows too
+                self.tables[name].restore(saved)
+        self._startup = EngineOutput()
         for name, blob in state["rules"].items():
             if name in self.operators:
                 self.operators[name].restore(blob)
@@ -444,7 +527,17 @@ class Engine:
         limits = getattr(self, "_limits", None)
         # rules whose first batch's times are still to be looked at for a wrong unit
         self._unit_pending = {n for n, op in self.operators.items() if not getattr(op, "unit_checked", True)}
+        tables = getattr(self, "tables", {})
         for op in ops:
+            join = getattr(getattr(getattr(op, "automaton", None), "mr", None), "join", None)
+            if join is not None and getattr(op, "join", None) is None:
+                from cep.tables.join import TableJoin
+
+                table = tables.get(join.table)
+                if table is None:
+                    raise ValueError(f"rule {op.name!r} joins table {join.table!r}, which this engine does not have "
+                                     "(build the engine from the whole rule file: its tables: section declares it)")
+                op.join = TableJoin(table, join, list(op.columns), list(op.key_cols))
             if hasattr(op, "clock"):
                 op.clock = self.clock
             if hasattr(op, "row_ids"):

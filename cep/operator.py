@@ -116,6 +116,7 @@ class _Pending:
         self.keys = np.zeros(0, dtype=object)
         self.cols = [np.zeros(0, dtype=object) for _ in range(ncols)]
         self.records = np.zeros(0, dtype=object)
+        self.join_keys: list[np.ndarray] = []  # a temporal join's event key columns (cep.tables.join)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -197,6 +198,9 @@ class PatternOperator:
         self.derived = derived_columns(list(a.cp.defines.values()))
         self.seen: dict[str, SeenFilter] = {n: SeenFilter() for n, f in self.derived.items() if f.name == "FIRST_SEEN"}
         self.searches = {n: _RowSearch(f) for n, f in self.derived.items() if f.name == "MATCHES"}
+        # FROM s JOIN t FOR SYSTEM_TIME AS OF: the table, bound by the engine (cep.tables.join.TableJoin)
+        self.join: Any = None
+        self.released_to: int | None = None  # the last watermark events were released to (joins: table compaction)
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -231,8 +235,23 @@ class PatternOperator:
         if self.max_buffered_events is not None and len(self.pending) > self.max_buffered_events:
             self._force_watermark()
         self.stats.seconds_ingest += time.perf_counter() - t0
-        self._release(self.watermark, out)
+        self._release(self._release_mark(), out)
         return out
+
+    def release(self) -> OperatorOutput:
+        """Release what the watermark allows now, without new events (a joined table's watermark moved)."""
+        out = OperatorOutput()
+        self._release(self._release_mark(), out)
+        return out
+
+    def _release_mark(self) -> int | None:
+        """How far events may be released: the watermark, and with a temporal join no further than
+        the table's changes are complete (both watermarks must have passed an event, as in Flink)."""
+        wm = self.watermark
+        if self.join is None or wm is None:
+            return wm
+        bound = self.join.table.release_bound()
+        return None if bound is None else min(wm, bound)
 
     # The external-clock calls: a host (Spark) that knows the watermark better than one operator,
     # which may hold only some of the keys, says where it stands instead of the largest event time.
@@ -471,6 +490,9 @@ class PatternOperator:
             recs = np.empty(m, dtype=object)
             recs[:] = [batch.record(int(i)) for i in idx]
             p.records = np.concatenate((p.records, recs))
+        if self.join is not None:
+            jk = [batch.column(c)[idx] for c in self.join.event_keys]
+            p.join_keys = jk if not p.join_keys else [_concat(a, b) for a, b in zip(p.join_keys, jk)]
         self.counts.buffered = len(p)
 
     def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> np.ndarray:
@@ -478,7 +500,8 @@ class PatternOperator:
         import pandas as pd
 
         n = batch.n
-        if not self.key_cols:
+        if not self.key_cols or (self.join is not None and self.join.partition_joined):
+            # partitioned by a joined column: the key is known once the join ran (at release)
             keys = np.empty(n, dtype=object)
             keys[:] = [()] * n
             keys[~ok] = _BAD
@@ -530,13 +553,20 @@ class PatternOperator:
             else:
                 rel = p.ts <= watermark if watermark is not None else np.zeros(len(p), dtype=bool)
             if rel.any():
-                self._match(np.flatnonzero(rel), out)
+                idx = np.flatnonzero(rel)
+                if self.join is not None:
+                    idx = self.join.enrich(self, idx, out)
+                if len(idx):
+                    self._match(idx, out)
                 keep = ~rel
                 p.ts, p.seq, p.keys = p.ts[keep], p.seq[keep], p.keys[keep]
                 p.cols = [c[keep] for c in p.cols]
+                p.join_keys = [c[keep] for c in p.join_keys]
                 if self.keep_records:
                     p.records = p.records[keep]
                 self.counts.buffered = len(p)
+        if watermark is not None and not final:
+            self.released_to = watermark
         a = self.automaton
         emit = self._emitter(out)
         if self._fast is not None and (final or watermark is not None):
@@ -1123,7 +1153,8 @@ class PatternOperator:
             "seen": {name: f.to_bytes() for name, f in self.seen.items()},
             "max_ts": self.max_ts,
             "seq": self.seq,
-            "pending": (p.ts, p.seq, p.keys, p.cols, p.records),
+            "pending": (p.ts, p.seq, p.keys, p.cols, p.records, p.join_keys),
+            "join": None if self.join is None else (self.released_to, dict(self.join.counts)),
             "nodes": flat,
             "keys": keys,
             "active": list(self.active),
@@ -1177,8 +1208,14 @@ class PatternOperator:
         self.max_ts = state["max_ts"]
         self.seq = state["seq"]
         p = _Pending(len(self.columns))
-        p.ts, p.seq, p.keys, p.cols, p.records = state["pending"]
+        p.ts, p.seq, p.keys, p.cols, p.records, *jk = state["pending"]
+        p.join_keys = list(jk[0]) if jk else []
         self.pending = p
+        joined = state.get("join")
+        if joined is not None:
+            self.released_to = joined[0]
+            if self.join is not None:
+                self.join.counts.update(joined[1])
         self.active = dict.fromkeys(state["active"])
         self.counts = OperatorCounts(**state["counts"])
         self.stats = StepStats(**state["stats"])

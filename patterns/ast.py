@@ -37,6 +37,7 @@ __all__ = [
     "Define",
     "Skip",
     "MatchRecognize",
+    "TemporalJoin",
     "walk_expr",
     "MAX_NESTING",
     "MAX_CHAIN",
@@ -315,6 +316,27 @@ class Skip(Node):
 
 
 @dataclass(frozen=True)
+class TemporalJoin(Node):
+    """``FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF s.ts ON s.a = t.b [AND ...]`` before MATCH_RECOGNIZE.
+
+    ``on`` pairs each event column with the table column it must equal, as written; positions
+    (``pos`` of the table's name, ``as_of_pos``, ``on_pos``) are for errors.
+    """
+
+    table: str
+    kind: str  # INNER or LEFT
+    stream_alias: str | None
+    table_alias: str | None
+    as_of: Column
+    on: tuple[tuple[Column, Column], ...]  # (event side, table side)
+    as_of_pos: int = field(default=0, compare=False, repr=False)
+    on_pos: int = field(default=0, compare=False, repr=False)
+    # filled in by patterns.tables.bind_join once the table is known
+    event_keys: tuple[str, ...] = ()  # the event columns matched to the primary key, in its order
+    columns: tuple[str, ...] = ()  # the table's columns the join adds to each event
+
+
+@dataclass(frozen=True)
 class MatchRecognize(Node):
     """A whole ``SELECT ... FROM stream MATCH_RECOGNIZE (...)`` statement."""
 
@@ -331,6 +353,7 @@ class MatchRecognize(Node):
     within_ms: int | None = None
     timeout_rows: bool = False  # ONE ROW PER MATCH WITH TIMEOUT ROWS
     with_unmatched: bool = False  # ALL ROWS PER MATCH WITH UNMATCHED ROWS
+    join: TemporalJoin | None = None  # a temporal join with a table before MATCH_RECOGNIZE
     text: str = field(default="", compare=False, repr=False)
     select_pos: tuple[int, ...] = field(default=(), compare=False, repr=False)
 

@@ -184,7 +184,10 @@ class _Parser:
             select = tuple(names)
         self.expect_kw("FROM", "after the SELECT list")
         source = self.ident("the name of the input stream after FROM").value
-        self.expect_kw("MATCH_RECOGNIZE", "after the stream name")
+        join = self.temporal_join(source) if self.at_kw("AS", "JOIN", "LEFT", "INNER") or (
+            self.tok.kind == "IDENT" and self.tok.upper not in _RESERVED and self.tok.upper != "MATCH_RECOGNIZE"
+            and self.peek().kind == "IDENT" and self.peek().upper in ("JOIN", "LEFT", "INNER")) else None
+        self.expect_kw("MATCH_RECOGNIZE", "after the stream name" if join is None else "after the join")
         self.expect_op("(", "after MATCH_RECOGNIZE")
 
         partition_by: tuple[str, ...] = ()
@@ -345,6 +348,7 @@ class _Parser:
             within_ms=within,
             timeout_rows=timeout_rows,
             with_unmatched=with_unmatched,
+            join=join,
             text=self.text,
             select_pos=tuple(select_pos),
             pos=start,
@@ -386,6 +390,54 @@ class _Parser:
         raise self.error(
             f"expected an interval unit (MILLISECOND, SECOND, MINUTE, HOUR, DAY), found {self.describe(ut)}"
         )
+
+    def temporal_join(self, source: str) -> A.TemporalJoin:
+        """``[AS alias] [LEFT [OUTER] | INNER] JOIN t FOR SYSTEM_TIME AS OF col [AS alias] ON a = b [AND ...]``."""
+        stream_alias = None
+        if self.accept_kw("AS"):
+            stream_alias = self.ident("an alias for the stream after AS").value
+        elif not self.at_kw("JOIN", "LEFT", "INNER"):
+            stream_alias = self.ident("an alias for the stream").value
+        kind = "INNER"
+        if self.accept_kw("LEFT"):
+            kind = "LEFT"
+            self.accept_kw("OUTER")
+        else:
+            self.accept_kw("INNER")
+        self.expect_kw("JOIN", "(a temporal join: FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF s.ts ON s.a = t.b)")
+        tt = self.ident("the name of a table after JOIN")
+        if not self.at_kw("FOR"):
+            raise self.error(f"expected FOR SYSTEM_TIME AS OF <event-time column> after JOIN {tt.value}, found "
+                             f"{self.describe(self.tok)}: a join with a table reads it as of each event's time")
+        self.take()
+        self.expect_kw("SYSTEM_TIME", "in FOR SYSTEM_TIME AS OF")
+        self.expect_kw("AS", "in FOR SYSTEM_TIME AS OF")
+        self.expect_kw("OF", "in FOR SYSTEM_TIME AS OF")
+        as_of_pos = self.tok.offset
+        if not (self.tok.kind == "QIDENT" or (self.tok.kind == "IDENT" and self.tok.upper not in _RESERVED)):
+            raise self.error(f"expected the event-time column after AS OF, found {self.describe(self.tok)}")
+        as_of = self.column_ref()
+        assert isinstance(as_of, A.Column)
+        table_alias = None
+        if self.accept_kw("AS"):
+            table_alias = self.ident("an alias for the table after AS").value
+        elif self.tok.kind == "IDENT" and self.tok.upper not in _RESERVED and self.tok.upper != "ON":
+            table_alias = self.take().value
+        on_pos = self.tok.offset
+        self.expect_kw("ON", "after the table (ON s.col = t.key)")
+        pairs: list[tuple[A.Column, A.Column]] = []
+        while True:
+            ct = self.tok
+            cond = self.predicate()
+            if not (isinstance(cond, A.Compare) and cond.op == "=" and isinstance(cond.left, A.Column)
+                    and isinstance(cond.right, A.Column)):
+                raise self.error("a temporal join's ON takes equalities of two columns joined by AND "
+                                 "(ON s.customer = t.id AND s.region = t.region)", ct)
+            pairs.append((cond.left, cond.right))
+            if not self.accept_kw("AND"):
+                break
+        return A.TemporalJoin(tt.value, kind, stream_alias, table_alias, as_of, tuple(pairs),
+                              pos=tt.offset, end=tt.offset + len(tt.value), as_of_pos=as_of_pos, on_pos=on_pos)
 
     # ------------------------------------------------------------ row pattern regex
     def alternation(self) -> A.Pattern:

@@ -37,6 +37,7 @@ from patterns.files import MAX_RULE_FILE_BYTES, FileRefused, read_limited
 from patterns.files import queries_roots as _queries_roots
 from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
+from patterns.tables import TableSpec, YamlHelpers, bind_join, parse_tables
 
 __all__ = [
     "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "compose_yaml", "node_error", "parse_rule_text", "read_rule_file", "construct",
@@ -94,6 +95,7 @@ class RuleSource:
     text: str
     file: str | None
     queries_roots: tuple[str, ...] = ()  # folders besides the rule file's whose files the rule may read
+    tables: dict[str, TableSpec] = field(default_factory=dict)  # the file's tables, which joins may name
 
     def error(self, message: str, key: str | None = None) -> SourceError:
         """An error at the value of ``key`` (or at the rule)."""
@@ -165,7 +167,7 @@ def _parse_pattern(src: RuleSource) -> tuple[tuple[Any, Any, dict] | None, list[
             extra["on_cap"] = py["on_cap"]
     sql, (line_off, col_off, indent) = got
     try:
-        mr = parse_statement(sql, src.file)
+        mr = bind_join(parse_statement(sql, src.file), src.tables, src.file)
         compiled = compile_statement(mr, src.file, line_off, col_off, indent)
     except CepSyntaxError as e:
         return None, errors + src.text_errors("sql", e)
@@ -208,6 +210,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    tables: dict[str, TableSpec] = field(default_factory=dict, compare=False)  # the file's tables:, by name
 
     def __iter__(self):
         return iter(self.rules)
@@ -232,7 +235,7 @@ def parse_rule_text(sql: str, name: str = "rule", file: str | None = None) -> Ru
         >>> r.name, r.stream
         ('rule', 's')
     """
-    mr = parse_statement(sql, file)
+    mr = bind_join(parse_statement(sql, file), {}, file)
     compiled = compile_statement(mr, file)
     growth = find_growth(compiled)
     warnings = (growth_warning(name, growth, sql, file),) if growth is not None else ()
@@ -453,13 +456,17 @@ def parse_rules(text: str, file: str | None = None, *,
     if root is None:
         raise RuleErrors([SourceError("empty rule file: expected 'rules:' with a list of rules", text, 0, 1, file)])
     rules_node = None
+    tables: dict[str, TableSpec] = {}
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "rules":
                 rules_node = v
+            elif k.value == "tables":
+                tables, errs = parse_tables(v, text, file, roots, YamlHelpers(construct, _node_err, _ms, TIME_UNITS))
+                errors.extend(errs)
             elif k.value != "tests":  # the file's own tests, which cep test reads and runs
-                errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules' (and 'tests', the "
-                                        "tests cep test runs)", text, k, file))
+                errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules' (and 'tables', the "
+                                        "tables joins read, and 'tests', the tests cep test runs)", text, k, file))
     if rules_node is None or not isinstance(rules_node, yaml.SequenceNode):
         errors.append(_node_err("expected a top-level 'rules:' holding a list of rules", text, rules_node or root, file))
         raise RuleErrors(errors)
@@ -498,7 +505,7 @@ def parse_rules(text: str, file: str | None = None, *,
                 )
             )
             continue
-        src = RuleSource(name, kind, py, fields, item, text, file, roots)
+        src = RuleSource(name, kind, py, fields, item, text, file, roots, tables)
         try:
             parse_kind, kind_keys = _kind(kind)
         except ImportError:
@@ -532,7 +539,7 @@ def parse_rules(text: str, file: str | None = None, *,
         )
     if errors:
         raise RuleErrors(errors)
-    return RuleSet(tuple(rules), file)
+    return RuleSet(tuple(rules), file, tables=tables)
 
 
 def _offset(text: str, line0: int, col0: int) -> int:
