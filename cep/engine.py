@@ -26,11 +26,17 @@ import numpy as np
 
 from cep.events import Clock, EventBatch, UnitHint, to_batch
 from cep.operator import OperatorOutput, StateVersionError
+from cep.sharing import SharedBatch
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
     "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
     "with_time_unit"]
+
+# Share work across rules (decoded event times, partition keys, row-local condition masks; skip
+# rules nothing in a batch can start): a switch so benchmarks and tests can measure and check the
+# engine without it.
+SHARE_WORK = True
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -243,6 +249,8 @@ class Engine:
         # FROM names one of them reads that stream's rows only
         tags = batch.columns.get("stream") if stream is None and self.streams else None
         parts: dict[str, EventBatch] = {}
+        # rules reading the same events share their decoded times, keys, order and masks
+        shared: dict[int, SharedBatch] = {}
         for rule in self.rules:
             if not self._reads(rule, stream):
                 continue
@@ -251,7 +259,18 @@ class Engine:
                 if rule.stream not in parts:
                     parts[rule.stream] = batch.take(np.flatnonzero(tags == rule.stream))
                 part = parts[rule.stream]
-            out.extend(self.operators[rule.name].process(part))
+            op = self.operators[rule.name]
+            if SHARE_WORK and hasattr(op, "shared"):
+                sb = shared.get(id(part))
+                if sb is None:
+                    sb = shared[id(part)] = SharedBatch(part)
+                op.shared = sb
+                try:
+                    out.extend(op.process(part))
+                finally:
+                    op.shared = None
+            else:
+                out.extend(op.process(part))
         if self._unit_pending:
             out.warnings.extend(self._unit_warnings())
         return out

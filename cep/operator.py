@@ -31,13 +31,16 @@ from cep.events import (
     UnitHint,
     event_times,
     format_time,
+    future_guard,
     unit_hint,
+    wall_clock_ms,
 )
 import cep.absence as absence_path
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
+from cep.sharing import KeyOrder, SharedBatch, arrange, kernel_key, partition_keys
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
@@ -197,6 +200,11 @@ class PatternOperator:
         self.derived = derived_columns(list(a.cp.defines.values()))
         self.seen: dict[str, SeenFilter] = {n: SeenFilter() for n, f in self.derived.items() if f.name == "FIRST_SEEN"}
         self.searches = {n: _RowSearch(f) for n, f in self.derived.items() if f.name == "MATCHES"}
+        # work shared with the engine's other rules over the batch being processed (set by the
+        # engine around process(); None: compute everything here)
+        self.shared: SharedBatch | None = None
+        self._fresh: np.ndarray | None = None  # this batch's accepted rows, when nothing else was pending
+        self._kernel_keys = [[kernel_key(x, a.var_names[vid]) for x in a.local_exprs[vid]] for vid in range(a.nvars)]
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -232,6 +240,7 @@ class PatternOperator:
             self._force_watermark()
         self.stats.seconds_ingest += time.perf_counter() - t0
         self._release(self.watermark, out)
+        self._fresh = None
         return out
 
     # The external-clock calls: a host (Spark) that knows the watermark better than one operator,
@@ -419,15 +428,21 @@ class PatternOperator:
         self.counts.read += n
         if n == 0:
             return
-        ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
+        shared = self.shared
+        if shared is not None:
+            ms, ok, reasons = shared.times(self.time_col, self.time_unit)
+            if self.max_future_skew_ms is not None:
+                now = (self.clock or wall_clock_ms)()
+                ok, reasons = future_guard(batch.column(self.time_col), ms, ok, reasons, now, self.max_future_skew_ms)
+        else:
+            ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked:
             self.unit_checked = True
             self.unit_hint = unit_hint(batch, self.time_col, self.time_unit)
         for i in np.flatnonzero(~ok):
             r = reasons[i] or "not a time"
             self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
-        keys = self._keys(batch, ok, out)
-        valid = ok if keys.dtype != object else ok & (keys != _BAD)
+        keys, valid = self._keys(batch, ok, out)
         idx = np.flatnonzero(valid)
         if len(idx) == 0:
             return
@@ -459,6 +474,7 @@ class PatternOperator:
         if m == 0:
             return
         p = self.pending
+        self._fresh = idx if shared is not None and len(p) == 0 else None
         seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
@@ -473,47 +489,20 @@ class PatternOperator:
             p.records = np.concatenate((p.records, recs))
         self.counts.buffered = len(p)
 
-    def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> np.ndarray:
-        """Partition keys per row: the value (one column) or a tuple; ``_BAD`` where unusable."""
-        import pandas as pd
-
-        n = batch.n
-        if not self.key_cols:
-            keys = np.empty(n, dtype=object)
-            keys[:] = [()] * n
-            keys[~ok] = _BAD
-            return keys
-        cols = [batch.column(c) for c in self.key_cols]
-        bad = ~ok
-        reasons: dict[int, str] = {}
-        for c, col in zip(self.key_cols, cols):
-            if col.dtype == object:
-                kind = pd.api.types.infer_dtype(col, skipna=True)
-                nulls = pd.isna(col)
-                if kind not in ("string", "integer", "floating", "mixed-integer-float", "boolean", "empty", "bytes"):
-                    for i in np.flatnonzero(~nulls & ~bad):
-                        v = col[i]
-                        if isinstance(v, (list, dict, set, tuple)):
-                            reasons.setdefault(int(i), f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number")
-                            bad[i] = True
-            elif col.dtype.kind == "f":
-                nulls = np.isnan(col)
-            else:
-                nulls = np.zeros(n, dtype=bool)
-            for i in np.flatnonzero(nulls & ~bad):
-                reasons.setdefault(int(i), f"partition field {c!r} is missing (null)")
-                bad[i] = True
-        for i in sorted(reasons):
-            self._error(out, batch, i, reasons[i])
-        if len(cols) == 1:
-            if cols[0].dtype.kind in "iu" and not bad.any():
-                return cols[0]  # integer keys stay integers: factorizing them is fast
-            keys = cols[0].astype(object) if cols[0].dtype != object else cols[0].copy()
-        else:
-            keys = np.empty(n, dtype=object)
-            keys[:] = list(zip(*[c.tolist() for c in cols]))
+    def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> tuple[np.ndarray, np.ndarray]:
+        """Partition keys per row (the value of one column or a tuple; ``_BAD`` where unusable) and
+        which rows are usable (a valid time and key)."""
+        pk = self.shared.keys(self.key_cols) if self.shared is not None else partition_keys(batch, self.key_cols)
+        for i in sorted(pk.reasons):
+            if ok[i]:  # a row with a bad time has its error already
+                self._error(out, batch, i, pk.reasons[i])
+        bad = pk.bad | ~ok
+        keys = pk.values
+        if not bad.any():
+            return keys, ok  # integer keys stay integers: factorizing them is fast
+        keys = keys.astype(object) if keys.dtype != object else keys.copy()
         keys[bad] = _BAD
-        return keys
+        return keys, ~bad
 
     def _error(self, out: OperatorOutput, batch: EventBatch, i: int, reason: str) -> None:
         self.counts.errors += 1
@@ -869,35 +858,27 @@ class PatternOperator:
 
     def _match(self, rel: np.ndarray, out: OperatorOutput) -> None:
         p = self.pending
-        keys = p.keys[rel]
-        ts = p.ts[rel]
-        seq = p.seq[rel]
-        import pandas as pd
-
-        codes, uniques = pd.factorize(keys, sort=False)
-        order = np.lexsort((seq, ts, codes))
-        codes = codes[order]
-        ts = ts[order]
-        sel = rel[order]
-        cols = [c[sel] for c in p.cols]
-        n = len(order)
+        shared, fresh = self.shared, self._fresh
+        ko: KeyOrder | None = None
+        if shared is not None and fresh is not None and self.idle_state_ttl_ms is None and len(rel) == len(p):
+            # everything pending is this batch's accepted rows: rules that accepted the same rows
+            # share their order, columns and masks
+            ko = shared.order((tuple(self.key_cols), self.time_col, self.time_unit), fresh, p.keys, p.ts)
+            sel = ko.order  # rel is every pending row
+            cols = [ko.column(shared.batch, c) for c in self.columns]
+        else:
+            ko = arrange(p.keys[rel], p.ts[rel], p.seq[rel], self.idle_state_ttl_ms)
+            sel = rel[ko.order]
+            cols = [c[sel] for c in p.cols]
+        codes, uniques, ts, starts, ends, seg_keys = ko.codes, ko.uniques, ko.ts, ko.starts, ko.ends, ko.seg_keys
+        n = len(sel)
         self.counts.processed += n
-        # segment boundaries per key
-        bounds = np.flatnonzero(np.diff(codes)) + 1
-        if self.idle_state_ttl_ms is not None and n > 1:
-            # a gap longer than the idle TTL inside one key's rows ends its session there
-            gaps = np.flatnonzero((np.diff(codes) == 0) & (np.diff(ts) > self.idle_state_ttl_ms)) + 1
-            if len(gaps):
-                bounds = np.union1d(bounds, gaps)
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [n]))
-        seg_keys = np.asarray(uniques)[codes[starts]].tolist()  # Python values, not numpy scalars
         if self._fast is None and self._absence_plan is not None and absence_path.USE_ABSENCE_PATH \
                 and not self.states and self.idle_state_ttl_ms is None and self.max_partial_matches_total is None:
             self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)
         if self._fast is not None:
             t0 = time.perf_counter()
-            masks = self._masks(cols, starts, ends, [], seg_keys)
+            masks = self._masks(cols, starts, ends, [], seg_keys, ko)
             t1 = time.perf_counter()
             self.stats.seconds_predicates += t1 - t0
             self._fast.step(codes, uniques, ts, cols, masks, self.stats)
@@ -912,11 +893,14 @@ class PatternOperator:
             states[i] = st
         sessions = self._idle_sessions(states, starts, ts, codes) if self.idle_state_ttl_ms is not None else None
         t0 = time.perf_counter()
-        masks = self._masks(cols, starts, ends, states, seg_keys)
+        masks = self._masks(cols, starts, ends, states, seg_keys, ko)
         t1 = time.perf_counter()
         self.stats.seconds_predicates += t1 - t0
         a = self.automaton
-        col_lists = [c.tolist() for c in cols]
+        if ko.rows is not None:
+            col_lists = [ko.column_list(shared.batch, c) for c in self.columns]  # type: ignore[union-attr]
+        else:
+            col_lists = [c.tolist() for c in cols]
         if self.keep_records:
             col_lists.append(p.records[sel].tolist())
         ts_list = ts.tolist()
@@ -988,13 +972,23 @@ class PatternOperator:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
-    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list) -> np.ndarray:
-        """Per row, bit v set when the row passes the row-local part of variable v's condition."""
+    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list,
+               ko: KeyOrder | None = None) -> np.ndarray:
+        """Per row, bit v set when the row passes the row-local part of variable v's condition.
+
+        With a shared key order (``ko.rows`` set), the column values and the masks of conditions
+        other rules have evaluated over the same rows are reused: a condition's mask is keyed by
+        its canonical text and by what it read from before the batch (PREV of each key's first
+        rows), which is this rule's own history.
+        """
         a = self.automaton
         n = len(cols[0]) if cols else 0
         masks = np.zeros(n, dtype=np.int64)
         cache: dict[tuple[str, int], tuple] = {}
+        sigs: dict[tuple[str, int], Any] = {}  # what each input read from before the batch
         col_index = a.layout.col_index
+        share = ko is not None and ko.rows is not None
+        values = ko.values if ko is not None else {}
 
         def get(name: str, lag: int):
             key = (name, lag)
@@ -1012,13 +1006,8 @@ class PatternOperator:
                 return cache[key]
             ci = col_index[name]
             base = cols[ci]
-            if lag == 0:
-                vals = base
-            else:
-                numeric = base.dtype.kind in "iuf"
-                vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
-                vals[lag:] = base[: n - lag] if lag < n else base[:0]
-                vals[: min(lag, n)] = np.nan if numeric else None
+            fills: list[list] = []
+            if lag:
                 # rows whose lagged row lies before this batch's segment: read the key's history
                 seg_len = ends - starts
                 for o in range(lag):
@@ -1031,6 +1020,30 @@ class PatternOperator:
                         r = st.base + len(st.rows) + o - lag  # after the rows known (held ones too)
                         i = r - st.base
                         fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
+                    fills.append(fill)
+            sig: Any = None
+            if share:
+                try:
+                    sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
+                    hash(sig)
+                except TypeError:
+                    sig = None
+                if sig is not None:
+                    sigs[key] = sig
+                    got = values.get((name, lag, sig))
+                    if got is not None:
+                        cache[key] = got
+                        return got
+            if lag == 0:
+                vals = base
+            else:
+                numeric = base.dtype.kind in "iuf"
+                vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
+                vals[lag:] = base[: n - lag] if lag < n else base[:0]
+                vals[: min(lag, n)] = np.nan if numeric else None
+                seg_len = ends - starts
+                for o, fill in enumerate(fills):
+                    sel = np.flatnonzero(seg_len > o)
                     if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
                         vals = vals.astype(object)
                         numeric = False
@@ -1042,12 +1055,21 @@ class PatternOperator:
                         vals[starts[sel] + o] = tmp
             res = _typed(vals)
             cache[key] = res
+            if sig is not None:
+                values[(name, lag, sig)] = res
             return res
 
+        shared_masks = ko.masks if share else None  # type: ignore[union-attr]
         for vid in range(a.nvars):
             ok = np.ones(n, dtype=bool)
             for k, kernel in enumerate(a.local_kernels[vid]):
                 if (vid, k) not in self.demoted:
+                    kkey = self._kernel_keys[vid][k] if shared_masks is not None else None
+                    if kkey is not None:
+                        got = self._shared_mask(shared_masks, kkey, kernel, get, sigs, n)  # type: ignore[arg-type]
+                        if got is not None:
+                            ok &= got
+                            continue
                     try:
                         ok &= kernel(get, n)
                         continue
@@ -1057,6 +1079,38 @@ class PatternOperator:
                 ok &= self._rowwise(a.row_local_fns[vid][k], get, n)
             masks |= ok.astype(np.int64) << vid
         return masks
+
+    @staticmethod
+    def _shared_mask(shared: dict, kkey: str, kernel, get, sigs: dict, n: int) -> Any:
+        """A row-local conjunct's mask from the rules' shared cache, evaluated and cached on a miss;
+        None when the kernel fails (the caller demotes it, as without sharing)."""
+        entry = shared.get(kkey)
+        if entry is not None:
+            reads, by_sig = entry
+            for r in reads:
+                get(*r)  # fills sigs[r] (and this rule's own cache)
+            sig = tuple(sigs.get(r) for r in reads)
+            if None not in sig:
+                got = by_sig.get(sig)
+                if got is not None:
+                    return got
+        reads_now: list[tuple[str, int]] = []
+
+        def recording(name: str, lag: int):
+            reads_now.append((name, lag))
+            return get(name, lag)
+
+        try:
+            got = kernel(recording, n)
+        except (ColumnarUnsupported, TypeError):
+            return None
+        reads = tuple(dict.fromkeys(reads_now))
+        sig = tuple(sigs.get(r) for r in reads)
+        if None not in sig:
+            if entry is None or entry[0] != reads:
+                entry = shared[kkey] = (reads, {})
+            entry[1][sig] = got
+        return got
 
     def _rowwise(self, compiled, get, n: int) -> np.ndarray:
         from cep.expressions import truthy
