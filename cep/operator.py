@@ -438,7 +438,8 @@ class PatternOperator:
             ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked:
             self.unit_checked = True
-            self.unit_hint = unit_hint(batch, self.time_col, self.time_unit)
+            self.unit_hint = (shared.unit_hint(self.time_col, self.time_unit) if shared is not None
+                              else unit_hint(batch, self.time_col, self.time_unit))
         for i in np.flatnonzero(~ok):
             r = reasons[i] or "not a time"
             self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
@@ -897,14 +898,26 @@ class PatternOperator:
         t1 = time.perf_counter()
         self.stats.seconds_predicates += t1 - t0
         a = self.automaton
+        cand_all = np.flatnonzero(masks & a.start_bits)
+        segs: Any = range(len(seg_keys))  # the segments to step (every key's, on the old path)
+        if shared is not None and sessions is None and not self.careful:
+            # keys with nothing to start and nothing alive only count their rows: done for all of
+            # them at once, so a rule that nothing in the batch can start costs no per-key stepping
+            segs = self._quiet_keys(cand_all, starts, ends, states, seg_keys, cols, masks, ts,
+                                    p.records[sel] if self.keep_records else None)
+            if not segs:
+                self.stats.seconds_automaton += time.perf_counter() - t1
+                return
         if ko.rows is not None:
             col_lists = [ko.column_list(shared.batch, c) for c in self.columns]  # type: ignore[union-attr]
+            ts_list = ko.lists.get("\0ts")
+            if ts_list is None:
+                ts_list = ko.lists["\0ts"] = ts.tolist()
         else:
             col_lists = [c.tolist() for c in cols]
+            ts_list = ts.tolist()
         if self.keep_records:
             col_lists.append(p.records[sel].tolist())
-        ts_list = ts.tolist()
-        cand_all = np.flatnonzero(masks & a.start_bits)
         masks_list = masks.tolist()
         if self.careful:
             # rows stepped later (held for NEXT) carry their event time in ms: the field itself may
@@ -926,7 +939,9 @@ class PatternOperator:
         active = self.active
         watch = a.within is not None
         max_back = a.max_back
-        for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
+        starts_l, ends_l = starts.tolist(), ends.tolist()
+        for i in segs:
+            s, e, st, key = starts_l[i], ends_l[i], states[i], seg_keys[i]
             if sessions is not None and sessions[i]:
                 self._end_session(key, st, emit)
             if self.careful:
@@ -971,6 +986,58 @@ class PatternOperator:
             elif key in active:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
+
+    def _quiet_keys(self, cand_all: np.ndarray, starts: np.ndarray, ends: np.ndarray, states: list[KeyState],
+                    seg_keys: list, cols: list[np.ndarray], masks: np.ndarray, ts: np.ndarray,
+                    records: np.ndarray | None) -> list[int]:
+        """Advance every key whose segment can start nothing and that holds nothing alive (what the
+        stepping loop does for such a key: count its rows, keep the last ones PREV reads); return
+        the other segments, in order, for the stepping loop."""
+        nseg = len(starts)
+        cuts = np.searchsorted(cand_all, starts)
+        busy = np.diff(np.append(cuts, len(cand_all))) > 0
+        active = self.active
+        if active or any(st.attempts or st.deferred for st in states):
+            busy |= np.fromiter((bool(st.attempts or st.deferred) or k in active for st, k in zip(states, seg_keys)),
+                                dtype=bool, count=nseg)
+        quiet = np.flatnonzero(~busy)
+        if not len(quiet):
+            return list(range(nseg))
+        qs, qe = starts[quiet], ends[quiet]
+        lens = (qe - qs).tolist()
+        last = ts[qe - 1].tolist()
+        qstates = [states[i] for i in quiet.tolist()]
+        max_back = self.automaton.max_back
+        if not max_back:
+            for st, ln, lt in zip(qstates, lens, last):
+                st.nrows += ln
+                st.last_ts = lt
+                st.rows.clear()
+                st.base = st.nrows
+            return np.flatnonzero(busy).tolist()
+        # each quiet key's last max_back rows (fewer when its segment is shorter), as row tuples
+        keep = np.maximum(qs, qe - max_back)
+        counts = qe - keep
+        tidx = np.repeat(keep - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        parts = [c[tidx].tolist() for c in cols]
+        if records is not None:
+            parts.append(records[tidx].tolist())
+        parts.append(masks[tidx].tolist())
+        tails = list(zip(*parts))
+        pos = 0
+        for st, ln, lt, k, cnt in zip(qstates, lens, last, (keep > qs).tolist(), counts.tolist()):
+            st.nrows += ln
+            st.last_ts = lt
+            tail = tails[pos : pos + cnt]
+            pos += cnt
+            if k:
+                st.rows = tail
+            else:
+                st.rows.extend(tail)
+                if len(st.rows) > max_back:
+                    del st.rows[: len(st.rows) - max_back]
+            st.base = st.nrows - len(st.rows)
+        return np.flatnonzero(busy).tolist()
 
     def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list,
                ko: KeyOrder | None = None) -> np.ndarray:

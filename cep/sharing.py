@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import EventBatch, parse_times
+from cep.events import EventBatch, UnitHint, parse_times, unit_hint
 from patterns import ast as A
 
 __all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "partition_keys", "arrange", "kernel_key"]
@@ -198,6 +198,14 @@ class SharedBatch:
         self._times: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, list[str | None]]] = {}
         self._keys: dict[tuple[str, ...], PartitionKeys] = {}
         self._orders: dict[tuple, list[tuple[np.ndarray, np.dtype, KeyOrder]]] = {}
+        self._hints: dict[tuple[str, str], UnitHint | None] = {}
+
+    def unit_hint(self, field_name: str, unit: str) -> UnitHint | None:
+        """:func:`cep.events.unit_hint` of a field (each rule looks once, at its first batch)."""
+        key = (field_name, unit)
+        if key not in self._hints:
+            self._hints[key] = unit_hint(self.batch, field_name, unit)
+        return self._hints[key]
 
     def times(self, field_name: str, unit: str) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         """:func:`cep.events.parse_times` of a field without the future guard; do not change them."""
