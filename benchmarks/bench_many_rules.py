@@ -175,6 +175,17 @@ def run(rules: list[Rule], batches: list[EventBatch], share: bool) -> tuple[floa
         "errors": [_key(r) for o in outs for r in o.errors],
         "counts": {k: vars(v) for k, v in eng.counts().items()},
     }
+    # where the time went (the operators' own timers, wall seconds): per part, and stepping per shape
+    parts = {"ingest": 0.0, "predicates": 0.0, "automaton": 0.0}
+    by_shape = dict.fromkeys(SHAPES, 0.0)
+    for name, op in eng.operators.items():
+        st = op.stats
+        parts["ingest"] += st.seconds_ingest
+        parts["predicates"] += st.seconds_predicates
+        parts["automaton"] += st.seconds_automaton
+        by_shape[name.rsplit("_", 1)[0]] += st.seconds_automaton
+    got["_timers"] = {"parts": {k: round(v, 3) for k, v in parts.items()},
+                      "automaton_by_shape": {k: round(v, 3) for k, v in by_shape.items()}}
     return cpu, got
 
 
@@ -183,12 +194,18 @@ def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool) -> dict[s
     events = sum(b.n for b in batches)
     cpu_new, cpu_old = [], []
     ref = None
+    timers: dict[str, Any] = {}
+    run(rules, batches[:1], True)  # warm-up (lazy imports, caches) of both paths, untimed
+    if old:
+        run(rules, batches[:1], False)
     for _ in range(repeat):
         c, got = run(rules, batches, True)
         cpu_new.append(c)
+        timers = got.pop("_timers")
         if old:
             c, ref = run(rules, batches, False)
             cpu_old.append(c)
+            ref.pop("_timers")
             if got != ref:
                 diff = [k for k in got if got[k] != ref[k]]
                 raise SystemExit(f"{n} rules: sharing changed the output ({', '.join(diff)})")
@@ -198,6 +215,8 @@ def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool) -> dict[s
         "complex_events": len(got["matches"]),
         "seconds_cpu": round(min(cpu_new), 4),
         "events_per_cpu_s": round(events / min(cpu_new)),
+        "seconds_wall_by_part": timers["parts"],
+        "seconds_wall_stepping_by_shape": timers["automaton_by_shape"],
     }
     if old:
         res["old_seconds_cpu"] = round(min(cpu_old), 4)
