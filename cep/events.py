@@ -39,6 +39,7 @@ __all__ = [
     "Clock",
     "FixedClock",
     "wall_clock_ms",
+    "clock_now",
     "format_time",
     "format_duration",
 ]
@@ -575,6 +576,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def clock_now(clock: Clock | None) -> int:
+    """``clock()``, or the machine's wall clock (:func:`wall_clock_ms`, read here at each call) for None."""
+    return (clock or wall_clock_ms)()
+
+
 @dataclass(frozen=True)
 class FixedClock:
     """A clock that always reads ``ms``: tests, and the one reading every task of a Spark backfill shares.
@@ -693,7 +699,7 @@ def event_times(
     """
     now = None
     if max_future_skew_ms is not None:
-        now = (clock or wall_clock_ms)()
+        now = clock_now(clock)
     return parse_times(batch.column(field), unit, converted=batch.epoch_ms.get(field), now_ms=now,
                        max_future_skew_ms=max_future_skew_ms)
 

@@ -32,8 +32,8 @@ from cep.events import (
     event_times,
     format_time,
     future_guard,
+    clock_now,
     unit_hint,
-    wall_clock_ms,
 )
 import cep.absence as absence_path
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
@@ -432,13 +432,13 @@ class PatternOperator:
         if shared is not None:
             ms, ok, reasons = shared.times(self.time_col, self.time_unit)
             if self.max_future_skew_ms is not None:
-                now = (self.clock or wall_clock_ms)()
+                now = clock_now(self.clock)
                 ok, reasons = future_guard(batch.column(self.time_col), ms, ok, reasons, now, self.max_future_skew_ms)
         else:
             ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked:
             self.unit_checked = True
-            self.unit_hint = (shared.unit_hint(self.time_col, self.time_unit) if shared is not None
+            self.unit_hint = (shared.unit_hint(self.time_col, self.time_unit, unit_hint) if shared is not None
                               else unit_hint(batch, self.time_col, self.time_unit))
         for i in np.flatnonzero(~ok):
             r = reasons[i] or "not a time"

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -200,11 +200,11 @@ class SharedBatch:
         self._orders: dict[tuple, list[tuple[np.ndarray, np.dtype, KeyOrder]]] = {}
         self._hints: dict[tuple[str, str], UnitHint | None] = {}
 
-    def unit_hint(self, field_name: str, unit: str) -> UnitHint | None:
-        """:func:`cep.events.unit_hint` of a field (each rule looks once, at its first batch)."""
+    def unit_hint(self, field_name: str, unit: str, look: Callable[..., UnitHint | None] = unit_hint) -> UnitHint | None:
+        """``look`` (:func:`cep.events.unit_hint`) at a field (each rule looks once, at its first batch)."""
         key = (field_name, unit)
         if key not in self._hints:
-            self._hints[key] = unit_hint(self.batch, field_name, unit)
+            self._hints[key] = look(self.batch, field_name, unit)
         return self._hints[key]
 
     def times(self, field_name: str, unit: str) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
