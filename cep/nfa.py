@@ -334,7 +334,7 @@ class PatternAutomaton:
         if parent is None:
             last = self._unset[:vid] + (rno,) + self._unset[vid + 1 :]
             first = last
-            aggs = tuple(a.init() for a in self.aggs)
+            aggs = tuple([a.init() for a in self.aggs]) if self.aggs else ()
             n = 1
         else:
             pl = parent.last
