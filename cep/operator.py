@@ -997,9 +997,9 @@ class PatternOperator:
         cuts = np.searchsorted(cand_all, starts)
         busy = np.diff(np.append(cuts, len(cand_all))) > 0
         active = self.active
-        if active or any(st.attempts or st.deferred for st in states):
-            busy |= np.fromiter((bool(st.attempts or st.deferred) or k in active for st, k in zip(states, seg_keys)),
-                                dtype=bool, count=nseg)
+        if active:
+            # a key with partial matches or matches waiting for NEXT's rows is always in active
+            busy |= np.fromiter((k in active for k in seg_keys), dtype=bool, count=nseg)
         quiet = np.flatnonzero(~busy)
         if not len(quiet):
             return list(range(nseg))
