@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
+import cep.absence as absence_path
 from cep.events import (
     DEFAULT_MAX_FUTURE_SKEW_MS,
     Clock,
     EventBatch,
     UnitHint,
+    clock_now,
     event_times,
     format_time,
     future_guard,
-    clock_now,
     unit_hint,
 )
-import cep.absence as absence_path
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads

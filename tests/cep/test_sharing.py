@@ -101,9 +101,8 @@ def streams(draw) -> tuple[list[dict], list[int]]:
         k = int(rng.integers(0, keys))
         px[k] = round(px[k] * (1 + rng.normal(0, 0.01)), 2)
         t += int(rng.integers(0, 800))
-        ts: object = t - int(rng.integers(0, 3000)) if rng.random() < 0.05 else t  # some out of order
-        if dates:
-            ts = np.datetime64(int(ts), "ms").astype(str) + "Z"
+        at = t - int(rng.integers(0, 3000)) if rng.random() < 0.05 else t  # some out of order
+        ts: object = str(np.datetime64(at, "ms")) + "Z" if dates else at
         e = {"k": f"s{k}", "g": k % 2, "ts": ts, "px": px[k], "op": round(px[k] * (1 + rng.normal(0, 0.01)), 2),
              "vol": int(rng.integers(1, 10) * 100)}
         r = rng.random()
@@ -195,9 +194,8 @@ def test_shared_conditions_over_real_bars_change_nothing():
     """Fifty benchmark rules over the bundled S&P 500 sample in batches that split runs."""
     from pathlib import Path
 
-    from cep.events import read_events
-
     import benchmarks.bench_many_rules as bench
+    from cep.events import read_events
 
     path = Path(__file__).resolve().parents[2] / "rules" / "data" / "sp500_daily_2017_sample.jsonl"
     rules = bench.rule_set(50)
