@@ -122,6 +122,10 @@ STEPS: tuple[Step, ...] = (
          ("caps.json",)),
     Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
     Step("latency", "bench_latency.py", (), ("--quick",), ("latency.json",), quick_outputs=("latency_quick.json",)),
+    # the full S&P 500 data when present (the bundled sample otherwise); quick: the sample, 1 and 10 rules
+    Step("many_rules", "bench_many_rules.py", (),
+         ("--sample", "--sizes", "1,10", "--repeat", "1", "--out", str(RESULTS / "many_rules_quick.json")),
+         ("many_rules.json",), quick_outputs=("many_rules_quick.json",)),
     Step("soak", "bench_soak.py", (),
          ("--events", "200000", "--keys", "2000", "--ttl", "20000", "--samples", "10",
           "--baseline-events", "100000"),
@@ -516,6 +520,16 @@ def _real(d: dict[str, Any]) -> list[str]:
                    "same rows in batches of 997"], rows)
 
 
+def _many_rules(d: dict[str, Any]) -> list[str]:
+    out = [f"{d.get('data', '-')}: {_num(d.get('events'))} events in batches of {_num(d.get('batch'))}; "
+           "old = the engine without work shared across rules, in the same run.", ""]
+    rows = [[_num(p.get("rules")), _num(p.get("events_per_cpu_s")), _num(p.get("cost_vs_1_rule"), 1),
+             _num(p.get("old_events_per_cpu_s")), _num(p.get("old_cost_vs_1_rule"), 1), _num(p.get("speedup_vs_old"), 2)]
+            for p in d.get("points", [])]
+    return out + _table(["rules", "events/cpu-s", "cost vs 1 rule", "old events/cpu-s", "old cost vs 1 rule",
+                         "speedup"], rows)
+
+
 SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[str]]], ...] = (
     # (step name, title, results file, table builder)
     ("patterns", "Patterns", "patterns.json", _patterns),
@@ -526,6 +540,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[str]]], ...
     ("caps", "Partial-match caps", "caps.json", _caps),
     ("real", "Real workloads", "real.json", _real),
     ("latency", "Event-to-output latency (--follow)", "latency.json", _latency),
+    ("many_rules", "Many rules over one stream", "many_rules.json", _many_rules),
     ("soak", "Soak", "soak.json", _soak),
     ("flink_peer", "Flink as a peer", "flink_peer.json", _flink_peer),
     ("flink_diff", "Flink as an oracle", "flink_diff.json", _flink_diff),

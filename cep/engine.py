@@ -26,11 +26,17 @@ import numpy as np
 
 from cep.events import Clock, EventBatch, UnitHint, to_batch
 from cep.operator import OperatorOutput, StateVersionError
+from cep.sharing import SharedBatch
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
     "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
     "with_time_unit"]
+
+# Share work across rules (decoded event times, partition keys, row-local condition masks; skip
+# rules nothing in a batch can start): a switch so benchmarks and tests can measure and check the
+# engine without it.
+SHARE_WORK = True
 
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
@@ -300,6 +306,8 @@ class Engine:
         tags = batch.columns.get("stream") if stream is None and self.streams else None
         parts: dict[str, EventBatch] = {}
         fed: set[str] = set()
+        # rules reading the same events share their decoded times, keys, order and masks
+        shared: dict[int, SharedBatch] = {}
         for rule in self.rules:
             if not self._reads(rule, stream):
                 continue
@@ -311,7 +319,19 @@ class Engine:
                     parts[rule.stream] = src.take(np.flatnonzero(tags_of == rule.stream))
                 part = parts[rule.stream]
             fed.add(rule.name)
-            out.extend(self.operators[rule.name].process(part))
+            op = self.operators[rule.name]
+            # a joined rule's rows gain the table's columns at release: it works alone
+            if SHARE_WORK and hasattr(op, "shared") and getattr(op, "join", None) is None:
+                sb = shared.get(id(part))
+                if sb is None:
+                    sb = shared[id(part)] = SharedBatch(part)
+                op.shared = sb
+                try:
+                    out.extend(op.process(part))
+                finally:
+                    op.shared = None
+            else:
+                out.extend(op.process(part))
         if self.tables:
             # a table's watermark may have moved: joined rules release what it now allows
             for rule in self.rules:

@@ -31,6 +31,7 @@ __all__ = [
     "read_events",
     "parse_times",
     "event_times",
+    "future_guard",
     "unit_hint",
     "UnitHint",
     "TIME_UNITS",
@@ -38,6 +39,7 @@ __all__ = [
     "Clock",
     "FixedClock",
     "wall_clock_ms",
+    "clock_now",
     "format_time",
     "format_duration",
 ]
@@ -574,6 +576,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def clock_now(clock: Clock | None) -> int:
+    """``clock()``, or the machine's wall clock (:func:`wall_clock_ms`, read here at each call) for None."""
+    return (clock or wall_clock_ms)()
+
+
 @dataclass(frozen=True)
 class FixedClock:
     """A clock that always reads ``ms``: tests, and the one reading every task of a Spark backfill shares.
@@ -638,12 +645,30 @@ def parse_times(
     if bad.any():
         ok = ok & ~bad
     if now_ms is not None and max_future_skew_ms is not None:
-        ahead = ok & (out > now_ms + max_future_skew_ms)
-        if ahead.any():
-            for a in np.flatnonzero(ahead).tolist():
-                reasons[a] = _future_reason(values[a], int(out[a]), now_ms, max_future_skew_ms)
-            ok = ok & ~ahead
+        ok, reasons = future_guard(values, out, ok, reasons, now_ms, max_future_skew_ms)
     return out, ok, reasons
+
+
+def future_guard(values: np.ndarray, ms: np.ndarray, ok: np.ndarray, reasons: list[str | None], now_ms: int,
+                 skew_ms: int) -> tuple[np.ndarray, list[str | None]]:
+    """``(ok, reasons)`` with the times more than ``skew_ms`` ahead of ``now_ms`` refused.
+
+    The arguments are not changed: when a time is refused, new ``ok`` and ``reasons`` are returned,
+    so times parsed once (:func:`parse_times` without a clock) can be judged by each rule's clock.
+
+    Example:
+        >>> ms, ok, why = parse_times(np.array([5_000_000, 90_000_000]))
+        >>> ok2, why2 = future_guard(np.array([5_000_000, 90_000_000]), ms, ok, why, 0, 86_400_000)
+        >>> ok.tolist(), ok2.tolist(), why2[1][:25]
+        ([True, True], [True, False], 'event time in the future:')
+    """
+    ahead = ok & (ms > now_ms + skew_ms)
+    if not ahead.any():
+        return ok, reasons
+    reasons = list(reasons)
+    for a in np.flatnonzero(ahead).tolist():
+        reasons[a] = _future_reason(values[a], int(ms[a]), now_ms, skew_ms)
+    return ok & ~ahead, reasons
 
 
 def _future_reason(value: Any, ms: int, now_ms: int, skew_ms: int) -> str:
@@ -674,7 +699,7 @@ def event_times(
     """
     now = None
     if max_future_skew_ms is not None:
-        now = (clock or wall_clock_ms)()
+        now = clock_now(clock)
     return parse_times(batch.column(field), unit, converted=batch.epoch_ms.get(field), now_ms=now,
                        max_future_skew_ms=max_future_skew_ms)
 

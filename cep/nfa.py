@@ -334,7 +334,7 @@ class PatternAutomaton:
         if parent is None:
             last = self._unset[:vid] + (rno,) + self._unset[vid + 1 :]
             first = last
-            aggs = tuple(a.init() for a in self.aggs)
+            aggs = tuple([a.init() for a in self.aggs]) if self.aggs else ()
             n = 1
         else:
             pl = parent.last
@@ -386,11 +386,15 @@ class PatternAutomaton:
         within = self.within
         past_last = self.skip.mode == "PAST_LAST_ROW"
         budget = self.max_steps
+        attempts = st.attempts  # changed in place only
+        no_skip = self.no_skip
+        init_first = [(pc, None) for pc in self.first_closure]
+        init_later = [(pc, None) for pc in self.start_closure]
         j = s
         ci = 0
         ncand = len(candidates) if candidates is not None else 0
         while j < e:
-            if not st.attempts and candidates is not None:
+            if not attempts and candidates is not None:
                 ci = bisect_left(candidates, max(j, st.resume - start_rno), ci)
                 if ci >= ncand:
                     break
@@ -408,7 +412,7 @@ class PatternAutomaton:
             row = rows[rno - st.base]
             t = ts[j]
             # advance every live attempt by this row
-            for a in st.attempts:
+            for a in attempts:
                 if not a.threads:
                     continue
                 if within is not None and t - a.start_ts >= within:
@@ -420,15 +424,21 @@ class PatternAutomaton:
             # a new attempt may start here
             if m & start_bits and rno >= st.resume:
                 a = Attempt(rno, t, [])
-                init = [(pc, None) for pc in (self.start_closure if rno else self.first_closure)]
-                a.threads = self._advance(a, init, m, rno, row, st, stats, hist)
+                a.threads = self._advance(a, init_later if rno else init_first, m, rno, row, st, stats, hist)
                 if a.threads or a.best is not None:
-                    st.attempts.append(a)
-            if st.attempts:
-                if len(st.attempts) > 1 and sum(len(x.threads) for x in st.attempts) > self.max_partial_matches:
-                    self._over_cap(st, stats)
-                self._resolve(st, emit, stats, past_last)
-                live = sum(len(x.threads) for x in st.attempts)
+                    attempts.append(a)
+            if attempts:
+                if len(attempts) == 1:
+                    head = attempts[0]
+                    # (what _resolve does for a live head that cannot skip anything: nothing)
+                    if not head.threads or no_skip or (past_last and head.best is not None):
+                        self._resolve(st, emit, stats, past_last)
+                    live = len(attempts[0].threads) if attempts else 0
+                else:
+                    if sum([len(x.threads) for x in attempts]) > self.max_partial_matches:
+                        self._over_cap(st, stats)
+                    self._resolve(st, emit, stats, past_last)
+                    live = sum([len(x.threads) for x in attempts])
                 if live > stats.partial_matches_peak:  # the most one key held at once
                     stats.partial_matches_peak = live
                 if budget is not None and live > budget:

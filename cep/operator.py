@@ -24,20 +24,23 @@ from typing import Any
 
 import numpy as np
 
+import cep.absence as absence_path
 from cep.events import (
     DEFAULT_MAX_FUTURE_SKEW_MS,
     Clock,
     EventBatch,
     UnitHint,
+    clock_now,
     event_times,
     format_time,
+    future_guard,
     unit_hint,
 )
-import cep.absence as absence_path
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
+from cep.sharing import KeyOrder, SharedBatch, arrange, kernel_key, partition_keys
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
@@ -201,6 +204,11 @@ class PatternOperator:
         # FROM s JOIN t FOR SYSTEM_TIME AS OF: the table, bound by the engine (cep.tables.join.TableJoin)
         self.join: Any = None
         self.released_to: int | None = None  # the last watermark events were released to (joins: table compaction)
+        # work shared with the engine's other rules over the batch being processed (set by the
+        # engine around process(); None: compute everything here)
+        self.shared: SharedBatch | None = None
+        self._fresh: np.ndarray | None = None  # this batch's accepted rows, when nothing else was pending
+        self._kernel_keys = [[kernel_key(x, a.var_names[vid]) for x in a.local_exprs[vid]] for vid in range(a.nvars)]
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
@@ -236,6 +244,7 @@ class PatternOperator:
             self._force_watermark()
         self.stats.seconds_ingest += time.perf_counter() - t0
         self._release(self._release_mark(), out)
+        self._fresh = None
         return out
 
     def release(self) -> OperatorOutput:
@@ -438,15 +447,22 @@ class PatternOperator:
         self.counts.read += n
         if n == 0:
             return
-        ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
+        shared = self.shared
+        if shared is not None:
+            ms, ok, reasons = shared.times(self.time_col, self.time_unit)
+            if self.max_future_skew_ms is not None:
+                now = clock_now(self.clock)
+                ok, reasons = future_guard(batch.column(self.time_col), ms, ok, reasons, now, self.max_future_skew_ms)
+        else:
+            ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked:
             self.unit_checked = True
-            self.unit_hint = unit_hint(batch, self.time_col, self.time_unit)
+            self.unit_hint = (shared.unit_hint(self.time_col, self.time_unit, unit_hint) if shared is not None
+                              else unit_hint(batch, self.time_col, self.time_unit))
         for i in np.flatnonzero(~ok):
             r = reasons[i] or "not a time"
             self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
-        keys = self._keys(batch, ok, out)
-        valid = ok if keys.dtype != object else ok & (keys != _BAD)
+        keys, valid = self._keys(batch, ok, out)
         idx = np.flatnonzero(valid)
         if len(idx) == 0:
             return
@@ -478,6 +494,7 @@ class PatternOperator:
         if m == 0:
             return
         p = self.pending
+        self._fresh = idx if shared is not None and len(p) == 0 else None
         seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
@@ -495,48 +512,26 @@ class PatternOperator:
             p.join_keys = jk if not p.join_keys else [_concat(a, b) for a, b in zip(p.join_keys, jk)]
         self.counts.buffered = len(p)
 
-    def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> np.ndarray:
-        """Partition keys per row: the value (one column) or a tuple; ``_BAD`` where unusable."""
-        import pandas as pd
-
-        n = batch.n
-        if not self.key_cols or (self.join is not None and self.join.partition_joined):
+    def _keys(self, batch: EventBatch, ok: np.ndarray, out: OperatorOutput) -> tuple[np.ndarray, np.ndarray]:
+        """Partition keys per row (the value of one column or a tuple; ``_BAD`` where unusable) and
+        which rows are usable (a valid time and key)."""
+        if self.key_cols and self.join is not None and self.join.partition_joined:
             # partitioned by a joined column: the key is known once the join ran (at release)
-            keys = np.empty(n, dtype=object)
-            keys[:] = [()] * n
+            keys = np.empty(batch.n, dtype=object)
+            keys[:] = [()] * batch.n
             keys[~ok] = _BAD
-            return keys
-        cols = [batch.column(c) for c in self.key_cols]
-        bad = ~ok
-        reasons: dict[int, str] = {}
-        for c, col in zip(self.key_cols, cols):
-            if col.dtype == object:
-                kind = pd.api.types.infer_dtype(col, skipna=True)
-                nulls = pd.isna(col)
-                if kind not in ("string", "integer", "floating", "mixed-integer-float", "boolean", "empty", "bytes"):
-                    for i in np.flatnonzero(~nulls & ~bad):
-                        v = col[i]
-                        if isinstance(v, (list, dict, set, tuple)):
-                            reasons.setdefault(int(i), f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number")
-                            bad[i] = True
-            elif col.dtype.kind == "f":
-                nulls = np.isnan(col)
-            else:
-                nulls = np.zeros(n, dtype=bool)
-            for i in np.flatnonzero(nulls & ~bad):
-                reasons.setdefault(int(i), f"partition field {c!r} is missing (null)")
-                bad[i] = True
-        for i in sorted(reasons):
-            self._error(out, batch, i, reasons[i])
-        if len(cols) == 1:
-            if cols[0].dtype.kind in "iu" and not bad.any():
-                return cols[0]  # integer keys stay integers: factorizing them is fast
-            keys = cols[0].astype(object) if cols[0].dtype != object else cols[0].copy()
-        else:
-            keys = np.empty(n, dtype=object)
-            keys[:] = list(zip(*[c.tolist() for c in cols]))
+            return keys, ok.copy()
+        pk = self.shared.keys(self.key_cols) if self.shared is not None else partition_keys(batch, self.key_cols)
+        for i in sorted(pk.reasons):
+            if ok[i]:  # a row with a bad time has its error already
+                self._error(out, batch, i, pk.reasons[i])
+        bad = pk.bad | ~ok
+        keys = pk.values
+        if not bad.any():
+            return keys, ok  # integer keys stay integers: factorizing them is fast
+        keys = keys.astype(object) if keys.dtype != object else keys.copy()
         keys[bad] = _BAD
-        return keys
+        return keys, ~bad
 
     def _error(self, out: OperatorOutput, batch: EventBatch, i: int, reason: str) -> None:
         self.counts.errors += 1
@@ -899,35 +894,27 @@ class PatternOperator:
 
     def _match(self, rel: np.ndarray, out: OperatorOutput) -> None:
         p = self.pending
-        keys = p.keys[rel]
-        ts = p.ts[rel]
-        seq = p.seq[rel]
-        import pandas as pd
-
-        codes, uniques = pd.factorize(keys, sort=False)
-        order = np.lexsort((seq, ts, codes))
-        codes = codes[order]
-        ts = ts[order]
-        sel = rel[order]
-        cols = [c[sel] for c in p.cols]
-        n = len(order)
+        shared, fresh = self.shared, self._fresh
+        ko: KeyOrder | None = None
+        if shared is not None and fresh is not None and self.idle_state_ttl_ms is None and len(rel) == len(p):
+            # everything pending is this batch's accepted rows: rules that accepted the same rows
+            # share their order, columns and masks
+            ko = shared.order((tuple(self.key_cols), self.time_col, self.time_unit), fresh, p.keys, p.ts)
+            sel = ko.order  # rel is every pending row
+            cols = [ko.column(shared.batch, c) for c in self.columns]
+        else:
+            ko = arrange(p.keys[rel], p.ts[rel], p.seq[rel], self.idle_state_ttl_ms)
+            sel = rel[ko.order]
+            cols = [c[sel] for c in p.cols]
+        codes, uniques, ts, starts, ends, seg_keys = ko.codes, ko.uniques, ko.ts, ko.starts, ko.ends, ko.seg_keys
+        n = len(sel)
         self.counts.processed += n
-        # segment boundaries per key
-        bounds = np.flatnonzero(np.diff(codes)) + 1
-        if self.idle_state_ttl_ms is not None and n > 1:
-            # a gap longer than the idle TTL inside one key's rows ends its session there
-            gaps = np.flatnonzero((np.diff(codes) == 0) & (np.diff(ts) > self.idle_state_ttl_ms)) + 1
-            if len(gaps):
-                bounds = np.union1d(bounds, gaps)
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [n]))
-        seg_keys = np.asarray(uniques)[codes[starts]].tolist()  # Python values, not numpy scalars
         if self._fast is None and self._absence_plan is not None and absence_path.USE_ABSENCE_PATH \
                 and not self.states and self.idle_state_ttl_ms is None and self.max_partial_matches_total is None:
             self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)
         if self._fast is not None:
             t0 = time.perf_counter()
-            masks = self._masks(cols, starts, ends, [], seg_keys)
+            masks = self._masks(cols, starts, ends, [], seg_keys, ko)
             t1 = time.perf_counter()
             self.stats.seconds_predicates += t1 - t0
             self._fast.step(codes, uniques, ts, cols, masks, self.stats)
@@ -942,15 +929,30 @@ class PatternOperator:
             states[i] = st
         sessions = self._idle_sessions(states, starts, ts, codes) if self.idle_state_ttl_ms is not None else None
         t0 = time.perf_counter()
-        masks = self._masks(cols, starts, ends, states, seg_keys)
+        masks = self._masks(cols, starts, ends, states, seg_keys, ko)
         t1 = time.perf_counter()
         self.stats.seconds_predicates += t1 - t0
         a = self.automaton
-        col_lists = [c.tolist() for c in cols]
+        cand_all = np.flatnonzero(masks & a.start_bits)
+        segs: Any = range(len(seg_keys))  # the segments to step (every key's, on the old path)
+        if shared is not None and sessions is None and not self.careful:
+            # keys with nothing to start and nothing alive only count their rows: done for all of
+            # them at once, so a rule that nothing in the batch can start costs no per-key stepping
+            segs = self._quiet_keys(cand_all, starts, ends, states, seg_keys, cols, masks, ts,
+                                    p.records[sel] if self.keep_records else None)
+            if not segs:
+                self.stats.seconds_automaton += time.perf_counter() - t1
+                return
+        if ko.rows is not None:
+            col_lists = [ko.column_list(shared.batch, c) for c in self.columns]  # type: ignore[union-attr]
+            ts_list = ko.lists.get("\0ts")
+            if ts_list is None:
+                ts_list = ko.lists["\0ts"] = ts.tolist()
+        else:
+            col_lists = [c.tolist() for c in cols]
+            ts_list = ts.tolist()
         if self.keep_records:
             col_lists.append(p.records[sel].tolist())
-        ts_list = ts.tolist()
-        cand_all = np.flatnonzero(masks & a.start_bits)
         masks_list = masks.tolist()
         if self.careful:
             # rows stepped later (held for NEXT) carry their event time in ms: the field itself may
@@ -972,7 +974,9 @@ class PatternOperator:
         active = self.active
         watch = a.within is not None
         max_back = a.max_back
-        for i, (s, e, st, key) in enumerate(zip(starts.tolist(), ends.tolist(), states, seg_keys)):
+        starts_l, ends_l = starts.tolist(), ends.tolist()
+        for i in segs:
+            s, e, st, key = starts_l[i], ends_l[i], states[i], seg_keys[i]
             if sessions is not None and sessions[i]:
                 self._end_session(key, st, emit)
             if self.careful:
@@ -1018,13 +1022,75 @@ class PatternOperator:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
-    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list) -> np.ndarray:
-        """Per row, bit v set when the row passes the row-local part of variable v's condition."""
+    def _quiet_keys(self, cand_all: np.ndarray, starts: np.ndarray, ends: np.ndarray, states: list[KeyState],
+                    seg_keys: list, cols: list[np.ndarray], masks: np.ndarray, ts: np.ndarray,
+                    records: np.ndarray | None) -> list[int]:
+        """Advance every key whose segment can start nothing and that holds nothing alive (what the
+        stepping loop does for such a key: count its rows, keep the last ones PREV reads); return
+        the other segments, in order, for the stepping loop."""
+        nseg = len(starts)
+        cuts = np.searchsorted(cand_all, starts)
+        busy = np.diff(np.append(cuts, len(cand_all))) > 0
+        active = self.active
+        if active:
+            # a key with partial matches or matches waiting for NEXT's rows is always in active
+            busy |= np.fromiter((k in active for k in seg_keys), dtype=bool, count=nseg)
+        quiet = np.flatnonzero(~busy)
+        if not len(quiet):
+            return list(range(nseg))
+        qs, qe = starts[quiet], ends[quiet]
+        lens = (qe - qs).tolist()
+        last = ts[qe - 1].tolist()
+        qstates = [states[i] for i in quiet.tolist()]
+        max_back = self.automaton.max_back
+        if not max_back:
+            for st, ln, lt in zip(qstates, lens, last):
+                st.nrows += ln
+                st.last_ts = lt
+                st.rows.clear()
+                st.base = st.nrows
+            return np.flatnonzero(busy).tolist()
+        # each quiet key's last max_back rows (fewer when its segment is shorter), as row tuples
+        keep = np.maximum(qs, qe - max_back)
+        counts = qe - keep
+        tidx = np.repeat(keep - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        parts = [c[tidx].tolist() for c in cols]
+        if records is not None:
+            parts.append(records[tidx].tolist())
+        parts.append(masks[tidx].tolist())
+        tails = list(zip(*parts))
+        pos = 0
+        for st, ln, lt, k, cnt in zip(qstates, lens, last, (keep > qs).tolist(), counts.tolist()):
+            st.nrows += ln
+            st.last_ts = lt
+            tail = tails[pos : pos + cnt]
+            pos += cnt
+            if k:
+                st.rows = tail
+            else:
+                st.rows.extend(tail)
+                if len(st.rows) > max_back:
+                    del st.rows[: len(st.rows) - max_back]
+            st.base = st.nrows - len(st.rows)
+        return np.flatnonzero(busy).tolist()
+
+    def _masks(self, cols: list[np.ndarray], starts, ends, states: list[KeyState], seg_keys: list,
+               ko: KeyOrder | None = None) -> np.ndarray:
+        """Per row, bit v set when the row passes the row-local part of variable v's condition.
+
+        With a shared key order (``ko.rows`` set), the column values and the masks of conditions
+        other rules have evaluated over the same rows are reused: a condition's mask is keyed by
+        its canonical text and by what it read from before the batch (PREV of each key's first
+        rows), which is this rule's own history.
+        """
         a = self.automaton
         n = len(cols[0]) if cols else 0
         masks = np.zeros(n, dtype=np.int64)
         cache: dict[tuple[str, int], tuple] = {}
+        sigs: dict[tuple[str, int], Any] = {}  # what each input read from before the batch
         col_index = a.layout.col_index
+        share = ko is not None and ko.rows is not None
+        values = ko.values if ko is not None else {}
 
         def get(name: str, lag: int):
             key = (name, lag)
@@ -1042,13 +1108,8 @@ class PatternOperator:
                 return cache[key]
             ci = col_index[name]
             base = cols[ci]
-            if lag == 0:
-                vals = base
-            else:
-                numeric = base.dtype.kind in "iuf"
-                vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
-                vals[lag:] = base[: n - lag] if lag < n else base[:0]
-                vals[: min(lag, n)] = np.nan if numeric else None
+            fills: list[list] = []
+            if lag:
                 # rows whose lagged row lies before this batch's segment: read the key's history
                 seg_len = ends - starts
                 for o in range(lag):
@@ -1061,6 +1122,30 @@ class PatternOperator:
                         r = st.base + len(st.rows) + o - lag  # after the rows known (held ones too)
                         i = r - st.base
                         fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
+                    fills.append(fill)
+            sig: Any = None
+            if share:
+                try:
+                    sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
+                    hash(sig)
+                except TypeError:
+                    sig = None
+                if sig is not None:
+                    sigs[key] = sig
+                    got = values.get((name, lag, sig))
+                    if got is not None:
+                        cache[key] = got
+                        return got
+            if lag == 0:
+                vals = base
+            else:
+                numeric = base.dtype.kind in "iuf"
+                vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
+                vals[lag:] = base[: n - lag] if lag < n else base[:0]
+                vals[: min(lag, n)] = np.nan if numeric else None
+                seg_len = ends - starts
+                for o, fill in enumerate(fills):
+                    sel = np.flatnonzero(seg_len > o)
                     if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
                         vals = vals.astype(object)
                         numeric = False
@@ -1072,12 +1157,21 @@ class PatternOperator:
                         vals[starts[sel] + o] = tmp
             res = _typed(vals)
             cache[key] = res
+            if sig is not None:
+                values[(name, lag, sig)] = res
             return res
 
+        shared_masks = ko.masks if share else None  # type: ignore[union-attr]
         for vid in range(a.nvars):
             ok = np.ones(n, dtype=bool)
             for k, kernel in enumerate(a.local_kernels[vid]):
                 if (vid, k) not in self.demoted:
+                    kkey = self._kernel_keys[vid][k] if shared_masks is not None else None
+                    if kkey is not None:
+                        got = self._shared_mask(shared_masks, kkey, kernel, get, sigs, n)  # type: ignore[arg-type]
+                        if got is not None:
+                            ok &= got
+                            continue
                     try:
                         ok &= kernel(get, n)
                         continue
@@ -1087,6 +1181,38 @@ class PatternOperator:
                 ok &= self._rowwise(a.row_local_fns[vid][k], get, n)
             masks |= ok.astype(np.int64) << vid
         return masks
+
+    @staticmethod
+    def _shared_mask(shared: dict, kkey: str, kernel, get, sigs: dict, n: int) -> Any:
+        """A row-local conjunct's mask from the rules' shared cache, evaluated and cached on a miss;
+        None when the kernel fails (the caller demotes it, as without sharing)."""
+        entry = shared.get(kkey)
+        if entry is not None:
+            reads, by_sig = entry
+            for r in reads:
+                get(*r)  # fills sigs[r] (and this rule's own cache)
+            sig = tuple(sigs.get(r) for r in reads)
+            if None not in sig:
+                got = by_sig.get(sig)
+                if got is not None:
+                    return got
+        reads_now: list[tuple[str, int]] = []
+
+        def recording(name: str, lag: int):
+            reads_now.append((name, lag))
+            return get(name, lag)
+
+        try:
+            got = kernel(recording, n)
+        except (ColumnarUnsupported, TypeError):
+            return None
+        reads = tuple(dict.fromkeys(reads_now))
+        sig = tuple(sigs.get(r) for r in reads)
+        if None not in sig:
+            if entry is None or entry[0] != reads:
+                entry = shared[kkey] = (reads, {})
+            entry[1][sig] = got
+        return got
 
     def _rowwise(self, compiled, get, n: int) -> np.ndarray:
         from cep.expressions import truthy

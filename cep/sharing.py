@@ -1,0 +1,240 @@
+"""What the rules of one engine compute once per batch: event times, partition keys, key order, masks.
+
+Many rules over one stream read the same events: without sharing, each rule parses the same
+event times, builds the same partition keys, sorts the same rows by key and time, converts the
+same columns and evaluates the same row-local conditions. A :class:`SharedBatch` lives for one
+:meth:`cep.engine.Engine.process` call and keeps each of these the first time a rule asks, so the
+next rule with the same question gets the answer. Every cached answer is a pure function of the
+batch and the question's key (the field, unit, partition columns, the accepted rows, a
+condition's canonical text and the values it reads from before the batch), so a rule gets exactly
+what it would have computed alone. Nothing here keeps state across batches.
+
+Example:
+    >>> from cep.events import batch_from_records
+    >>> b = batch_from_records([{"k": "x", "ts": "2017-01-02"}, {"k": "y", "ts": 5}])
+    >>> sb = SharedBatch(b)
+    >>> sb.times("ts", "ms") is sb.times("ts", "ms")
+    True
+    >>> pk = sb.keys(["k"])
+    >>> pk.values.tolist(), pk.bad.tolist()
+    (['x', 'y'], [False, False])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from cep.events import EventBatch, UnitHint, parse_times, unit_hint
+from patterns import ast as A
+
+__all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "partition_keys", "arrange", "kernel_key"]
+
+
+@dataclass
+class PartitionKeys:
+    """A batch's partition keys before any rule's time check: values, unusable rows and why."""
+
+    values: np.ndarray  # one integer field: that column; else objects (the value, a tuple, or ())
+    bad: np.ndarray  # rows whose key cannot be used (a null, a list or a dict in a key field)
+    reasons: dict[int, str]  # why, for the rows in ``bad``
+
+
+def partition_keys(batch: EventBatch, key_cols: list[str]) -> PartitionKeys:
+    """The PARTITION BY key of every row of ``batch``, with the rows whose key is unusable.
+
+    Example:
+        >>> from cep.events import batch_from_records
+        >>> pk = partition_keys(batch_from_records([{"a": 1, "b": "x"}, {"a": 2}]), ["a", "b"])
+        >>> pk.values.tolist(), pk.reasons
+        ([(1, 'x'), (2, None)], {1: "partition field 'b' is missing (null)"})
+    """
+    import pandas as pd
+
+    n = batch.n
+    bad = np.zeros(n, dtype=bool)
+    if not key_cols:
+        keys = np.empty(n, dtype=object)
+        keys[:] = [()] * n
+        return PartitionKeys(keys, bad, {})
+    cols = [batch.column(c) for c in key_cols]
+    reasons: dict[int, str] = {}
+    for c, col in zip(key_cols, cols):
+        if col.dtype == object:
+            kind = pd.api.types.infer_dtype(col, skipna=True)
+            nulls = pd.isna(col)
+            if kind not in ("string", "integer", "floating", "mixed-integer-float", "boolean", "empty", "bytes"):
+                for i in np.flatnonzero(~nulls & ~bad):
+                    v = col[i]
+                    if isinstance(v, (list, dict, set, tuple)):
+                        reasons.setdefault(int(i), f"partition field {c!r} holds a {type(v).__name__}; expected a string or a number")
+                        bad[i] = True
+        elif col.dtype.kind == "f":
+            nulls = np.isnan(col)
+        else:
+            nulls = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(nulls & ~bad):
+            reasons.setdefault(int(i), f"partition field {c!r} is missing (null)")
+            bad[i] = True
+    if len(cols) == 1:
+        values = cols[0] if cols[0].dtype.kind in "iu" or cols[0].dtype == object else cols[0].astype(object)
+    else:
+        values = np.empty(n, dtype=object)
+        values[:] = list(zip(*[c.tolist() for c in cols]))
+    return PartitionKeys(values, bad, reasons)
+
+
+@dataclass
+class KeyOrder:
+    """Released rows grouped by key, each key's rows in event-time order (ties: arrival order).
+
+    ``order`` maps the sorted rows to the released rows; ``starts``/``ends`` bound each key's
+    segment and ``seg_keys`` names it. ``values``, ``lists`` and ``masks`` are caches that the
+    rules sharing this order fill (column values, their lists, row-local condition masks).
+    """
+
+    codes: np.ndarray
+    uniques: Any
+    order: np.ndarray
+    ts: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    seg_keys: list
+    rows: np.ndarray | None = None  # batch rows of the sorted rows (a shared order only)
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    lists: dict[str, list] = field(default_factory=dict)
+    values: dict[tuple, Any] = field(default_factory=dict)
+    masks: dict[str, tuple[tuple, dict[tuple, Any]]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.order)
+
+    def column(self, batch: EventBatch, name: str) -> np.ndarray:
+        """The batch's column ``name`` at the sorted rows."""
+        col = self.columns.get(name)
+        if col is None:
+            assert self.rows is not None
+            col = self.columns[name] = batch.column(name)[self.rows]
+        return col
+
+    def column_list(self, batch: EventBatch, name: str) -> list:
+        got = self.lists.get(name)
+        if got is None:
+            got = self.lists[name] = self.column(batch, name).tolist()
+        return got
+
+
+def arrange(keys: np.ndarray, ts: np.ndarray, seq: np.ndarray, gap_ms: int | None = None) -> KeyOrder:
+    """Group rows by key (first appearance first) and sort each key's rows by time then ``seq``.
+
+    With ``gap_ms`` a key's rows are also cut where two of them lie more than that apart.
+
+    Example:
+        >>> ko = arrange(np.array(["b", "a", "b"], dtype=object), np.array([2, 1, 1]), np.arange(3))
+        >>> ko.order.tolist(), ko.seg_keys, ko.starts.tolist(), ko.ends.tolist()
+        ([2, 0, 1], ['b', 'a'], [0, 2], [2, 3])
+    """
+    import pandas as pd
+
+    codes, uniques = pd.factorize(keys, sort=False)
+    order = np.lexsort((seq, ts, codes))
+    codes = codes[order]
+    ts = ts[order]
+    n = len(order)
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    if gap_ms is not None and n > 1:
+        # a gap longer than the idle TTL inside one key's rows ends its session there
+        gaps = np.flatnonzero((np.diff(codes) == 0) & (np.diff(ts) > gap_ms)) + 1
+        if len(gaps):
+            bounds = np.union1d(bounds, gaps)
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [n]))
+    seg_keys = np.asarray(uniques)[codes[starts]].tolist()  # Python values, not numpy scalars
+    return KeyOrder(codes, uniques, order, ts, starts, ends, seg_keys)
+
+
+def _strip_vars(e: Any) -> Any:
+    """``e`` with every column's variable dropped (in a row-local condition all name the current row)."""
+    if isinstance(e, A.Column):
+        return replace(e, var=None)
+    if isinstance(e, tuple):
+        return tuple(_strip_vars(x) for x in e)
+    if is_dataclass(e) and not isinstance(e, type):
+        changes = {f.name: _strip_vars(getattr(e, f.name)) for f in fields(e) if f.compare}
+        return replace(e, **changes)
+    return e
+
+
+def kernel_key(conj: A.Expr, var_name: str) -> str | None:
+    """What decides a row-local conjunct's mask over a batch: its text with variables dropped (and
+    the variable's name where CLASSIFIER() reads it); None when it reads per-rule state.
+
+    Example:
+        >>> from patterns.rules import parse_rule_text
+        >>> d = parse_rule_text("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) "
+        ...                     "DEFINE A AS A.x > PREV(A.x), B AS x > PREV(x))").compiled.defines
+        >>> kernel_key(d[0], "A") == kernel_key(d[1], "B")
+        True
+    """
+    from cep.expressions import DERIVED
+
+    walk = list(A.walk_expr(conj))
+    if any(isinstance(x, A.Func) and x.name in DERIVED for x in walk):
+        return None  # FIRST_SEEN and MATCHES keep per-rule state
+    key = repr(_strip_vars(conj))
+    if any(isinstance(x, A.Classifier) for x in walk):
+        key += f" /{var_name}"
+    return key
+
+
+class SharedBatch:
+    """The answers the rules of one engine share over one batch (see the module's docstring)."""
+
+    def __init__(self, batch: EventBatch):
+        self.batch = batch
+        self._times: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, list[str | None]]] = {}
+        self._keys: dict[tuple[str, ...], PartitionKeys] = {}
+        self._orders: dict[tuple, list[tuple[np.ndarray, np.dtype, KeyOrder]]] = {}
+        self._hints: dict[tuple[str, str], UnitHint | None] = {}
+
+    def unit_hint(self, field_name: str, unit: str, look: Callable[..., UnitHint | None] = unit_hint) -> UnitHint | None:
+        """``look`` (:func:`cep.events.unit_hint`) at a field (each rule looks once, at its first batch)."""
+        key = (field_name, unit)
+        if key not in self._hints:
+            self._hints[key] = look(self.batch, field_name, unit)
+        return self._hints[key]
+
+    def times(self, field_name: str, unit: str) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """:func:`cep.events.parse_times` of a field without the future guard; do not change them."""
+        key = (field_name, unit)
+        got = self._times.get(key)
+        if got is None:
+            b = self.batch
+            got = self._times[key] = parse_times(b.column(field_name), unit, converted=b.epoch_ms.get(field_name))
+        return got
+
+    def keys(self, key_cols: list[str]) -> PartitionKeys:
+        """:func:`partition_keys` of the batch; do not change them."""
+        key = tuple(key_cols)
+        got = self._keys.get(key)
+        if got is None:
+            got = self._keys[key] = partition_keys(self.batch, key_cols)
+        return got
+
+    def order(self, question: tuple, rows: np.ndarray, keys: np.ndarray, ts: np.ndarray) -> KeyOrder:
+        """The :func:`arrange` of the batch rows ``rows`` (in batch order) with these keys and times.
+
+        ``question`` names where keys and times came from (partition columns, time field and
+        unit): two rules with the same question and the same accepted rows share one order.
+        """
+        slot = self._orders.setdefault(question, [])
+        for r, dtype, ko in slot:
+            if dtype == keys.dtype and np.array_equal(r, rows):
+                return ko
+        ko = arrange(keys, ts, np.arange(len(rows)))
+        ko.rows = rows[ko.order]
+        slot.append((rows, keys.dtype, ko))
+        return ko
