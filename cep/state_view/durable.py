@@ -10,14 +10,14 @@ keeps the state: a rule whose statement or options changed would start empty at 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from cep.state_view.model import NotAState, RuleMismatch, StateView, UnreadableState
 
 __all__ = ["read_state_dir"]
 
 
-def read_state_dir(path: str, rules: str | None = None, queries_roots: list[str] | None = None) -> StateView:
+def read_state_dir(path: str, rules: str | None = None, queries_roots: Sequence[str] | None = None) -> StateView:
     """The state a durable run left in ``path``: positions, then every rule's state.
 
     Raises :class:`NotAState` (not a state directory), :class:`UnreadableState` (damaged,

@@ -63,7 +63,7 @@ def render_text(view: StateView) -> str:
 def _rule(r: RuleView) -> list[str]:
     t = r.totals
     c = r.counts
-    head = f"rule {r.name} ({r.kind}): watermark {time_text(r.watermark) + f' ({r.watermark})' if r.watermark is not None else 'none yet'}"
+    head = f"rule {r.name} ({r.kind}): watermark {_when(r.watermark)}"
     if r.kind == "pattern":
         head += (f"; {_n(t.get('keys_with_state', 0), 'key')+' with state'}, {_n(t.get('partial_matches', 0), 'partial match', 'partial matches')}, "
                  f"{_n(t.get('buffered_events', 0), 'buffered event')}; read {c.get('read', 0):,}, matches {c.get('matches', 0):,}")
