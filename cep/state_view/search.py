@@ -16,7 +16,7 @@ def search_view(op: SearchOperator) -> RuleView:
 
     Example:
         >>> from patterns.rules import parse_rules
-        >>> rule = parse_rules("rules: [{name: s, kind: search, from: news, query: fire}]")[0]
+        >>> [rule] = list(parse_rules("rules: [{name: s, kind: search, from: news, query: fire}]"))
         >>> v = search_view(SearchOperator.from_rule(rule))
         >>> v.kind, v.totals, v.counts["documents"]
         ('search', {'keys': 0, 'queries': 1}, 0)
