@@ -50,7 +50,9 @@ def render_text(view: StateView) -> str:
         lines.append(f"checkpoint {src['checkpoint']}: batch {src.get('batch')}, "
                      f"query watermark {_when(src.get('watermark'))}")
         for name, off in src.get("offsets", {}).items():
-            lines.append(f"  source {name}: {off}")
+            files = off.get("files")
+            shown = f", {_n(len(files), 'file')} read" + (f" (last {files[-1]})" if files else "") if files is not None else ""
+            lines.append(f"  source {name}: offset {json.dumps(off.get('offset'), default=str)}{shown}")
         lines.append(f"  state: {src.get('operator')} operator {src.get('operator_id')}, "
                      f"{_n(src.get('groups') or 0, 'group')} with state")
     for note in view.notes:
