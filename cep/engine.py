@@ -32,6 +32,11 @@ __all__ = [
     "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
     "with_time_unit"]
 
+# Share work across rules (decoded event times, partition keys, row-local condition masks; skip
+# rules nothing in a batch can start): a switch so benchmarks and tests can measure and check the
+# engine without it.
+SHARE_WORK = True
+
 SNAPSHOT_MAGIC = b"CEPENG"
 SNAPSHOT_VERSION = 1
 

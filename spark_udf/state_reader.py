@@ -22,7 +22,14 @@ import os
 import struct
 from typing import Any
 
-from cep.state_view import NotAState, RuleMismatch, StateView, UnreadableState, merge_views, operator_view
+from cep.state_view import (
+    NotAState,
+    RuleMismatch,
+    StateView,
+    UnreadableState,
+    merge_views,
+    operator_view,
+)
 from cep.state_view.model import RuleView
 
 __all__ = ["spark_state_view", "offset_log"]
