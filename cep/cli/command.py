@@ -177,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.epilog = spark_exit
     for action in sp._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for spark_cmd in action.choices.values():
-                spark_cmd.epilog = spark_exit
+            for name, spark_cmd in action.choices.items():
+                spark_cmd.epilog = spark_exit if name != "state" else (
+                    "Exit codes: 0 ok; 2 usage errors (not a checkpoint, a rule file with errors or a rule "
+                    "changed since the checkpoint, an unknown --rule); 3 the state cannot be read, or Spark failed.")
 
     pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
         "Register Lucene-syntax queries and write, for each document, one line with the ids of the "
