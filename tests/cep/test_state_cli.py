@@ -304,3 +304,37 @@ def test_unknown_rule_and_bad_limit(trading: Path, capsys) -> None:
     assert err == "cep state: no rule 'nope' in the state; its rules are: v_shape, three_up_then_drop\n"
     code, err = run_state(capsys, str(trading), "--limit", "-1")
     assert code == 2 and err == "cep state: --limit must not be negative (0 shows everything)\n"
+
+
+def test_history_free_partial_matches_and_buffered_events(tmp_path: Path, capsys) -> None:
+    """A pattern without look-back runs on the lazy DFA (rows mapped to variables by replay); events
+    within the lateness wait in the buffer."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""rules:
+  - name: abc
+    lateness: 10 seconds
+    sql: |
+      SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0 PATTERN (A B+ C)
+        DEFINE A AS v = 0, B AS v = 1, C AS v = 2)
+""")
+    events = [{"k": "x", "ts": 1000 * i, "v": v} for i, v in enumerate([0, 1, 1, 1])]
+    events += [{"k": "y", "ts": 30_000, "v": 0}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert main(["run", str(rules), "--input", str(src), "--state", str(tmp_path / "st"),
+                 "--output", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    eng = Engine(load_rules(str(rules)))
+    assert eng.operators["abc"].automaton.dfa  # the lazy-DFA path
+    doc = state_json(capsys, str(tmp_path / "st"))
+    r = rule_of(doc, "abc")
+    assert r["watermark"] == 20_000  # 30 s minus 10 s of lateness
+    x = key_of(r, k="x")
+    [pm] = x["partial_matches"]
+    assert [(row["variable"], row["row"], row["values"]["v"]) for row in pm["rows"]] == [
+        ("A", 0, 0), ("B", 1, 1), ("B", 2, 1), ("B", 3, 1)]
+    assert pm["waiting_for"] == ["B", "C"] and pm["runs"] == 1
+    assert x["buffered"] == []
+    y = key_of(r, k="y")
+    assert y["partial_matches"] == [] and y["buffered"] == [{"time": 30_000, "values": {"k": "y", "ts": 30_000, "v": 0}}]
+    assert r["totals"]["buffered_events"] == 1 and r["counts"]["buffered"] == 1
