@@ -10,6 +10,7 @@ import pytest
 
 from cep import Engine
 from cep.cli import spark as spark_cli
+from cep.cli.command import main as cep_main
 from cep.state_view import engine_views, key_text
 from patterns.rules import parse_rules
 
@@ -85,6 +86,14 @@ def test_spark_state_shows_the_embedded_engines_partial_matches_and_windows(spar
         ("START_ROW", "2017-01-26"), ("DOWN", "2017-01-27"), ("DOWN", "2017-01-30"), ("DOWN", "2017-01-31")]
     assert got["v_shape"]["totals"]["partial_matches"] == embedded["v_shape"]["totals"]["partial_matches"]
     assert _windows(got["weekly"]) == _windows(embedded["weekly"]) != {}
+    # and what 'cep state' shows of a durable run over the same file
+    assert cep_main(["run", str(rules), "--input", str(tmp_path / "in" / "events-000.json"), "--state",
+                     str(tmp_path / "st"), "--output", str(tmp_path / "durable.jsonl"), "-q"]) == 0
+    capsys.readouterr()
+    assert cep_main(["state", str(tmp_path / "st"), "--json", "--limit", "0"]) == 0
+    durable = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert _pattern(got["v_shape"]) == _pattern(durable["v_shape"])
+    assert _windows(got["weekly"]) == _windows(durable["weekly"])
 
     # the same text, 'cep state'-style
     assert spark_cli.main(["state", "--checkpoint", str(tmp_path / "ck"), "--rules", str(rules),
