@@ -146,6 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
     lim.add_argument("--max-buffered-events", type=int, metavar="N",
                    help="cap on one rule's events waiting for the watermark; beyond it the watermark moves up")
 
+    st = sub.add_parser("state", help="show what a durable run's state holds, per rule and key", description=(
+        "Read the checkpoint of a durable run (cep run ... --state DIR) and show, per rule: the watermark, "
+        "and per key the live partial matches with the rows matched so far, the events buffered for the "
+        "watermark, the open windows with their aggregates and sketch sizes; then the input offsets and output "
+        "lengths of the checkpoint. The state is read by the operators' own restore, with the rules "
+        "recorded in the checkpoint (docs/cli.md, 'cep state')."),
+        epilog="Exit codes: 0 ok; 2 usage errors (not a state directory, an unknown --rule, a --rules file that "
+        "does not fit the state); 3 the state cannot be read (damaged, crafted, or written by another version).")
+    from cep.cli import state as _state
+
+    _state.add_arguments(st)
+    st.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP)
+
     b = sub.add_parser("bench", help="measure a rule file on your own events", description=(
         "Run a rule file over your events and report, per rule and for all rules together: events/s, "
         "matches, partial matches alive (peak and at end), late and bad events, peak memory, and the "
@@ -164,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.epilog = spark_exit
     for action in sp._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for spark_cmd in action.choices.values():
-                spark_cmd.epilog = spark_exit
+            for name, spark_cmd in action.choices.items():
+                spark_cmd.epilog = spark_exit if name != "state" else (
+                    "Exit codes: 0 ok; 2 usage errors (not a checkpoint, a rule file with errors or a rule "
+                    "changed since the checkpoint, an unknown --rule); 3 the state cannot be read, or Spark failed.")
 
     pc = sub.add_parser("percolate", help="match documents against registered search queries", description=(
         "Register Lucene-syntax queries and write, for each document, one line with the ids of the "
@@ -218,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_test(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "state":
+            from cep.cli.state import cmd_state
+
+            return cmd_state(args)
         if args.command == "spark":
             from cep.cli import spark
 

@@ -127,8 +127,75 @@ def add_arguments(subparsers: Any) -> argparse.ArgumentParser:
                    help="only these outputs: match, late, error or timeout (repeatable; default: all)")
     c.add_argument("--rule", dest="rules", action="append", default=[], metavar="RULE",
                    help="only the rows of this rule (repeatable; default: all)")
+    st = ssub.add_parser(
+        "state", help="show what a streaming query's checkpoint holds, per rule and key",
+        description="Read the keyed stage's state of a 'cep spark run' checkpoint with Spark's state data source "
+        "(spark.read.format('statestore')) at its last committed micro-batch, and show it as 'cep state' shows a "
+        "durable run's: per rule and key the live partial matches with their rows, buffered events, open windows "
+        "with their aggregates and sketch sizes; with the query's watermark and the sources' offsets. The "
+        "checkpoint keeps no rule text, so --rules names the rule file the query runs (docs/spark.md, "
+        "'Reading the state').")
+    st.add_argument("--checkpoint", required=True, help="the --checkpoint of 'cep spark run'")
+    st.add_argument("--rules", required=True, metavar="FILE", help="the rule file the query runs")
+    st.add_argument("--queries-root", action="append", metavar="DIR",
+                    help="a folder a search rule's queries_file may name (as for 'cep spark run')")
+    st.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    st.add_argument("--verbose", "-v", action="store_true", help="Spark's log at warning level, and the whole error")
+    from cep.cli.state import add_view_options
+
+    add_view_options(st)
     sp.set_defaults(_spark_parser=sp)
     return sp
+
+
+def _state(args: Any) -> int:
+    """``cep spark state``: the checkpoint's state through Spark's state data source, shown as ``cep state``."""
+    from cep.cli.state import print_view
+    from cep.state_view import StateViewError
+    from patterns.errors import RuleErrors
+    from patterns.files import command_line_roots
+    from patterns.rules import load_rules
+
+    try:
+        rules = load_rules(args.rules, queries_roots=command_line_roots(args.queries_root))
+    except RuleErrors as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    from spark_udf.state_reader import offset_log
+
+    try:
+        offset_log(args.checkpoint)  # not a checkpoint: said before the JVM starts
+    except StateViewError as e:
+        print(f"cep spark state: {e}", file=sys.stderr)
+        return e.exit_code
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
+    try:
+        from pyspark import SparkContext
+
+        from spark_udf.session import DEFAULT_SHUFFLE_PARTITIONS, local_session
+
+        ours = SparkContext._active_spark_context is None
+        spark = local_session(args.master, DEFAULT_SHUFFLE_PARTITIONS, verbose=args.verbose)
+    except Exception as e:  # noqa: BLE001 - a JVM that does not start
+        return _fail("state", "starting Spark", e, args.verbose)
+    from spark_udf.state_reader import spark_state_view
+
+    try:
+        view = spark_state_view(spark, args.checkpoint, rules)
+    except StateViewError as e:
+        print(f"cep spark state: {e}", file=sys.stderr)
+        return e.exit_code
+    except Exception as e:  # noqa: BLE001 - Spark's state reader failed
+        if not _from_spark(e):
+            raise
+        return _fail("state", "reading the checkpoint's state", e, args.verbose)
+    finally:
+        if ours:
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - a JVM that is already gone
+                pass
+    return print_view(view, args, "cep spark state")
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -317,11 +384,13 @@ def _cat(args: Any) -> int:
 
 
 def run(args: Any) -> int:
-    """Run ``cep spark run``, ``cep spark backfill`` or ``cep spark cat``; return the exit code."""
+    """Run ``cep spark run``, ``backfill``, ``cat`` or ``state``; return the exit code."""
     clock = _Clock()
     cmd = getattr(args, "spark_command", None)
     if cmd == "cat":
         return _cat(args)
+    if cmd == "state":
+        return _state(args)
     if cmd not in ("run", "backfill"):
         parser = getattr(args, "_spark_parser", None)
         if parser is not None:
