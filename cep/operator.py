@@ -147,7 +147,7 @@ class PatternOperator:
         max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = PatternAutomaton(
+        self.automaton = self._new_automaton(
             compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
         )
         a = self.automaton
@@ -197,6 +197,10 @@ class PatternOperator:
         self.derived = derived_columns(list(a.cp.defines.values()))
         self.seen: dict[str, SeenFilter] = {n: SeenFilter() for n, f in self.derived.items() if f.name == "FIRST_SEEN"}
         self.searches = {n: _RowSearch(f) for n, f in self.derived.items() if f.name == "MATCHES"}
+
+    def _new_automaton(self, compiled, **options: Any) -> PatternAutomaton:
+        """The automaton this operator steps (``cep explain``'s operator builds one that reports what it does)."""
+        return PatternAutomaton(compiled, **options)
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:
