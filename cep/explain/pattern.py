@@ -874,7 +874,8 @@ def _event(events: EventBatch, i: int) -> dict[str, Any]:
 def _nearest_miss(a: TracingAutomaton, tr: Trace, ended: list[dict[str, Any]]) -> Verdict:
     """No match: the longest partial match and what ended it; or why none started."""
     if ended:
-        best = max(ended, key=lambda e: (e["length"], -e["partial_match"]))
+        # of equals, one a condition ended before one the input's end cut off, then the latest
+        best = max(ended, key=lambda e: (e["length"], e["place"][0] != "end", e["partial_match"]))
         kind, where = best["place"]
         at = (f"at row {tr.pos.get(int(where), '?')}" if kind == "row" else "when the input ended" if kind == "end"
               else f"when the watermark reached {format_time(where)}")
