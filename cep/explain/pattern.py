@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from cep.events import EventBatch, format_time
+from cep.events import EventBatch, event_times, format_duration, format_time
 from cep.explain.model import ExplainedRow, ExplainError, Explanation, Verdict
 from cep.expressions import DERIVED, Layout, MatchCtx, Node, compile_match_expr, truthy
 from cep.nfa import _NO_ROW, Attempt, KeyState, PatternAutomaton, StepStats
@@ -471,7 +471,8 @@ class TracingAutomaton(PatternAutomaton):
         super()._within_ended(a, rno, stats)
         assert self.within is not None
         deadline = a.start_ts + self.within
-        for_what = f"WITHIN {self.within} ms from {format_time(a.start_ts)}: deadline {format_time(deadline)}"
+        for_what = (f"WITHIN {format_duration(self.within)} of {format_time(a.start_ts)}: "
+                    f"deadline {format_time(deadline)}")
         node = runs[0][1] if runs else None
         label = self._label(a, node)
         if a.best is not best0 and a.best is not None:
@@ -619,7 +620,7 @@ class ExplainOperator(PatternOperator):
             if timeout is not None:
                 tr.emitted.add(id(timeout))
                 rows = [_clean(r) for r in out.timeouts[t0:]]
-                tr.add("deadline", f"#{tr.number(timeout)}: timeout row written (--timeouts)", False,
+                tr.add("deadline", f"#{tr.number(timeout)}: timeout row -> {_row_text(rows[0]) if rows else '?'}", False,
                        {"partial_match": tr.number(timeout), "timeout_rows": rows})
                 return
             tr.emitted_nodes.add(id(best))
@@ -757,8 +758,19 @@ def explain_pattern(rule: Any, events: EventBatch, key: dict[str, Any], t_from: 
                     trace.add(kind, r["reason"], False, {"line": r.get("line"), "source": r.get("source")},
                               place=("row", int(i)))
 
+    ms, ok, _ = event_times(batch, op.time_col, op.time_unit, op.max_future_skew_ms)
     for part in _chunks(batch.n, idx):
-        collect(op.process(batch.take(part)))
+        # other keys' events: cut where the watermark first passes one of the key's deadlines, so
+        # the moment told is the event that moved it there
+        while len(part):
+            d = op._key_deadline(key_value)
+            j = len(part) - 1
+            if d is not None and len(part) > 1:
+                hit = np.flatnonzero(ok[part] & (ms[part] - op.lateness >= d))
+                if len(hit):
+                    j = int(hit[0])
+            collect(op.process(batch.take(part[: j + 1])))
+            part = part[j + 1 :]
     collect(op.finish())
     return _build(rule, op, trace, events, key, idx, t_from, t_to)
 
@@ -766,8 +778,6 @@ def explain_pattern(rule: Any, events: EventBatch, key: dict[str, Any], t_from: 
 def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: dict[str, Any], idx: np.ndarray,
            t_from: int | None, t_to: int | None) -> Explanation:
     """The explanation from the trace: the key's rows in the engine's order, moments between them."""
-    from cep.events import event_times
-
     a = op.automaton
     assert isinstance(a, TracingAutomaton)
     conds = a.conditions
@@ -832,7 +842,7 @@ def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: d
             continue
         if not placed or placed[-1][0] != place:
             text = ("the input ended: the final watermark passes every deadline" if kind == "end" else
-                    f"the watermark reached {format_time(where)} (event time of every key moves it)")
+                    f"the watermark reached {format_time(where)} (moved by an event of any key)")
             label = "end of input" if kind == "end" else "watermark"
             placed.append((place, ExplainedRow(-1, where, {"(time)": label}, [Verdict("info", text)])))
         placed[-1][1].verdicts.append(v)
