@@ -357,3 +357,143 @@ def test_explained_matches_equal_the_engines_on_random_inputs(which, rows, laten
         assert sorted(map(_jsonable, got_t)) == sorted(map(_jsonable, [r for r in timeouts if r["k"] == key]))
         late = [v for r in ex.rows for v in r.verdicts if v.kind == "late"]
         assert len(late) == sum(1 for r in out.late + fin.late if r["event"]["k"] == key)
+
+
+# ------------------------------------------------------------------ the command
+
+TRADING = str(REPO / "rules" / "trading.yaml")
+BARS = str(REPO / "rules" / "data" / "sp500_daily_2017_sample.jsonl")
+
+
+def _cep(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["explain", *args])
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def test_json_lines_one_per_rule_with_the_engines_matches(capsys):
+    code, out, err = _cep(capsys, TRADING, "--input", BARS, "--key", "AAPL", "--json")
+    assert code == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["rule"] for x in lines] == ["v_shape", "three_up_then_drop"]
+    engine = Engine(load_rules(TRADING))
+    rows = [json.loads(x) for x in Path(BARS).read_text().splitlines()]
+    want = [r for r in engine.process(rows).matches + engine.finish().matches if r["symbol"] == "AAPL"]
+    got = [r for x in lines for v in x["outcome"] if v["kind"] == "match" for r in v["data"]["rows"]]
+    assert sorted(map(_jsonable, got)) == sorted(map(_jsonable, want))
+    first = lines[0]["rows"][0]
+    assert first["index"] == 0 and first["line"] == 1 and first["event"]["symbol"] == "AAPL"
+
+
+def test_the_table_is_plain_unless_asked_and_coloured_with_always(capsys, monkeypatch):
+    args = [TRADING, "--input", BARS, "--rule", "v_shape", "--key", "symbol=AAPL", "--to", "2017-01-20"]
+    code, out, _ = _cep(capsys, *args)
+    assert code == 0 and "\x1b[" not in out
+    assert out.splitlines()[0] == "rule v_shape (pattern), key symbol=AAPL: 1 match"
+    assert "extended   #7 START_ROW(6) DOWN(7-8) + UP: a match (it may grow: the quantifier tries for more rows)" in out
+    code, out, _ = _cep(capsys, *args, "--color", "always")
+    assert code == 0 and "\x1b[1;32m" in out
+
+
+def test_colours_follow_the_terminal_and_no_color():
+    from cep.explain.render import use_color
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    import os
+
+    saved = os.environ.pop("NO_COLOR", None)
+    try:
+        assert use_color(Tty()) is True
+        os.environ["NO_COLOR"] = "1"
+        assert use_color(Tty()) is False
+        assert use_color(Tty(), "always") is True
+    finally:
+        os.environ.pop("NO_COLOR", None)
+        if saved is not None:
+            os.environ["NO_COLOR"] = saved
+
+
+def test_several_inputs_and_stream_names_as_cep_run_reads_them(capsys):
+    data = REPO / "rules" / "data"
+    code, out, err = _cep(capsys, str(REPO / "rules" / "sessions.yaml"), "--input", f"searches={data / 'searches.jsonl'}",
+                          "--input", f"clicks={data / 'clicks.jsonl'}", "--key", "111.199.235.239", "--json")
+    assert code == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    click = lines[0]
+    assert click["rule"] == "search_then_click"
+    assert [r["clicked"] for v in click["outcome"] if v["kind"] == "match" for r in v["data"]["rows"]] == [
+        "/presentations/logstash-puppetconf-2012/css/reset.css"]
+    assert {r["event"]["stream"] for r in click["rows"] if r["index"] >= 0} == {"searches", "clicks"}
+
+
+def test_help_ends_with_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["explain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for code in ("0 explained", "2 usage or rule errors", "3 runtime failure"):
+        assert code in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rule", "nope", "--key", "AAPL"],
+     "cep explain: no rule named 'nope' in {trading}; its rules are v_shape, three_up_then_drop"),
+    (["--rule", "v_shape", "--key", "ZZZ"],
+     "cep explain: rule 'v_shape': no event of key symbol=ZZZ in the input; it has 5 keys, for example AAPL, "),
+    (["--key", "symbol=AAPL,venue"],
+     "cep explain: bad --key 'symbol=AAPL,venue': 'venue' is not COLUMN=VALUE; expected VALUE (one key column) "
+     "or COLUMN=VALUE[,COLUMN=VALUE...]"),
+    (["--key", "a=1,a=2"], "cep explain: bad --key 'a=1,a=2': column 'a' is given twice"),
+    (["--key", "AAPL", "--from", "2017-03-01", "--to", "2017-02-01"],
+     "cep explain: --from 2017-03-01 is after --to 2017-02-01: nothing to show"),
+    (["--key", "AAPL", "--from", "someday"], "cep explain: --from 'someday' is not a time"),
+    (["--rule", "v_shape"], "cep explain: rule 'v_shape' is keyed by symbol: --key VALUE; no --key does not fit it"),
+    (["--rule", "v_shape", "--key", "venue=X"],
+     "cep explain: rule 'v_shape' is keyed by symbol: --key VALUE; --key venue=X does not fit it"),
+    (["--key", "venue=X"], "cep explain: no rule of {trading} fits --key venue=X (v_shape: keyed by symbol: "
+     "--key VALUE; three_up_then_drop: keyed by symbol: --key VALUE); name one with --rule"),
+])
+def test_usage_errors_say_what_was_wrong_and_exit_2(capsys, args, message):
+    code, out, err = _cep(capsys, TRADING, "--input", BARS, *args)
+    assert code == 2 and out == ""
+    assert err.startswith(message.format(trading=TRADING)), err
+
+
+def test_a_missing_input_and_a_bad_rule_file_exit_2(capsys, tmp_path):
+    code, _, err = _cep(capsys, TRADING, "--input", str(tmp_path / "none.jsonl"), "--key", "AAPL")
+    assert code == 2 and err == f"cep explain: input file not found: {tmp_path / 'none.jsonl'}\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    sql: SELECT * FROM t MATCH_RECOGNIZE (PATTERN (A)\n")
+    code, _, err = _cep(capsys, str(bad), "--input", BARS, "--key", "AAPL")
+    assert code == 2 and f"{bad}:3:" in err
+
+
+def test_an_analytics_rule_without_its_explainer_is_a_clear_error(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cep.explain.analytics", None)  # as if not merged yet
+    code, _, err = _cep(capsys, str(REPO / "rules" / "weblogs.yaml"), "--input",
+                        str(REPO / "rules" / "data" / "nasa_http_sample.jsonl"), "--rule", "host_burst",
+                        "--key", "glim.stanford.edu")
+    assert code == 2
+    assert err.startswith("cep explain: rule 'host_burst' is an analytics rule; explaining analytics rules is not "
+                          "available in this build (cep.explain.analytics is missing)")
+
+
+def test_parse_key_and_time_bounds():
+    assert parse_key(None) is None
+    assert parse_key("a b") == "a b"
+    assert parse_key("sym=X, venue=Y".replace(" ", "")) == {"sym": "X", "venue": "Y"}
+    with pytest.raises(ValueError, match="'=x' is not COLUMN=VALUE"):
+        parse_key("=x")
+    assert parse_time_bound("2017-01-01T00:00:01Z", "--from") == 1483228801000
+    assert parse_time_bound(None, "--to") is None
+
+
+def test_render_json_and_text_agree():
+    ex = _explain(ABC, [{"k": "x", "ts": i, "v": v} for i, v in enumerate([0, 1, 0])])
+    assert json.loads(render_json(ex)) == json.loads(json.dumps(ex.to_dict()))
+    text = render_text(ex, color=False, time_field="ts")
+    assert "match 1: A(0) B(1) C(2) -> k='x', t0=0, t2=2" in text
