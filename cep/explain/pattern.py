@@ -361,7 +361,7 @@ class TracingAutomaton(PatternAutomaton):
         grew: dict[int, list[str]] = {}
         completed: set[int] = set()
         done_nodes = [n for _, n in self._done] + ([a.best] if isinstance(a.best, Node) else [])
-        for q, child in new:
+        for _q, child in new:
             parent = child if child.rno != rno else child.parent
             grew.setdefault(id(parent), []).append(self.var_names[child.vid])
         for child in done_nodes:
@@ -385,10 +385,10 @@ class TracingAutomaton(PatternAutomaton):
             return
         for node, pcs in groups.values():
             label = self._label(a, node)
-            took = grew.get(id(node))
-            if took:
-                names = []
-                for t in took:
+            grown = grew.get(id(node))
+            if grown:
+                names: list[str] = []
+                for t in grown:
                     if t not in names:
                         names.append(t)
                 done = id(node) in completed
@@ -422,12 +422,14 @@ class TracingAutomaton(PatternAutomaton):
         conds = self.conditions
         seen: set[int] = set()
         for pc in pcs:
-            vid, excl, _targets, _matches = self.moves[pc]
+            move = self.moves[pc]
+            assert move is not None
+            vid, excl, _targets, _matches = move
             if vid == _NO_ROW or self.ins[pc][0] == OP_END:
                 reasons.append("$: the partition had to end here, and another row came")
                 continue
             if vid < 0:
-                kill = excl[1]
+                kill: tuple[int, ...] = excl[1]  # type: ignore[index]  # a NOT move: (bits, kill vars, ...)
                 names = " or ".join(self.var_names[v] for v in kill)
                 reasons.append(f"NOT {names}: a {names} row came")
                 continue
@@ -833,11 +835,11 @@ def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: d
         kind, where = place
         if kind == "row":
             i = int(where)
-            rno = rno_of.get(i)
-            if rno is not None:  # the rows before it on which nothing happened come first
-                for j in range(upto + 1, rno):
+            at = rno_of.get(i)
+            if at is not None:  # the rows before it on which nothing happened come first
+                for j in range(upto + 1, at):
                     put(syn_rows[j][tr.row_col])
-                upto = max(upto, rno)
+                upto = max(upto, at)
             put(i).verdicts.append(v)
             continue
         if not placed or placed[-1][0] != place:

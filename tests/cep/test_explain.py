@@ -24,7 +24,7 @@ from cep.cli.inputs import _parse_inputs, input_batches
 from cep.engine import Engine
 from cep.events import batch_from_records
 from cep.explain import ExplainError, Explanation
-from cep.explain.pattern import expr_sql, explain_pattern
+from cep.explain.pattern import explain_pattern, expr_sql
 from cep.explain.render import render_json, render_text
 from patterns.rules import load_rules, parse_rule_text
 
