@@ -192,20 +192,16 @@ def rule_events(rule: Any, batch: Any, streams: set[str]) -> Any:
 
 
 def _explainer(kind: str) -> Callable[..., Any]:
-    """The explain function of a rule kind; ImportError when its module is not there yet."""
-    if kind == "pattern":
-        from cep.explain.pattern import explain_pattern
+    """The explain function of a rule kind, ``cep.explain.<kind>.explain_<kind>``, imported when a rule
+    of that kind is explained; ImportError when its module is not there (by name, so that a build
+    without it still runs the others)."""
+    import importlib
 
-        return explain_pattern
-    if kind == "analytics":
-        from cep.explain.analytics import explain_analytics  # type: ignore[import-not-found,unused-ignore]
-
-        return explain_analytics  # type: ignore[no-any-return,unused-ignore]
-    if kind == "search":
-        from cep.explain.search import explain_search  # type: ignore[import-not-found,unused-ignore]
-
-        return explain_search  # type: ignore[no-any-return,unused-ignore]
-    raise ImportError(kind)
+    if kind not in ("pattern", "analytics", "search"):
+        raise ImportError(kind)
+    module = importlib.import_module(f"cep.explain.{kind}")
+    fn: Callable[..., Any] = getattr(module, f"explain_{kind}")
+    return fn
 
 
 # ------------------------------------------------------------------ the command
