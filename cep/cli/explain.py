@@ -136,12 +136,13 @@ def _key_for(rule: Any, key: str | dict[str, str] | None) -> dict[str, Any] | No
 
 
 def _describe_key(rule: Any) -> str:
+    """``is keyed by symbol (--key VALUE)``: what a rule's key is and how to give it."""
     cols = rule_key_columns(rule) or []
     if not cols:
-        return "no key: leave --key out"
+        return "has no key (leave --key out)"
     if len(cols) == 1:
-        return f"keyed by {cols[0]}: --key VALUE"
-    return f"keyed by {', '.join(cols)}: --key {','.join(c + '=...' for c in cols)}"
+        return f"is keyed by {cols[0]} (--key VALUE)"
+    return f"is keyed by {', '.join(cols)} (--key {','.join(c + '=...' for c in cols)})"
 
 
 # ------------------------------------------------------------------ events
@@ -243,11 +244,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for r in chosen:
             if _key_for(r, key) is None:
                 given = "no --key" if key is None else f"--key {args.key}"
-                return _fail(f"rule {r.name!r} is {_describe_key(r)}; {given} does not fit it")
+                return _fail(f"rule {r.name!r} {_describe_key(r)}; {given} does not fit it")
     else:
         chosen = [r for r in rules if r.kind != "search" and _key_for(r, key) is not None]
         if not chosen:
-            listing = "; ".join(f"{r.name}: {_describe_key(r)}" for r in rules)
+            listing = "; ".join(f"{r.name} {_describe_key(r)}" for r in rules)
             given = "no --key" if key is None else f"--key {args.key}"
             return _fail(f"no rule of {args.rules} fits {given} ({listing}); name one with --rule")
     inputs = _parse_inputs(args.input)

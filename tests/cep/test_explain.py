@@ -449,11 +449,11 @@ def test_help_ends_with_the_exit_codes(capsys):
     (["--key", "AAPL", "--from", "2017-03-01", "--to", "2017-02-01"],
      "cep explain: --from 2017-03-01 is after --to 2017-02-01: nothing to show"),
     (["--key", "AAPL", "--from", "someday"], "cep explain: --from 'someday' is not a time"),
-    (["--rule", "v_shape"], "cep explain: rule 'v_shape' is keyed by symbol: --key VALUE; no --key does not fit it"),
+    (["--rule", "v_shape"], "cep explain: rule 'v_shape' is keyed by symbol (--key VALUE); no --key does not fit it"),
     (["--rule", "v_shape", "--key", "venue=X"],
-     "cep explain: rule 'v_shape' is keyed by symbol: --key VALUE; --key venue=X does not fit it"),
-    (["--key", "venue=X"], "cep explain: no rule of {trading} fits --key venue=X (v_shape: keyed by symbol: "
-     "--key VALUE; three_up_then_drop: keyed by symbol: --key VALUE); name one with --rule"),
+     "cep explain: rule 'v_shape' is keyed by symbol (--key VALUE); --key venue=X does not fit it"),
+    (["--key", "venue=X"], "cep explain: no rule of {trading} fits --key venue=X (v_shape is keyed by symbol "
+     "(--key VALUE); three_up_then_drop is keyed by symbol (--key VALUE)); name one with --rule"),
 ])
 def test_usage_errors_say_what_was_wrong_and_exit_2(capsys, args, message):
     code, out, err = _cep(capsys, TRADING, "--input", BARS, *args)
@@ -480,6 +480,24 @@ def test_an_analytics_rule_without_its_explainer_is_a_clear_error(capsys, monkey
     assert code == 2
     assert err.startswith("cep explain: rule 'host_burst' is an analytics rule; explaining analytics rules is not "
                           "available in this build (cep.explain.analytics is missing)")
+
+
+def test_a_rule_without_a_key_refuses_one(capsys, tmp_path):
+    rules = tmp_path / "one.yaml"
+    rules.write_text("rules:\n  - name: pair\n    sql: SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES A.ts AS t0 "
+                     "PATTERN (A B) DEFINE A AS v = 0, B AS v = 1)\n")
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"ts": 0, "v": 0}\n{"ts": 1, "v": 1}\n')
+    code, _, err = _cep(capsys, str(rules), "--input", str(events), "--rule", "pair", "--key", "x")
+    assert code == 2 and err == "cep explain: rule 'pair' has no key (leave --key out); --key x does not fit it\n"
+    code, out, err = _cep(capsys, str(rules), "--input", str(events))
+    assert code == 0 and out.splitlines()[0] == "rule pair (pattern), key (none: one key for the whole input): 1 match"
+
+
+def test_the_readme_tour_has_an_explain_step():
+    from tests.cep.test_readme_tour import tour_blocks
+
+    assert any(code.startswith("cep explain ") for lang, code, shown in tour_blocks() if lang == "bash" and shown)
 
 
 def test_parse_key_and_time_bounds():
