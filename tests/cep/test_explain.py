@@ -325,18 +325,23 @@ PATTERNS = [
     ("PATTERN (A+ B) DEFINE A AS v < 2, B AS B.v > FIRST(A.v)", "ALL ROWS PER MATCH"),
     ("PATTERN (A B{2,}) DEFINE A AS v = 0, B AS v > 0", "ALL ROWS PER MATCH WITH UNMATCHED ROWS"),
     ("PATTERN (A ANY B) WITHIN INTERVAL '4' SECOND DEFINE A AS v = 0, B AS v = 1", "AFTER MATCH NO SKIP"),
+    ("PATTERN (A B+) DEFINE A AS v = 0, B AS NEXT(v) IS NULL OR v >= NEXT(v)", ""),
+    ("PATTERN (^ A B* $) DEFINE A AS v = 0, B AS v > 0", ""),
+    ("PATTERN (PERMUTE(A, B) C) DEFINE A AS v = 0, B AS v = 1, C AS v = 2", "AFTER MATCH SKIP TO LAST B"),
+    ("PATTERN (A {- X* -} B) DEFINE A AS v = 0, X AS v = 1, B AS v = 2", "AFTER MATCH SKIP TO NEXT ROW"),
+    ("PATTERN (A B+) DEFINE A AS v = 0, B AS v > 0", "NEXT"),
 ]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(PATTERNS) - 1),
        rows=st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=14),
        lateness=st.sampled_from([0, 1500]))
 def test_explained_matches_equal_the_engines_on_random_inputs(which, rows, lateness):
     body, opts = PATTERNS[which]
-    measures = "" if "ALL ROWS" in opts else "MEASURES FIRST(A.ts) AS t0, COUNT(*) AS n"
-    if "ALL ROWS" in opts:
-        measures = "MEASURES CLASSIFIER() AS c"
+    measures = "MEASURES CLASSIFIER() AS c" if "ALL ROWS" in opts else "MEASURES FIRST(A.ts) AS t0, COUNT(*) AS n"
+    if opts == "NEXT":  # NEXT in a measure: the match waits for the row after it
+        measures, opts = "MEASURES FIRST(A.ts) AS t0, NEXT(LAST(B.v)) AS nxt", ""
     sql = f"SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts {measures} {opts} {body})"
     rule = _rule(sql, lateness_ms=lateness)
     t = 0
