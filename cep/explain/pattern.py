@@ -645,8 +645,8 @@ class ExplainOperator(PatternOperator):
         tr = self._trace
         if len(out.matches) > n0 and tr.is_target(st):
             rows = [_clean(r) for r in out.matches[n0:]]
-            tr.add("match", f"{len(rows)} unmatched row(s) written (WITH UNMATCHED ROWS)", None,
-                   {"rows": rows, "unmatched": True})
+            tr.add("info", f"{count_noun(len(rows), 'unmatched row')} written (WITH UNMATCHED ROWS, "
+                   "NULL measures)", None, {"rows": rows, "unmatched": True})
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -852,20 +852,21 @@ def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: d
         put(syn_rows[j][tr.row_col])
     for i in idx.tolist():
         put(i)
+    _note_idle_rows(a, tr, rows, rno_of)
 
     visible = [r for p, r in placed if shown(p)]
     ex = Explanation(rule.name, "pattern", dict(key), visible[:MAX_ROWS])
     if len(visible) > MAX_ROWS:
         ex.notes.append(f"{len(visible) - MAX_ROWS:,} more rows not shown: narrow --from/--to")
     told = [v for p, r in placed if shown(p) for v in r.verdicts]
-    matches = [v for v in told if v.kind == "match"]
-    ex.outcome.extend(matches)
+    # the output rows in the order the engine wrote them (unmatched rows are info, not matches)
+    ex.outcome.extend(v for v in told if v.kind == "match" or v.data.get("unmatched"))
     ex.outcome.extend(v for v in told if v.kind == "deadline" and "timeout_rows" in v.data)
-    if not any(not v.data.get("unmatched") for v in matches):
+    n_match = sum(1 for v in told if v.kind == "match")
+    if not n_match:
         ex.outcome.append(_nearest_miss(a, tr, [e for e in tr.ended if shown(e["place"])]))
     n_late = sum(1 for v in told if v.kind == "late")
     n_err = sum(1 for v in told if v.kind == "error")
-    n_match = sum(1 for v in matches if not v.data.get("unmatched"))
     ex.notes.append(f"{count_noun(len(idx), 'event')} of the key, {len(rno_of):,} processed; shown: "
                     f"{n_late:,} late, {count_noun(n_err, 'error')}, {count_noun(n_match, 'match', 'matches')}")
     if t_from is not None or t_to is not None:
@@ -875,6 +876,24 @@ def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: d
     ex.notes.append("per-key caps (max_partial_matches, the work budget) are the rule's; run-wide limits "
                     "(--max-partial-matches-total, --idle-state-ttl) are not applied")
     return ex
+
+
+_MOVES = frozenset(("started", "extended", "ended", "pruned", "dropped", "expired", "deadline", "match"))
+
+
+def _note_idle_rows(a: TracingAutomaton, tr: Trace, rows: dict[int, ExplainedRow], rno_of: dict[int, int]) -> None:
+    """A row on which a later variable's condition held while no partial match was alive to take it
+    (the usual reason a row is not in a match: what comes before it did not happen, or ran out)."""
+    for i, rno in rno_of.items():
+        r = rows[i]
+        if any(v.kind in _MOVES for v in r.verdicts):
+            continue
+        m = tr.masks[rno]
+        held = [a.var_names[v] for v in range(a.nvars)
+                if (m >> v) & 1 and not (a.start_bits >> v) & 1 and a.conditions.defined(v)]
+        if held:
+            r.verdicts.append(Verdict("info", f"{' and '.join(held)} held, but no partial match was alive to take "
+                                      "the row", None, {"held": held}))
 
 
 def _event(events: EventBatch, i: int) -> dict[str, Any]:
