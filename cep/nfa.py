@@ -416,9 +416,7 @@ class PatternAutomaton:
                 if not a.threads:
                     continue
                 if within is not None and t - a.start_ts >= within:
-                    if self.deadline_work:
-                        self._time_out(a, stats)
-                    a.threads = []
+                    self._within_ended(a, rno, stats)
                     continue
                 a.threads = self._advance(a, a.threads, m, rno, row, st, stats, hist)
             # a new attempt may start here
@@ -552,6 +550,15 @@ class PatternAutomaton:
             if got is True or truthy(got):
                 return True
         return False
+
+    def _within_ended(self, a: Attempt, rno: int | None, stats: StepStats) -> None:
+        """``WITHIN`` ran out for attempt ``a``: at partition row ``rno`` (whose time is past the
+        deadline), or by the watermark (``rno`` None). Its absence completes or its time-out is
+        noted (:meth:`_time_out`), then its runs end. Called once per attempt that WITHIN ends, never
+        per row; a subclass may observe it (``cep explain``)."""
+        if self.deadline_work:
+            self._time_out(a, stats)
+        a.threads = self._dead
 
     def _time_out(self, a: Attempt, stats: StepStats) -> None:
         """WITHIN's deadline has passed for attempt ``a``: complete its absence, or note its time-out.
@@ -714,9 +721,7 @@ class PatternAutomaton:
         changed = False
         for a in st.attempts:
             if a.threads and watermark - a.start_ts >= self.within:
-                if self.deadline_work:
-                    self._time_out(a, stats)
-                a.threads = self._dead
+                self._within_ended(a, None, stats)
                 changed = True
         if changed:
             self._resolve(st, emit, stats, self.skip.mode == "PAST_LAST_ROW")

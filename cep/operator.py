@@ -151,7 +151,7 @@ class PatternOperator:
         max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = PatternAutomaton(
+        self.automaton = self._new_automaton(
             compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
         )
         a = self.automaton
@@ -209,6 +209,10 @@ class PatternOperator:
         self.shared: SharedBatch | None = None
         self._fresh: np.ndarray | None = None  # this batch's accepted rows, when nothing else was pending
         self._kernel_keys = [[kernel_key(x, a.var_names[vid]) for x in a.local_exprs[vid]] for vid in range(a.nvars)]
+
+    def _new_automaton(self, compiled, **options: Any) -> PatternAutomaton:
+        """The automaton this operator steps (``cep explain``'s operator builds one that reports what it does)."""
+        return PatternAutomaton(compiled, **options)
 
     @classmethod
     def from_rule(cls, rule) -> PatternOperator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cep.cli import explain as _explain
 from cep.cli.check import cmd_check
 from cep.cli.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from cep.cli.run import cmd_run
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
             "examples (from the repository root, on the bundled data):\n"
             "  cep check rules/fraud.yaml\n"
             "  cep test rules/trading.yaml\n"
+            "  cep explain rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl --rule v_shape --key AAPL\n"
             "  cep run rules/fraud.yaml --input rules/data/transactions.jsonl\n"
             "  cep bench rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl\n"
             "  cep percolate --queries rules/data/news_queries.jsonl --input rules/data/headlines_sample.jsonl\n"
@@ -76,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("rules", nargs="+", help="rule files (.yaml/.yml or .sql); NAME.test.yaml names NAME.yaml")
     t.add_argument("--queries-root", action="append", metavar="DIR", help=QUERIES_ROOT_HELP
                    + "; an events file of a test may lie there too")
+
+    x = sub.add_parser("explain", help="why a rule matched or did not, row by row, for one key", description=(
+        "Replay the input through a rule file's rules as 'cep run' does and tell, for one key and time range, "
+        "row by row: which pattern variables' conditions held (with the values they read), which partial "
+        "matches started, grew, ended (and on which condition), were pruned, dropped or expired, which "
+        "deadlines fired, the matches emitted, and when none was, the nearest miss. A table (coloured on a "
+        "terminal) or, with --json, one JSON line per rule (docs/cli.md, 'cep explain')."),
+        epilog=_explain.EPILOG)
+    _explain.add_arguments(x)
 
     r = sub.add_parser("run", help="run a rule file over event files", description=(
         "Run every rule of RULES over the input events in event-time order and write one row per "
@@ -237,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             from cep.cli.state import cmd_state
 
             return cmd_state(args)
+        if args.command == "explain":
+            return _explain.cmd_explain(args)
         if args.command == "spark":
             from cep.cli import spark
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from cep.explain.model import VERDICT_KINDS, ExplainedRow, Explanation, Verdict
+from cep.explain.model import VERDICT_KINDS, ExplainedRow, ExplainError, Explanation, Verdict
 
-__all__ = ["Verdict", "ExplainedRow", "Explanation", "VERDICT_KINDS"]
+__all__ = ["Verdict", "ExplainedRow", "Explanation", "VERDICT_KINDS", "ExplainError"]

@@ -18,7 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Verdict", "ExplainedRow", "Explanation", "VERDICT_KINDS"]
+from patterns.errors import CepError
+
+__all__ = ["Verdict", "ExplainedRow", "Explanation", "VERDICT_KINDS", "ExplainError"]
+
+
+class ExplainError(CepError):
+    """What ``cep explain`` cannot explain as asked (a key the rule has not, a key not in the input):
+    a usage error (exit 2), the message says what to pass instead."""
+
 
 VERDICT_KINDS = {
     # patterns
@@ -64,16 +72,21 @@ class Verdict:
 @dataclass
 class ExplainedRow:
     """An input row of the explained key (its position in that key's input, its event time in
-    epoch ms, the event itself) and the verdicts the rule reached on it."""
+    epoch ms, the event itself) and the verdicts the rule reached on it.
+
+    ``index`` -1 is a moment rather than a row: the watermark passing deadlines (``ts`` is the
+    watermark) or the end of the input; ``event`` then says which, under the key ``(time)``."""
 
     index: int
     ts: int | None
     event: dict[str, Any]
     verdicts: list[Verdict] = field(default_factory=list)
+    line: int | None = None  # the event's line in its input file, when known
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "ts": self.ts, "event": self.event,
-                "verdicts": [v.to_dict() for v in self.verdicts]}
+                "verdicts": [v.to_dict() for v in self.verdicts],
+                **({"line": self.line} if self.line is not None else {})}
 
 
 @dataclass
