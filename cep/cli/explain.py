@@ -276,13 +276,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
         events = rule_events(r, batch, named)
         rule_key = _key_for(r, key)
         assert rule_key is not None
-        if not args.rule and r.kind == "pattern":
+        if r.kind in ("pattern", "analytics") and rule_key:
             from cep.explain.pattern import key_rows
 
             try:
                 key_rows(events, rule_key_columns(r) or [], rule_key, f"rule {r.name!r}")
             except ExplainError as e:  # implicit choice: a rule that never saw the key is left out
-                if len(chosen) > 1:
+                if not args.rule and len(chosen) > 1:
                     print(f"cep explain: {e}; skipped", file=sys.stderr)
                     continue
                 return _fail(str(e))

@@ -594,8 +594,8 @@ class ExplainOperator(PatternOperator):
     def _new_automaton(self, compiled, **options: Any) -> PatternAutomaton:
         return TracingAutomaton(compiled, extra_columns=[ROW_FIELD], **options)
 
-    def _masks(self, cols, starts, ends, states, seg_keys) -> np.ndarray:
-        masks = super()._masks(cols, starts, ends, states, seg_keys)
+    def _masks(self, cols, starts, ends, states, seg_keys, ko=None) -> np.ndarray:
+        masks = super()._masks(cols, starts, ends, states, seg_keys, ko)
         tr = self._trace
         for i, k in enumerate(seg_keys):
             if k == tr.key:

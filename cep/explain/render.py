@@ -90,8 +90,14 @@ def _event(event: dict[str, Any], skip: set[str]) -> str:
 
 def _headline(ex: Explanation) -> str:
     key = ",".join(f"{k}={v}" for k, v in ex.key.items()) or "(none: one key for the whole input)"
-    n = sum(1 for v in ex.outcome if v.kind in ("match", "emitted") and not v.data.get("unmatched"))
-    said = f"{n} match{'es' if n != 1 else ''}" if n else "no match"
+    def counted(vs: list[Verdict]) -> int:
+        return sum(1 for v in vs if v.kind in ("match", "emitted") and not v.data.get("unmatched"))
+
+    # patterns and analytics list their rows in the outcome; search rules per document
+    n = counted(ex.outcome) or counted([v for r in ex.rows for v in r.verdicts])
+    noun = {"analytics": ("row emitted", "rows emitted"), "search": ("query match", "query matches")}.get(
+        ex.kind, ("match", "matches"))
+    said = f"{n:,} {noun[n != 1]}" if n else f"no {noun[0]}"
     return f"rule {ex.rule} ({ex.kind}), key {key}: {said}"
 
 

@@ -260,3 +260,33 @@ def test_presearcher_always_and_proven():
     pre = ex.rows[0].verdicts[0]
     assert pre.data["how"] == "proven" and "rain" in pre.text
     assert ex.matched and ex.rows[0].verdicts[-1].kind == "match"
+
+
+# ---------------------------------------------------------------- the command over the other kinds
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    from cep.cli import main
+
+    rc = main(["explain", *args, "--color", "never"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_search_headline_counts_the_query_matches(capsys):
+    rc, out, _ = _cli(capsys, str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
+                      "--rule", "company_mentions")
+    assert rc == 0
+    head = out.splitlines()[0]
+    n = out.count("row emitted for query")
+    assert n > 0 and head.endswith(f": {n:,} query matches"), head
+
+
+def test_cli_analytics_headline_and_a_key_not_in_the_input(capsys):
+    args = [str(REPO / "rules/weblogs.yaml"), "--input", str(REPO / "rules/data/nasa_http_sample.jsonl"),
+            "--rule", "distinct_urls_per_host"]
+    rc, out, _ = _cli(capsys, *args, "--key", "pppa006.compuserve.com")
+    assert rc == 0 and out.splitlines()[0].endswith(": no row emitted")
+    rc, out, err = _cli(capsys, *args, "--key", "nosuchhost")
+    assert rc == 2 and out == ""
+    assert "rule 'distinct_urls_per_host': no event of key host=nosuchhost in the input; it has 289 keys" in err
