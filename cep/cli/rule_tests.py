@@ -376,6 +376,42 @@ def _batches(test: RuleTest, rules: list[Any], batch_size: int = 8192) -> list[t
     return list(merge_sources(sources, tf, batch_size, merge_unit(rules, tf)))
 
 
+def why_missing(row: dict, rules: list[Any], test: RuleTest) -> str | None:
+    """``cep explain``'s verdict on an expected complex event that did not come: for a pattern rule,
+    the nearest miss of the key the row names (its PARTITION BY columns); None for other kinds."""
+    import numpy as np
+
+    from cep.cli.explain import concat_batches, rule_events
+    from cep.explain.model import ExplainError
+    from cep.explain.pattern import explain_pattern
+
+    rule = next((r for r in rules if r.name == row.get("rule")), None)
+    if rule is None or rule.kind != "pattern":
+        return None
+    cols = list(rule.compiled.statement.partition_by)
+    absent = [c for c in cols if c not in row]
+    if absent:
+        return (f"name the rule's PARTITION BY column{'s' if len(absent) > 1 else ''} "
+                f"({', '.join(absent)}) in the expected row to be told why it was not emitted")
+    batches = []
+    for batch, stream in _batches(test, rules):
+        if stream is not None and "stream" not in batch.columns:
+            batch.columns["stream"] = np.full(batch.n, stream, dtype=object)
+        batches.append(batch)
+    events = rule_events(rule, concat_batches(batches), {s for s, _, _ in test.inputs if s})
+    try:
+        ex = explain_pattern(rule, events, {c: row[c] for c in cols}, None, None)
+    except ExplainError as e:
+        return str(e)
+    matches = [v for v in ex.outcome if v.kind == "match" and not v.data.get("unmatched")]
+    if matches:
+        n = len(matches)
+        return (f"the key matched {n} time{'s' if n != 1 else ''}, but with other values than the expected row "
+                "(cep explain shows each match)")
+    miss = next((v for v in ex.outcome if v.kind == "nearest_miss"), None)
+    return miss.text if miss is not None else None
+
+
 def run_test(test: RuleTest, rule_set: Any) -> RuleTestRun:
     """Run one test through the embedded engine (as ``cep run`` does) and compare what came out.
 
@@ -441,6 +477,10 @@ def run_test(test: RuleTest, rule_set: Any) -> RuleTestRun:
                     + (f" (expected {len(want)}, got {len(rows)})" if key != "contains" else f" (got {len(rows)})"))
             lines = [head]
             lines += [f"    missing    {_json(r)}" for r in missing]
+            if key in ("expect", "contains") and missing:
+                why = why_missing(missing[0], chosen, test)
+                if why:
+                    lines.append(f"    why        {why}")
             lines += [f"    unexpected {_json(r)}" for r in unexpected]
             if key == "contains" and missing:
                 lines += [f"    got        {_json(r)}" for r in rows[:10]]

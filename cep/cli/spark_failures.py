@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import textwrap
 
-
 __all__ = ["first_cause", "describe_failure", "check_master"]
 
 MAX_LINE = 600

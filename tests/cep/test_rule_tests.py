@@ -258,3 +258,44 @@ def test_pairing_is_one_to_one_and_not_greedy():
     assert match_rows([{"a": 1}, {"a": 1, "b": 2}], [{"a": 1, "b": 2}, {"a": 1, "b": 3}]) == ([], [])
     assert match_rows([{"a": 1}, {"a": 1}], [{"a": 1}]) == ([{"a": 1}], [])
     assert match_rows([], [{"a": 1}]) == ([], [{"a": 1}])
+
+
+TRADING_V = """\
+  - name: a V-shape that does not recover
+    rules: [v_shape]
+    events:
+      - {symbol: Y, date: "2017-01-02", close: 10}
+      - {symbol: Y, date: "2017-01-03", close: 9}
+      - {symbol: Y, date: "2017-01-04", close: 8}
+      - {symbol: Y, date: "2017-01-05", close: 9.5}
+    expect:
+      - {symbol: Y, start_close: 10}
+"""
+
+
+@pytest.fixture
+def trading(tmp_path: Path) -> Path:
+    path = tmp_path / "trading.yaml"
+    shutil.copy(RULES / "trading.yaml", path)
+    return path
+
+
+def test_a_missing_match_says_why_with_cep_explains_nearest_miss(trading: Path, capsys):
+    # Y falls 10 -> 9 -> 8 and rises to 9.5: UP needs close >= START's 10, so the partial match of
+    # three rows (START, DOWN, DOWN) ends on the fourth row
+    write_tests(trading, TRADING_V)
+    assert main(["test", str(trading)]) == 1
+    out = capsys.readouterr().out
+    why = next(line for line in out.splitlines() if line.strip().startswith("why"))
+    assert "the longest partial match was" in why and "(3 rows)" in why, why
+    assert "at row 3" in why and "9.5" in why, why
+
+
+def test_a_missing_row_of_a_key_that_matched_otherwise_and_one_without_its_key(trading: Path, capsys):
+    write_tests(trading, TRADING_V.replace("close: 9.5}", "close: 11}").replace(
+        "start_close: 10}", "start_close: 99}") + TRADING_V.replace("name: a V-shape that does not recover",
+                                                                    "name: no key named").replace("{symbol: Y, start_close", "{start_close"))
+    assert main(["test", str(trading)]) == 1
+    out = capsys.readouterr().out
+    assert "why        the key matched 1 time, but with other values than the expected row" in out, out
+    assert "why        name the rule's PARTITION BY column (symbol) in the expected row" in out, out
