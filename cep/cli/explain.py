@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="t_from", metavar="TIME", help="show rows from this event time on (ISO-8601 "
                    "or epoch ms; every row is still replayed)")
     p.add_argument("--to", dest="t_to", metavar="TIME", help="show rows up to this event time (inclusive)")
+    p.add_argument("--query", "-q", action="append", metavar="ID", dest="queries",
+                   help="search rules: also explain this query on every document, though it neither matched "
+                        "nor was a candidate (repeat for several)")
     p.add_argument("--json", action="store_true", help="one JSON line per explained rule (for tools)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colours in the table (auto: when stdout is a terminal and NO_COLOR is unset)")
@@ -292,7 +295,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return _fail(f"rule {r.name!r} is an {r.kind} rule; explaining {r.kind} rules is not available in "
                          f"this build (cep.explain.{r.kind} is missing); pattern rules can be explained")
         try:
-            explanations.append(explain(r, events, rule_key, t_from, t_to))
+            extra = {"queries": args.queries} if r.kind == "search" and args.queries else {}
+            explanations.append(explain(r, events, rule_key, t_from, t_to, **extra))
         except ExplainError as e:
             return _fail(str(e))
         except CepError as e:

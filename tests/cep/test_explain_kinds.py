@@ -290,3 +290,15 @@ def test_cli_analytics_headline_and_a_key_not_in_the_input(capsys):
     rc, out, err = _cli(capsys, *args, "--key", "nosuchhost")
     assert rc == 2 and out == ""
     assert "rule 'distinct_urls_per_host': no event of key host=nosuchhost in the input; it has 289 keys" in err
+
+
+def test_cli_search_one_document_and_a_named_query_that_was_no_candidate(capsys):
+    rc, out, _ = _cli(capsys, str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
+                      "--rule", "company_mentions", "--key", "abc-3", "--query", "telstra")
+    assert rc == 0
+    assert out.splitlines()[0] == "rule company_mentions (search), key id=abc-3: 1 query match"
+    assert "presearcher: not a candidate: none of the query's index terms (telstra) occurs in the document" in out
+    assert "query 'telstra' did not match" in out and "row emitted for query 'air_nz'" in out
+    rc, out, _ = _cli(capsys, str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
+                      "--rule", "company_mentions", "--key", "abc-3")
+    assert rc == 0 and "telstra" not in out
