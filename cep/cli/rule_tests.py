@@ -388,6 +388,10 @@ def why_missing(row: dict, rules: list[Any], test: RuleTest) -> str | None:
     rule = next((r for r in rules if r.name == row.get("rule")), None)
     if rule is None or rule.kind != "pattern":
         return None
+    from cep.cli.explain import joined_table
+
+    if joined_table(rule) is not None:
+        return f"(cep explain does not yet explain rules with a temporal join: {rule.name!r} joins {joined_table(rule)!r})"
     cols = list(rule.compiled.statement.partition_by)
     absent = [c for c in cols if c not in row]
     if absent:

@@ -21,7 +21,7 @@ from cep.analytics.context import _Ctx
 from cep.analytics.operator import WindowStats
 from cep.events import EventBatch, event_times, format_time, to_batch
 from cep.explain.model import ExplainedRow, Explanation, Verdict
-from cep.explain.rows import in_range, key_rows, plain, range_notes, stream_rows
+from cep.explain.rows import in_range, key_rows, plain, range_notes, stream_rows, typed_key
 from cep.expressions import truthy
 from patterns.rules import Rule
 
@@ -118,6 +118,7 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
     spec = rule.spec
     batch = stream_rows(to_batch(events), spec.stream, streams)
     key_cols = list(spec.keys)
+    key = typed_key(batch, key)
     idx = key_rows(batch, key_cols, key)
     keyval: Any = () if not key_cols else key[key_cols[0]] if len(key_cols) == 1 else tuple(key[c] for c in key_cols)
     op = _ExplainingOperator(spec, name=rule.name, lateness_ms=rule.lateness_ms, time_unit=rule.time_unit,
@@ -148,7 +149,11 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
                 rows[last].verdicts.append(v)
 
     shown = [in_range(r.ts, t_from, t_to) for r in rows]
-    line_of_key = {batch.line_of(i): j for j, i in enumerate(idx.tolist())}
+    # the key's rows by input line; a line number alone is not enough (several inputs each have a
+    # line 3), so a late or bad row is the key's only when its event is the key row's too
+    line_of_key: dict[int, list[int]] = {}
+    for j, i in enumerate(idx.tolist()):
+        line_of_key.setdefault(batch.line_of(i), []).append(j)
 
     def run_chunk(lo: int, hi: int) -> None:
         """Rows the explanation does not show one by one: fed together, as the engine would."""
@@ -157,9 +162,10 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
         out = op.process(batch.take(np.arange(lo, hi)))
         for kind, got in (("late", out.late), ("error", out.errors)):
             for r in got:
-                j = line_of_key.get(int(r.get("line") or 0))
-                if j is not None:
-                    rows[j].verdicts.append(Verdict(kind, r["reason"], False))
+                for j in line_of_key.get(int(r.get("line") or 0), []):
+                    if lo <= int(idx[j]) < hi and rows[j].event == r.get("event"):
+                        rows[j].verdicts.append(Verdict(kind, r["reason"], False))
+                        break
         take_emitted(out.matches, f"when later events moved the clock to {_when(op.max_ts)}")
 
     pos = 0
@@ -179,7 +185,8 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
             row.verdicts.append(Verdict("late", out.late[0]["reason"], False,
                                         {"watermark": None if clock_before is None else clock_before - op.lateness}))
         elif op.stats.filtered > filtered:
-            row.verdicts.append(Verdict("info", "WHERE left the row out (it still moved the clock)", False))
+            row.verdicts.append(Verdict("info", "WHERE left the row out (it still moved the clock)", False,
+                                        {"where": False}))
         elif not slide:
             row.verdicts.extend(_window_verdicts(op, keyval, row.ts, before))
         take_emitted(out.matches, f"as the row moved the clock to {_when(op.max_ts)}")
@@ -188,7 +195,8 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
     state["last"] = None
     out = op.finish()
     take_emitted(out.matches, "at the end of the input (the final watermark)")
-    applied = [j for j, r in enumerate(rows) if not any(v.kind in ("late", "error") for v in r.verdicts)]
+    applied = [j for j, r in enumerate(rows)
+               if not any(v.kind in ("late", "error") or v.data.get("where") is False for v in r.verdicts)]
     if slide:
         _slide_verdicts(op, rows, applied)
     ex.rows = [r for r, s in zip(rows, shown) if s]
@@ -197,8 +205,9 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
     n_late = sum(1 for r in rows for v in r.verdicts if v.kind == "late")
     n_err = sum(1 for r in rows for v in r.verdicts if v.kind == "error")
     ex.outcome.append(Verdict(
-        "info", f"{len(rows)} rows of the key: {len(applied)} processed, {n_late} late, {n_err} errors; "
-        f"{len(emitted)} rows emitted ({fixes} corrections or retractions)", None,
+        "info", f"{len(rows):,} row{'' if len(rows) == 1 else 's'} of the key: {len(applied):,} processed, {n_late:,} late, "
+        f"{n_err:,} error{'' if n_err == 1 else 's'}; {len(emitted):,} row{'' if len(emitted) == 1 else 's'} emitted "
+        f"({fixes:,} correction{'' if fixes == 1 else 's'} or retraction{'' if fixes == 1 else 's'})", None,
         {"rows": len(rows), "applied": len(applied), "late": n_late, "errors": n_err, "emitted": len(emitted)}))
     ex.notes = range_notes(len(ex.rows), len(rows), t_from, t_to)
     if any(a.func == "APPROX_TOP_K" for a in spec.aggregates):

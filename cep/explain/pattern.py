@@ -240,21 +240,38 @@ class Conditions:
 # ------------------------------------------------------------------ the observer
 
 
-def _chain_text(a: PatternAutomaton, node: Node | None, row_of) -> str:
-    """``START_ROW(3) DOWN(4-5) UP(6)``: the rows of a partial match by variable, as input rows."""
-    if node is None:
-        return "(empty)"
-    runs: list[list[Any]] = []
-    for n in node.chain():
+def _chain_runs(a: PatternAutomaton, node: Node, row_of, memo: dict[int, tuple[Node, tuple]]) -> tuple:
+    """The runs ``(variable, first row, last row, rows)`` of a partial match, from its first row.
+
+    Partial matches share their history, and explaining one names it after every row it takes: the
+    runs of each node are kept (``memo``, by node, the node held so its id is not reused), so a
+    node's runs are its parent's plus its own row, and a long ``B+`` costs the same per row as a
+    short one (walking the whole chain each time made explaining quadratic in its length)."""
+    path: list[Node] = []
+    n: Node | None = node
+    while n is not None and id(n) not in memo:
+        path.append(n)
+        n = n.parent
+    runs: tuple = memo[id(n)][1] if n is not None else ()
+    for n in reversed(path):
         name = a.var_names[n.vid] if n.vid >= 0 else "?"
         if n.excl:
             name = "-" + name
         r = row_of(n.rno)
         if runs and runs[-1][0] == name:
-            runs[-1][2] = r
-            runs[-1][3] += 1
+            last = runs[-1]
+            runs = runs[:-1] + ((name, last[1], r, last[3] + 1),)
         else:
-            runs.append([name, r, r, 1])
+            runs = runs + ((name, r, r, 1),)
+        memo[id(n)] = (n, runs)
+    return runs
+
+
+def _chain_text(a: PatternAutomaton, node: Node | None, row_of, memo: dict[int, tuple[Node, tuple]] | None = None) -> str:
+    """``START_ROW(3) DOWN(4-5) UP(6)``: the rows of a partial match by variable, as input rows."""
+    if node is None:
+        return "(empty)"
+    runs = _chain_runs(a, node, row_of, {} if memo is None else memo)
     out = []
     for name, lo, hi, count in runs:
         span = f"{lo}" if count == 1 else f"{lo}-{hi}" if count == 2 or (isinstance(lo, int) and isinstance(hi, int) and hi - lo + 1 == count) else f"{lo}..{hi}, {count} rows"
@@ -304,7 +321,7 @@ class Trace:
     def ended_run(self, a: Attempt, node: Node | None, reason: str, kind: str, automaton: PatternAutomaton) -> None:
         self.ended.append({
             "partial_match": self.number(a), "length": 0 if node is None else node.n,
-            "rows": _chain_text(automaton, node, self.row_of), "reason": reason, "kind": kind, "place": self.place,
+            "rows": _chain_text(automaton, node, self.row_of, getattr(automaton, "_runs_memo", None)), "reason": reason, "kind": kind, "place": self.place,
         })
 
 
@@ -324,6 +341,7 @@ class TracingAutomaton(PatternAutomaton):
     def bind(self, trace: Trace) -> None:
         self.trace = trace
         self.conditions = Conditions(self)
+        self._runs_memo: dict[int, tuple[Node, tuple]] = {}  # partial matches' runs by node (_chain_runs)
         trace.row_col = self.layout.col_index[ROW_FIELD]
 
     # -------------------------------------------------------------- where things happen
@@ -337,7 +355,7 @@ class TracingAutomaton(PatternAutomaton):
             tr.place = outer
 
     def _label(self, a: Attempt, node: Node | None) -> str:
-        return f"#{self.trace.number(a)} {_chain_text(self, node, self.trace.row_of)}"
+        return f"#{self.trace.number(a)} {_chain_text(self, node, self.trace.row_of, self._runs_memo)}"
 
     def _advance(self, a, threads, m, rno, row, st, stats, hist) -> list:
         tr = self.trace
@@ -628,11 +646,11 @@ class ExplainOperator(PatternOperator):
             tr.emitted_nodes.add(id(best))
             rows = [_clean(r) for r in out.matches[n0:]]
             if not rows:
-                tr.add("info", f"a match ({_chain_text(a, best, tr.row_of)}) waits for the rows its NEXT reads")
+                tr.add("info", f"a match ({_chain_text(a, best, tr.row_of, a._runs_memo)}) waits for the rows its NEXT reads")
                 return
             tr.matches += 1
             tr.add("match", f"match {st.match_number if number is None else number}: "
-                   f"{_chain_text(a, best, tr.row_of)} -> {_row_text(rows[0])}"
+                   f"{_chain_text(a, best, tr.row_of, a._runs_memo)} -> {_row_text(rows[0])}"
                    + (f" (+{len(rows) - 1} rows)" if len(rows) > 1 else ""), True,
                    {"rows": rows, "match_number": st.match_number if number is None else number})
 
@@ -889,8 +907,11 @@ def _note_idle_rows(a: TracingAutomaton, tr: Trace, rows: dict[int, ExplainedRow
         if any(v.kind in _MOVES for v in r.verdicts):
             continue
         m = tr.masks[rno]
+        # only a condition the row alone decides held on it; one that reads the match (D.close <
+        # LAST(R.close)) is judged per partial match, so with none alive it was never judged
+        conds = a.conditions
         held = [a.var_names[v] for v in range(a.nvars)
-                if (m >> v) & 1 and not (a.start_bits >> v) & 1 and a.conditions.defined(v)]
+                if (m >> v) & 1 and not (a.start_bits >> v) & 1 and conds.local.get(v) and not conds.rest.get(v)]
         if held:
             r.verdicts.append(Verdict("info", f"{' and '.join(held)} held, but no partial match was alive to take "
                                       "the row", None, {"held": held}))

@@ -27,6 +27,26 @@ def stream_rows(batch: EventBatch, stream: str, streams: Iterable[str] | None) -
     return batch.take(np.flatnonzero(tags == stream))
 
 
+def typed_key(batch: EventBatch, key: dict[str, Any]) -> dict[str, Any]:
+    """``key`` with each value as the input holds it: ``--key 404`` is text, a status column numbers.
+
+    Example:
+        >>> from cep.events import to_batch
+        >>> typed_key(to_batch([{"status": 200}, {"status": 404}]), {"status": "404"})
+        {'status': 404}
+    """
+    from cep.explain.pattern import _same
+
+    out = dict(key)
+    for c, want in key.items():
+        if c not in batch.columns:
+            continue
+        hit = next((v for v in batch.column(c).tolist() if _same(v, want)), None)
+        if hit is not None:
+            out[c] = plain(hit)
+    return out
+
+
 def key_rows(batch: EventBatch, key_cols: list[str], key: dict[str, Any]) -> np.ndarray:
     """Positions of the rows whose key columns equal ``key`` (every row for a rule without keys).
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from cep.events import EventBatch, event_times, to_batch
 from cep.explain.model import ExplainedRow, Explanation, Verdict
-from cep.explain.rows import in_range, key_rows, range_notes, stream_rows
+from cep.explain.rows import in_range, key_rows, range_notes, stream_rows, typed_key
 from cep.percolator.documents import _DocView
 from cep.percolator.presearcher import Key
 from cep.percolator.verify import _in_range, _phrase_windows
@@ -63,6 +63,7 @@ def explain_search(rule: Rule, events: EventBatch | Any, key: dict[str, Any], t_
     """
     spec = rule.spec
     batch = stream_rows(to_batch(events), spec.stream, streams)
+    key = typed_key(batch, key)
     idx = key_rows(batch, list(key), key) if key else key_rows(batch, [], {})
     op = SearchOperator.from_rule(rule)
     perc = op.percolator
@@ -123,7 +124,7 @@ def explain_search(rule: Rule, events: EventBatch | Any, key: dict[str, Any], t_
             if held:
                 row.verdicts.append(Verdict("match", f"row emitted for query {qid!r}", True, {"row": matched[qid]}))
     ex.rows = rows
-    ex.outcome.append(Verdict("info", f"{len(idx)} documents, {matches} rows emitted", None,
+    ex.outcome.append(Verdict("info", f"{_n(len(idx), 'document')}, {_n(matches, 'row')} emitted", None,
                               {"documents": len(idx), "emitted": matches}))
     ex.notes += range_notes(len(rows), len(idx), t_from, t_to)
     ex.notes.append("per document, only the queries that matched or that the presearcher picked are explained"
@@ -323,3 +324,8 @@ def _phrase(node: PhraseNode, view: _DocView) -> tuple[bool, str]:
     if not best:
         return False, "its terms never occur in one value of the field"
     return False, best + (": not adjacent" if not node.slop else f": not within slop {node.slop}")
+
+
+def _n(n: int, noun: str) -> str:
+    """A count with its noun: ``1 document``, ``2 rows``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -78,8 +78,10 @@ def snapshot_views(rules: Iterable[Any], snapshot: bytes) -> list[RuleView]:
     from cep.engine import Engine
     from cep.operator import StateVersionError
     from cep.safe_pickle import UnsafeState
+    from patterns.rules import RuleSet
 
-    engine = Engine(list(rules))
+    # a RuleSet keeps its tables: the rules that join them need them to be built
+    engine = Engine(rules if isinstance(rules, RuleSet) else list(rules))
     try:
         engine.restore(snapshot)
     except (StateVersionError, UnsafeState) as e:

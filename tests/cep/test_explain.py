@@ -520,3 +520,14 @@ def test_render_json_and_text_agree():
     assert json.loads(render_json(ex)) == json.loads(json.dumps(ex.to_dict()))
     text = render_text(ex, color=False, time_field="ts")
     assert "match 1: A(0) B(1) C(2) -> k='x', t0=0, t2=2" in text
+
+
+def test_a_condition_that_reads_the_match_is_never_said_to_hold_with_no_partial_match(capsys):
+    # three_up_then_drop's D (D.close < LAST(R.close) * 0.98) is judged per partial match only: a row
+    # with no partial match alive was never judged by it, so it must not be said to hold there
+    rc = main(["explain", str(REPO / "rules/trading.yaml"), "--input", str(REPO / "rules/data/sp500_daily_2017_sample.jsonl"),
+               "--rule", "three_up_then_drop", "--key", "AMZN", "--json"])
+    assert rc == 0
+    ex = json.loads(capsys.readouterr().out)
+    held = [v for r in ex["rows"] for v in r["verdicts"] if v["kind"] == "info" and "held, but no partial match" in v["text"]]
+    assert all("D" not in v["data"]["held"] for v in held), held[:3]

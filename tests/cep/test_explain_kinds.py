@@ -302,3 +302,60 @@ def test_cli_search_one_document_and_a_named_query_that_was_no_candidate(capsys)
     rc, out, _ = _cli(capsys, str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
                       "--rule", "company_mentions", "--key", "abc-3")
     assert rc == 0 and "telstra" not in out
+
+
+FIX = REPO / "tests/fixtures/explain"
+
+
+def test_cli_analytics_a_numeric_key_given_as_text(capsys):
+    # --key 404 is text; the status column holds numbers: the key is the input's 404
+    rc, out, _ = _cli(capsys, str(FIX / "per_status.yaml"), "--input", str(REPO / "rules/data/nasa_http_sample.jsonl"),
+                      "--key", "404")
+    assert rc == 0
+    assert out.splitlines()[0] == "rule per_status (analytics), key status=404: 3 rows emitted", out
+
+
+def test_cli_analytics_a_late_row_of_another_input_on_the_same_line_is_not_the_keys(capsys):
+    # line 3 of the second input (key b, ts 3) is late; line 3 of the first (key a) is not
+    rc, out, _ = _cli(capsys, str(FIX / "two_inputs.yaml"), "--input", str(FIX / "two_inputs_a.jsonl"),
+                      "--input", str(FIX / "two_inputs_b.jsonl"), "--key", "a", "--from", "100", "--to", "200")
+    assert rc == 0
+    assert "3 rows of the key: 3 processed, 0 late, 0 errors; 1 row emitted" in out, out
+    rc, out, _ = _cli(capsys, str(FIX / "two_inputs.yaml"), "--input", str(FIX / "two_inputs_a.jsonl"),
+                      "--input", str(FIX / "two_inputs_b.jsonl"), "--key", "b", "--from", "100", "--to", "200")
+    assert "3 rows of the key: 2 processed, 1 late, 0 errors" in out, out
+
+
+def test_cli_analytics_slide_window_on_the_row_where_kept(capsys):
+    rc, out, _ = _cli(capsys, str(FIX / "slide_where.yaml"), "--input", str(FIX / "slide_where.jsonl"), "--key", "/x")
+    assert rc == 0
+    lines = out.splitlines()
+    where = next(i for i, line in enumerate(lines) if "WHERE left the row out" in line)
+    assert "SLIDE" not in lines[where]
+    assert "status=404" in lines[where + 1] and "COUNT(*) = 2; HAVING holds" in lines[where + 1]
+
+
+def test_cli_search_a_document_id_not_in_the_input(capsys):
+    rc, out, err = _cli(capsys, str(REPO / "rules/media.yaml"), "--input", str(REPO / "rules/data/headlines_sample.jsonl"),
+                        "--rule", "company_mentions", "--key", "nope")
+    assert rc == 2 and out == ""
+    assert "no event of key id=nope in the input" in err
+
+
+def test_cli_a_rule_with_a_temporal_join_is_refused_not_explained_wrongly(tmp_path, capsys):
+    (tmp_path / "rules.yaml").write_text("""\
+tables:
+  - {name: customers, from: customer_changes, primary_key: id, columns: [tier], time_field: updated_at}
+rules:
+  - name: gold
+    sql: |
+      SELECT * FROM payments AS p JOIN customers FOR SYSTEM_TIME AS OF p.ts AS c ON p.customer = c.id
+      MATCH_RECOGNIZE (PARTITION BY customer ORDER BY ts MEASURES A.ts AS t PATTERN (A)
+        DEFINE A AS c.tier = 'gold')
+""")
+    (tmp_path / "p.jsonl").write_text('{"customer": 7, "ts": 1}\n')
+    (tmp_path / "c.jsonl").write_text('{"id": 7, "tier": "gold", "updated_at": 0}\n')
+    rc, out, err = _cli(capsys, str(tmp_path / "rules.yaml"), "-i", f"payments={tmp_path / 'p.jsonl'}",
+                        "-i", f"customer_changes={tmp_path / 'c.jsonl'}", "--key", "7")
+    assert rc == 2 and out == ""
+    assert "rule 'gold' joins table 'customers': explaining rules with a temporal join is not supported yet" in err

@@ -338,3 +338,38 @@ def test_history_free_partial_matches_and_buffered_events(tmp_path: Path, capsys
     y = key_of(r, k="y")
     assert y["partial_matches"] == [] and y["buffered"] == [{"time": 30_000, "values": {"k": "y", "ts": 30_000, "v": 0}}]
     assert r["totals"]["buffered_events"] == 1 and r["counts"]["buffered"] == 1
+
+
+TABLE_RULES = """\
+tables:
+  - name: customers
+    from: customer_changes
+    primary_key: id
+    columns: [tier]
+    time_field: updated_at
+    snapshot: snap.csv
+rules:
+  - name: gold_spree
+    sql: |
+      SELECT * FROM payments AS p JOIN customers FOR SYSTEM_TIME AS OF p.ts AS c ON p.customer = c.id
+      MATCH_RECOGNIZE (
+        PARTITION BY customer ORDER BY ts
+        MEASURES FIRST(A.ts) AS first_ts, COUNT(*) AS payments
+        PATTERN (A{3}) WITHIN INTERVAL '1' HOUR
+        DEFINE A AS c.tier = 'gold' AND A.amount > 1000)
+"""
+
+
+def test_a_state_whose_rules_join_a_table(tmp_path: Path, capsys) -> None:
+    # the rule joins a table: the state is read by an engine that has it (it was refused before)
+    (tmp_path / "rules.yaml").write_text(TABLE_RULES)
+    (tmp_path / "snap.csv").write_text("id,tier\n7,gold\n8,silver\n")
+    (tmp_path / "pay.jsonl").write_text("".join(
+        json.dumps({"customer": c, "ts": t, "amount": 1500}) + "\n" for t in (2000, 62000) for c in (7, 8)))
+    state = tmp_path / "st"
+    assert main(["run", str(tmp_path / "rules.yaml"), "--input", str(tmp_path / "pay.jsonl"), "--state", str(state),
+                 "--output", str(tmp_path / "out.jsonl"), "-q"]) == 0
+    doc = state_json(capsys, str(state))
+    rule = rule_of(doc, "gold_spree")
+    assert sorted(k["key"]["customer"] for k in rule["keys"]) == [7, 8]
+    assert sum(len(k.get("buffered", [])) + len(k.get("partial_matches", [])) for k in rule["keys"]) == 4
