@@ -196,6 +196,14 @@ def with_time_unit(rules: RuleSet | Iterable[Rule], unit: str | None) -> RuleSet
     return RuleSet(tuple(replace(r, time_unit=unit) for r in rules), path)
 
 
+def joined_table(op: Any) -> str | None:
+    """The name of the table an operator's rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF``), or None."""
+    join = getattr(getattr(getattr(op, "automaton", None), "mr", None), "join", None)
+    if join is None:
+        join = getattr(getattr(op, "spec", None), "join", None)
+    return None if join is None else str(join.table)
+
+
 def make_operator(rule: Rule) -> Any:
     """The runtime operator of one rule, by its kind."""
     import importlib
@@ -529,15 +537,13 @@ class Engine:
         self._unit_pending = {n for n, op in self.operators.items() if not getattr(op, "unit_checked", True)}
         tables = getattr(self, "tables", {})
         for op in ops:
-            join = getattr(getattr(getattr(op, "automaton", None), "mr", None), "join", None)
+            join = joined_table(op)
             if join is not None and getattr(op, "join", None) is None:
-                from cep.tables.join import TableJoin
-
-                table = tables.get(join.table)
+                table = tables.get(join)
                 if table is None:
-                    raise ValueError(f"rule {op.name!r} joins table {join.table!r}, which this engine does not have "
+                    raise ValueError(f"rule {op.name!r} joins table {join!r}, which this engine does not have "
                                      "(build the engine from the whole rule file: its tables: section declares it)")
-                op.join = TableJoin(table, join, list(op.columns), list(op.key_cols))
+                op.bind_table(table)
             if hasattr(op, "clock"):
                 op.clock = self.clock
             if hasattr(op, "row_ids"):
