@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["TableSpec", "TABLE_KEYS", "TABLE_FORMATS", "SNAPSHOT_FORMATS", "parse_tables", "bind_join",
-           "bind_analytics_join", "YamlHelpers",
+           "bind_analytics_join", "JoinSpec", "SEARCH_JOIN_KEYS", "parse_search_join", "YamlHelpers",
            "DEFAULT_DELETE_FIELD", "DEFAULT_DELETE_VALUES"]
 
 TABLE_FORMATS = ("upsert", "debezium")
@@ -73,6 +73,68 @@ class TableSpec:
     snapshot: str | None = None  # absolute path (symbolic links resolved), read when an engine starts
     snapshot_format: str | None = None
     description: str = ""
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A checked temporal join of a rule declared without SQL (a search rule's ``join:``)."""
+
+    table: str
+    kind: str  # INNER or LEFT
+    event_keys: tuple[str, ...]  # the document fields matched to the primary key, in its order
+    columns: tuple[str, ...]  # the table's columns the join adds to each document
+
+
+SEARCH_JOIN_KEYS = {
+    "table": "the table's name (declared under tables:)",
+    "on": "the document field holding the key (one-column key), or a mapping {document field: key column}",
+    "kind": "inner (the default: documents without a row are dropped) or left (kept, without the columns)",
+}
+
+
+def parse_search_join(value: Any, tables: dict[str, TableSpec], time_field: str | None) -> tuple[JoinSpec | None, list[str]]:
+    """A search rule's ``join:`` mapping checked against the declared ``tables``; the messages of its problems.
+
+    Example:
+        >>> t = {"customers": TableSpec("customers", "changes", ("id",), ("tier",), time_field="ts")}
+        >>> parse_search_join({"table": "customers", "on": {"customer": "id"}, "kind": "left"}, t, "ts")
+        (JoinSpec(table='customers', kind='LEFT', event_keys=('customer',), columns=('tier',)), [])
+        >>> parse_search_join({"table": "customers", "on": "customer"}, t, None)[1]
+        ["a join needs 'time_field': each document reads the table as of its event time"]
+    """
+    if not isinstance(value, dict):
+        return None, [f"'join' must be a mapping {{table: ..., on: ..., kind: inner|left}}, found {value!r}"]
+    if True in value and "on" not in value:  # YAML 1.1 reads a bare `on:` key as the boolean true
+        value = {("on" if k is True else k): v for k, v in value.items()}
+    errors = [f"unknown key {k!r} in 'join'; known keys: {', '.join(SEARCH_JOIN_KEYS)}" for k in value
+              if k not in SEARCH_JOIN_KEYS]
+    if time_field is None:
+        errors.append("a join needs 'time_field': each document reads the table as of its event time")
+    name = value.get("table")
+    spec = tables.get(name) if isinstance(name, str) else None
+    if spec is None:
+        known = ", ".join(sorted(tables)) if tables else "none"
+        errors.append(f"join: unknown table {name!r} (declared tables: {known}); declare it under 'tables:'")
+        return None, errors
+    kind = str(value.get("kind", "inner")).upper()
+    if kind not in ("INNER", "LEFT"):
+        errors.append(f"join: kind must be inner or left, found {value.get('kind')!r}")
+    on = value.get("on")
+    if isinstance(on, str) and len(spec.primary_key) == 1:
+        on = {on: spec.primary_key[0]}
+    if not isinstance(on, dict) or not on or not all(isinstance(k, str) and isinstance(v, str) for k, v in on.items()):
+        errors.append(f"join: 'on' must name the document field holding the key, or map document fields to the "
+                      f"primary-key columns of table {spec.name!r} ({', '.join(spec.primary_key)}), found {on!r}")
+        return None, errors
+    by_key = {v: k for k, v in on.items()}
+    wrong = [v for v in on.values() if v not in spec.primary_key]
+    missing = [k for k in spec.primary_key if k not in by_key]
+    if wrong or missing or len(by_key) != len(on):
+        errors.append(f"join: 'on' must map one document field to each primary-key column of table {spec.name!r} "
+                      f"({', '.join(spec.primary_key)}), found {on!r}")
+    if errors:
+        return None, errors
+    return JoinSpec(spec.name, kind, tuple(by_key[k] for k in spec.primary_key), spec.columns), []
 
 
 @dataclass(frozen=True)

@@ -18,33 +18,19 @@ close), as a quiet changelog holds back a joined pattern rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from cep.events import EventBatch, event_times, unit_hint
 from cep.operator import OperatorOutput, late_row
+from cep.tables.queue import ArrivalQueue, Waiting, join_batch
 from cep.tables.table import Table
 
 __all__ = ["WindowJoin"]
 
 _NEG = int(np.iinfo(np.int64).min)
 _POS = int(np.iinfo(np.int64).max)
-
-
-@dataclass
-class _Waiting:
-    """Events that arrived together and wait for the table: their times and the clock each found."""
-
-    batch: EventBatch
-    ts: np.ndarray  # event time, epoch ms
-    clock: np.ndarray  # the rule's clock when the event arrived (largest event time before it), _NEG: none
-
-    def split(self, k: int) -> tuple[_Waiting, _Waiting]:
-        head, tail = np.arange(k), np.arange(k, self.batch.n)
-        return (_Waiting(self.batch.take(head), self.ts[:k], self.clock[:k]),
-                _Waiting(self.batch.take(tail), self.ts[k:], self.clock[k:]))
 
 
 class WindowJoin:
@@ -57,7 +43,7 @@ class WindowJoin:
         self.table_columns: tuple[str, ...] = tuple(join.columns)
         self.joined_keys = [c for c in key_cols if c in self.table_columns]  # GROUP BY a joined column
         self.max_ts: int | None = None  # the rule's own clock: the largest event time that arrived
-        self.waiting: list[_Waiting] = []
+        self.waiting = ArrivalQueue()  # tagged with the rule's clock each event found
         self.counts: dict[str, int] = {"joined": 0, "unmatched": 0, "dropped": 0}
 
     # ------------------------------------------------------------------ arrival
@@ -89,9 +75,8 @@ class WindowJoin:
         keep = np.flatnonzero(~late)
         if len(keep):
             rows = idx[keep]
-            part = batch if len(rows) == n else batch.take(rows)
-            self.waiting.append(_Waiting(part, ts[keep], clock[keep]))
-        op.counts.buffered = self.buffered()
+            self.waiting.push(batch if len(rows) == n else batch.take(rows), ts[keep], clock[keep])
+        op.counts.buffered = len(self.waiting)
 
     def advance(self, op: Any, watermark: int) -> None:
         """Idle progress: the rule's clock moves to ``watermark + lateness`` (later events behind it are late)."""
@@ -99,18 +84,14 @@ class WindowJoin:
         if self.max_ts is None or clock > self.max_ts:
             self.max_ts = clock
 
-    def buffered(self) -> int:
-        return sum(w.batch.n for w in self.waiting)
-
     def horizon(self, lateness: int) -> int | None:
         """The earliest time a lookup can still be made at: the oldest waiting event, or the rule's
         watermark (a later event behind it is late, and never looked up)."""
         if self.max_ts is None:
             return None
         t = self.max_ts - lateness
-        for w in self.waiting:
-            t = min(t, int(w.ts.min()))
-        return t
+        first = self.waiting.min_ts()
+        return t if first is None else min(t, first)
 
     # ------------------------------------------------------------------ release
     def release(self, op: Any, out: OperatorOutput, final: bool = False) -> None:
@@ -118,45 +99,30 @@ class WindowJoin:
         bound = _POS if final else self.table.release_bound()
         if bound is None:
             return
-        ready: list[_Waiting] = []
-        while self.waiting:
-            w = self.waiting[0]
-            over = np.flatnonzero(w.ts > bound)
-            if not len(over):
-                ready.append(self.waiting.pop(0))
-                continue
-            k = int(over[0])
-            if k:
-                head, self.waiting[0] = w.split(k)
-                ready.append(head)
-            break
+        ready = self.waiting.pop_ready(bound)
         for w in ready:
             self._apply(op, w, out)
-        op.counts.buffered = self.buffered()
+        op.counts.buffered = len(self.waiting)
         # the clock the first waiting event found, or the rule's own when none waits
-        clock = int(self.waiting[0].clock[0]) if self.waiting else self.max_ts
+        first = self.waiting.first_tag()
+        clock = first if first is not None else self.max_ts
         if clock is not None and clock != _NEG and (op.max_ts is None or clock > op.max_ts):
             op._move_clock(clock, out)
 
-    def _apply(self, op: Any, w: _Waiting, out: OperatorOutput) -> None:
+    def _apply(self, op: Any, w: Waiting, out: OperatorOutput) -> None:
         """Look the events up, write the joined columns in, and apply them on their arrival clocks."""
         import pandas as pd
 
-        batch, ts, clock = w.batch, w.ts, w.clock
-        rows = self.table.lookup([batch.column(c) for c in self.event_keys], ts)
-        hit = rows >= 0
+        ts, clock = w.ts, w.tag
+        joined, hit, values = join_batch(self.table, self.event_keys, self.table_columns, w.batch, ts)
         n_hit = int(hit.sum())
         self.counts["joined"] += n_hit
-        self.counts["unmatched"] += batch.n - n_hit
-        keep = np.ones(batch.n, dtype=bool)
-        if self.kind == "INNER" and n_hit < batch.n:
-            self.counts["dropped"] += batch.n - n_hit
-            op.counts.processed += batch.n - n_hit  # processed: the join had nothing for them
+        self.counts["unmatched"] += joined.n - n_hit
+        keep = np.ones(joined.n, dtype=bool)
+        if self.kind == "INNER" and n_hit < joined.n:
+            self.counts["dropped"] += joined.n - n_hit
+            op.counts.processed += joined.n - n_hit  # processed: the join had nothing for them
             keep = hit
-        values = self.table.gather(rows, self.table_columns)
-        cols = dict(batch.columns)
-        cols.update(values)
-        joined = EventBatch(cols, batch.n, batch.lines, batch.source, epoch_ms=batch.epoch_ms)
         if self.joined_keys and self.kind == "LEFT":
             for c in self.joined_keys:
                 for i in np.flatnonzero(keep & np.asarray(pd.isna(values[c]), dtype=bool)).tolist():
@@ -176,12 +142,11 @@ class WindowJoin:
         return {
             "max_ts": self.max_ts,
             "counts": dict(self.counts),
-            "waiting": [({k: c for k, c in w.batch.columns.items()}, w.batch.n, w.batch.lines, w.batch.source,
-                         dict(w.batch.epoch_ms), w.ts, w.clock) for w in self.waiting],
+            "waiting": self.waiting.state(),
         }
 
     def load(self, state: dict[str, Any]) -> None:
         self.max_ts = state["max_ts"]
         self.counts = dict(state["counts"])
-        self.waiting = [_Waiting(EventBatch(cols, n, lines, source, epoch_ms=conv), ts, clock)
-                        for cols, n, lines, source, conv, ts, clock in state["waiting"]]
+        self.waiting = ArrivalQueue()
+        self.waiting.load(state["waiting"])
