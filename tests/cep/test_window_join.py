@@ -253,3 +253,11 @@ def test_joined_analytics_errors(sql, message):
     with pytest.raises(RuleErrors) as e:
         parse_rules(text)
     assert any(message in x.message for x in e.value.errors), [x.message for x in e.value.errors]
+
+
+def test_explain_refuses_joined_rules():
+    from cep.explain.analytics import explain_analytics
+
+    rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0))
+    with pytest.raises(ValueError, match="rule 'per_tier' joins table 'accounts': explaining a joined rule is not"):
+        explain_analytics(rules.rules[0], [], {"tier": "t1"}, None, None)
