@@ -91,6 +91,30 @@ def test_joined_analytics_matches_reference(changes, events, order, table_latene
     new engine between two batches: the rows (on-time windows and corrections, in order) are those of
     the rules without a join over the events joined beforehand (pandas merge_asof on the on-time
     changes), and each window's last row holds the pandas groupby of its on-time events."""
+    check_joined_analytics(changes, events, order, table_lateness, rule_lateness, restore_at)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_joined_analytics_with_compaction(seed):
+    """Long changelogs (many versions per key, so the table forgets old versions as the rules move on)
+    interleaved with events: still the reference's rows."""
+    import random
+
+    rng = random.Random(seed)
+    changes, events, t = [], [], 0
+    for _ in range(3000):
+        t += rng.choice((0, 1, 2))
+        changes.append((rng.randrange(4), max(0, t - rng.choice((0, 0, 3, 30))), rng.random() < 0.05, rng.randrange(99)))
+        if rng.random() < 0.3:
+            events.append((rng.randrange(5), max(0, t - rng.choice((0, 0, 5, 40)))))
+    engine = check_joined_analytics(changes, events, rng, rng.choice((0, 5, 50)), rng.choice((0, 5, 50)),
+                                    rng.randrange(40))
+    assert engine.table_stats()["accounts"]["compacted"] > 500  # the table forgot old versions meanwhile
+
+
+def check_joined_analytics(changes, events, order, table_lateness, rule_lateness, restore_at):
+    """Run the joined rules over the arrival order ``order`` makes, check them against the reference;
+    the engine at the end."""
     opts = {"table_lateness": table_lateness, "rule_lateness": rule_lateness}
     rules = parse_rules(JOINED.format(**opts))
     events = [(k, t, i) for i, (k, t) in enumerate(events)]
@@ -149,6 +173,7 @@ def test_joined_analytics_matches_reference(changes, events, order, table_latene
     for name in ("per_tier", "per_account"):
         c = engine.counts()[name]
         assert c.read == c.processed + c.late + c.errors + c.buffered
+    return engine
 
 
 def test_events_wait_for_the_table_in_arrival_order():
