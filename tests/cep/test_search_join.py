@@ -46,6 +46,27 @@ rules:
        table_lateness=st.sampled_from([0, 5, 100]), rule_lateness=st.sampled_from([0, 100]),
        restore_at=st.integers(0, 10))
 def test_joined_search_matches_reference(changes, events, order, kind, table_lateness, rule_lateness, restore_at):
+    check_joined_search(changes, events, order, kind, table_lateness, rule_lateness, restore_at)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_joined_search_with_compaction(seed):
+    """A long changelog (the table forgets old versions as the rule moves on): still the reference's rows."""
+    import random
+
+    rng = random.Random(seed)
+    changes, events, t = [], [], 0
+    for _ in range(3000):
+        t += rng.choice((0, 1, 2))
+        changes.append((rng.randrange(4), max(0, t - rng.choice((0, 0, 3, 30))), rng.random() < 0.05, rng.randrange(99)))
+        if rng.random() < 0.2:
+            events.append((rng.randrange(5), max(0, t - rng.choice((0, 0, 5, 40))), rng.choice(["refund", "urgent"])))
+    engine = check_joined_search(changes, events, rng, "left", 5, 50, rng.randrange(40))
+    assert engine.table_stats()["accounts"]["compacted"] > 500
+
+
+def check_joined_search(changes, events, order, kind, table_lateness, rule_lateness, restore_at):
+    """Run the joined rule over the arrival order ``order`` makes, check it against the reference; the engine."""
     opts = {"table_lateness": table_lateness, "rule_lateness": rule_lateness}
     joined = parse_rules(TABLE.format(**opts) + RULES.format(
         **opts, join=f"join: {{table: accounts, on: {{account: id}}, kind: {kind}}}"))
@@ -88,6 +109,7 @@ def test_joined_search_matches_reference(changes, events, order, kind, table_lat
     assert sum(1 for x in late if x.get("rule") == "tickets") == len(late_ids)
     c = engine.counts()["tickets"]
     assert c.read == c.processed + c.late + c.errors + c.buffered
+    return engine
 
 
 def test_joined_columns_are_searched_and_copied():
