@@ -589,7 +589,13 @@ class Engine:
                 if table is None:
                     raise ValueError(f"rule {op.name!r} joins table {join!r}, which this engine does not have "
                                      "(build the engine from the whole rule file: its tables: section declares it)")
-                op.bind_table(table)
+                bind = getattr(op, "bind_table", None)
+                if bind is not None:
+                    bind(table)
+                else:  # a pattern rule (cep.tables imports cep.operator: the engine binds it)
+                    from cep.tables.join import TableJoin
+
+                    op.join = TableJoin(table, op.automaton.mr.join, list(op.columns), list(op.key_cols))
             if hasattr(op, "clock"):
                 op.clock = self.clock
             if hasattr(op, "row_ids"):

@@ -216,12 +216,6 @@ class PatternOperator:
             max_steps_per_event=getattr(rule, "max_steps_per_event", None),
         )
 
-    def bind_table(self, table: Any) -> None:
-        """Join the rule's events with ``table`` (the engine's, named by the statement's ``JOIN``)."""
-        from cep.tables.join import TableJoin
-
-        self.join = TableJoin(table, self.automaton.mr.join, list(self.columns), list(self.key_cols))
-
     # ------------------------------------------------------------------ public API
     @property
     def watermark(self) -> int | None:
