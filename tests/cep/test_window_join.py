@@ -20,6 +20,8 @@ from tests.cep.test_tables import _late_in_arrival_order, asof_reference, change
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "tables"
 
+TUMBLE = "TUMBLE(ts, INTERVAL '10' MILLISECOND)"
+
 JOINED = """
 tables:
   - {{name: accounts, from: account_changes, primary_key: id, columns: [tier], time_field: ts,
@@ -32,14 +34,14 @@ rules:
       SELECT a.tier, COUNT(*) AS n, SUM(p.n) AS total, window_start
       FROM payments AS p JOIN accounts FOR SYSTEM_TIME AS OF p.ts AS a ON p.account = a.id
       WHERE a.tier <> 't3'
-      GROUP BY a.tier, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+      GROUP BY a.tier, {window}
   - name: per_account
     kind: analytics
     lateness: {rule_lateness}
     sql: |
       SELECT account, COUNT(*) AS n, COUNT(tier) AS tiered, MAX(tier) AS top, window_end
       FROM payments LEFT JOIN accounts FOR SYSTEM_TIME AS OF payments.ts ON payments.account = accounts.id
-      GROUP BY account, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+      GROUP BY account, {window}
       HAVING COUNT(*) >= 1
 """
 
@@ -53,13 +55,13 @@ rules:
     sql: |
       SELECT tier, COUNT(*) AS n, SUM(n) AS total, window_start
       FROM payments WHERE tier <> 't3' AND tier <> '~'
-      GROUP BY tier, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+      GROUP BY tier, {window}
   - name: per_account
     kind: analytics
     lateness: {rule_lateness}
     sql: |
       SELECT account, COUNT(*) AS n, COUNT(tier) AS tiered, MAX(tier) AS top, window_end
-      FROM payments GROUP BY account, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+      FROM payments GROUP BY account, {window}
       HAVING COUNT(*) >= 1
 """
 
@@ -112,10 +114,24 @@ def test_joined_analytics_with_compaction(seed):
     assert engine.table_stats()["accounts"]["compacted"] > 500  # the table forgot old versions meanwhile
 
 
-def check_joined_analytics(changes, events, order, table_lateness, rule_lateness, restore_at):
+@pytest.mark.parametrize("window", ["HOP(ts, INTERVAL '5' MILLISECOND, INTERVAL '15' MILLISECOND)",
+                                    "SESSION(ts, INTERVAL '4' MILLISECOND)", "SLIDE(ts, INTERVAL '8' MILLISECOND)"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_joined_analytics_other_windows(window, seed):
+    """HOP, SESSION and SLIDE windows: the rows of the unjoined rule over events joined beforehand."""
+    import random
+
+    rng = random.Random(seed)
+    changes = [(rng.randrange(6), rng.randrange(60), rng.random() < 0.1, rng.randrange(99)) for _ in range(40)]
+    events = [(rng.randrange(7), rng.randrange(60)) for _ in range(40)]
+    check_joined_analytics(changes, events, rng, rng.choice((0, 5, 100)), rng.choice((0, 5, 100)), rng.randrange(15),
+                           window)
+
+
+def check_joined_analytics(changes, events, order, table_lateness, rule_lateness, restore_at, window=TUMBLE):
     """Run the joined rules over the arrival order ``order`` makes, check them against the reference;
     the engine at the end."""
-    opts = {"table_lateness": table_lateness, "rule_lateness": rule_lateness}
+    opts = {"table_lateness": table_lateness, "rule_lateness": rule_lateness, "window": window}
     rules = parse_rules(JOINED.format(**opts))
     events = [(k, t, i) for i, (k, t) in enumerate(events)]
     engine = Engine(rules)
@@ -159,6 +175,8 @@ def check_joined_analytics(changes, events, order, table_lateness, rule_lateness
     late_e = _late_in_arrival_order([e[1] for e in events], rule_lateness)
     assert sum(1 for x in late if x.get("rule") == "per_tier") == sum(late_e)
 
+    if window != TUMBLE:
+        return engine
     # the final value of each window: a pandas groupby of its on-time events
     df = pd.DataFrame([dict(e, late=is_late) for e, is_late in zip(ref_in, late_e)],
                       columns=["account", "ts", "n", "tier", "late"])
@@ -179,7 +197,7 @@ def check_joined_analytics(changes, events, order, table_lateness, rule_lateness
 def test_events_wait_for_the_table_in_arrival_order():
     """An event the table cannot answer for yet holds back the events that came after it and the
     windows their clock closes; the change that arrives later is seen."""
-    rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0))
+    rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0, window=TUMBLE))
     engine = Engine(rules)
     out = engine.process([{"account": 1, "ts": 12, "n": 5}, {"account": 1, "ts": 25, "n": 1}], stream="payments")
     assert out.matches == [] and engine.counts()["per_tier"].buffered == 2
@@ -222,7 +240,7 @@ rules:
 def test_idle_progress_waits_for_the_table():
     """advance_watermarks moves the rule's clock (later events behind it are late) but windows close
     only as far as the table lets their events through."""
-    engine = Engine(parse_rules(JOINED.format(table_lateness=0, rule_lateness=0)))
+    engine = Engine(parse_rules(JOINED.format(table_lateness=0, rule_lateness=0, window=TUMBLE)))
     engine.process([{"account": 1, "ts": 3, "n": 1}], stream="payments")
     assert engine.advance_watermarks({"per_tier": 50}).matches == []  # the event at 3 waits for the table
     late = engine.process([{"account": 1, "ts": 20, "n": 1}], stream="payments").late
@@ -283,6 +301,6 @@ def test_joined_analytics_errors(sql, message):
 def test_explain_refuses_joined_rules():
     from cep.explain.analytics import explain_analytics
 
-    rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0))
+    rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0, window=TUMBLE))
     with pytest.raises(ValueError, match="rule 'per_tier' joins table 'accounts': explaining a joined rule is not"):
         explain_analytics(rules.rules[0], [], {"tier": "t1"}, None, None)
