@@ -136,6 +136,8 @@ class ReloadReport:
     changed: list[str] = field(default_factory=list)  # same name, new text or options: start empty
     removed: list[str] = field(default_factory=list)  # gone or disabled: state dropped
     errors: list[str] = field(default_factory=list)  # formatted errors of a refused rule set
+    tables_added: list[str] = field(default_factory=list)  # new tables: their snapshot file, then their changelog
+    tables_removed: list[str] = field(default_factory=list)  # no longer declared: rows dropped
 
     def summary(self) -> str:
         """One line for a log; the errors follow on their own lines when refused."""
@@ -143,7 +145,8 @@ class ReloadReport:
             return "rules not reloaded, the old rules keep running:\n" + "\n".join(self.errors)
         parts = [f"{what} {', '.join(names)}" for what, names in (
             ("kept", self.kept), ("added", self.added), ("changed (state reset)", self.changed),
-            ("removed (state dropped)", self.removed)) if names]
+            ("removed (state dropped)", self.removed), ("tables added", self.tables_added),
+            ("tables removed", self.tables_removed)) if names]
         return "rules reloaded: " + ("; ".join(parts) if parts else "no rules")
 
 
@@ -202,6 +205,21 @@ def with_time_unit(rules: RuleSet | Iterable[Rule], unit: str | None) -> RuleSet
     return RuleSet(tuple(replace(r, time_unit=unit) for r in rules), path)
 
 
+def joined_table(op: Any) -> str | None:
+    """The name of the table an operator's rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF``), or None."""
+    join = getattr(getattr(getattr(op, "automaton", None), "mr", None), "join", None)
+    if join is None:
+        join = getattr(getattr(op, "spec", None), "join", None)
+    return None if join is None else str(join.table)
+
+
+def _spec_changes(old: Any, new: Any) -> list[str]:
+    """The fields in which two table declarations differ (the description aside)."""
+    from dataclasses import fields as dc_fields
+
+    return [f.name for f in dc_fields(old) if f.name != "description" and getattr(old, f.name) != getattr(new, f.name)]
+
+
 def make_operator(rule: Rule) -> Any:
     """The runtime operator of one rule, by its kind."""
     import importlib
@@ -224,6 +242,7 @@ class Engine:
             rules = load_rules(rules)
         self.rules = list(rules)
         self.streams = set(streams or ())
+        self._named_streams = streams is not None  # the run named its inputs: tables fed by none are static
         self.clock = clock
         self.operators: dict[str, Any] = {r.name: make_operator(r) for r in self.rules}
         self.bad_lines = 0
@@ -236,7 +255,7 @@ class Engine:
             for name, spec in specs.items():
                 table = self.tables[name] = Table(spec)
                 # a table whose changelog is none of the named inputs is its snapshot: joins do not wait
-                table.static = streams is not None and bool(self.streams) and spec.stream not in self.streams
+                table.static = self._named_streams and bool(self.streams) and spec.stream not in self.streams
                 self._startup.extend(table.load_snapshot())
         self._configure(self.operators.values())
 
@@ -495,6 +514,14 @@ class Engine:
         starts empty; a changed rule starts empty (old partial matches cannot run under a new
         pattern); a removed rule's state is dropped without flushing. ``rules`` may be a path.
 
+        Tables (a rule set's ``tables:``; a plain list of rules keeps the engine's): an unchanged
+        table keeps its rows; a new one starts from its snapshot file and its changelog from here
+        on; one no longer declared is dropped. A *changed* table (key, columns, format, times,
+        snapshot...) refuses the reload: its rows came from the part of its changelog already
+        read, which the engine cannot read again, so no rebuild could give the rows a restart
+        from an empty state would. Restart from an empty state, or declare the new shape under a
+        new name.
+
         Example:
             >>> from dataclasses import replace
             >>> from patterns.rules import parse_rule_text
@@ -514,6 +541,15 @@ class Engine:
         new = list(rules)
         old = {r.name: r for r in self.rules}
         report = ReloadReport(True)
+        specs = getattr(rules, "tables", None)
+        new_specs = {name: t.spec for name, t in self.tables.items()} if specs is None else dict(specs)
+        changed = [f"table {name!r} changed ({', '.join(diff)}): its rows come from the changelog this run has "
+                   "already read, which cannot be read again; restart from an empty state, or declare the new "
+                   "table under another name"
+                   for name, t in self.tables.items() if name in new_specs
+                   for diff in [_spec_changes(t.spec, new_specs[name])] if diff]
+        if changed:
+            return ReloadReport(False, errors=changed)
         ops: dict[str, Any] = {}
         for r in new:
             prev = old.get(r.name)
@@ -526,7 +562,25 @@ class Engine:
             except (CepError, ImportError, ValueError) as e:
                 return ReloadReport(False, errors=[f"rule {r.name!r}: {e}"])
             (report.changed if prev is not None else report.added).append(r.name)
+        for name, op in ops.items():
+            joined = joined_table(op)
+            if joined is not None and joined not in new_specs:
+                return ReloadReport(False, errors=[f"rule {name!r} joins table {joined!r}, which the new rules do not "
+                                                   "declare (tables:)"])
         report.removed = [n for n in old if n not in ops]
+        report.tables_removed = [n for n in self.tables if n not in new_specs]
+        report.tables_added = [n for n in new_specs if n not in self.tables]
+        if report.tables_added:
+            from cep.tables import Table
+
+            for name in report.tables_added:
+                spec = new_specs[name]
+                table = Table(spec)
+                table.static = bool(self.streams) and spec.stream not in self.streams and self._named_streams
+                self._startup.extend(table.load_snapshot())
+                self.tables[name] = table
+        for name in report.tables_removed:
+            del self.tables[name]
         self.rules = new
         self.operators = ops
         self._configure(ops.values())
@@ -549,15 +603,19 @@ class Engine:
         self._unit_pending = {n for n, op in self.operators.items() if not getattr(op, "unit_checked", True)}
         tables = getattr(self, "tables", {})
         for op in ops:
-            join = getattr(getattr(getattr(op, "automaton", None), "mr", None), "join", None)
+            join = joined_table(op)
             if join is not None and getattr(op, "join", None) is None:
-                from cep.tables.join import TableJoin
-
-                table = tables.get(join.table)
+                table = tables.get(join)
                 if table is None:
-                    raise ValueError(f"rule {op.name!r} joins table {join.table!r}, which this engine does not have "
+                    raise ValueError(f"rule {op.name!r} joins table {join!r}, which this engine does not have "
                                      "(build the engine from the whole rule file: its tables: section declares it)")
-                op.join = TableJoin(table, join, list(op.columns), list(op.key_cols))
+                bind = getattr(op, "bind_table", None)
+                if bind is not None:
+                    bind(table)
+                else:  # a pattern rule (cep.tables imports cep.operator: the engine binds it)
+                    from cep.tables.join import TableJoin
+
+                    op.join = TableJoin(table, op.automaton.mr.join, list(op.columns), list(op.key_cols))
             if hasattr(op, "clock"):
                 op.clock = self.clock
             if hasattr(op, "row_ids"):

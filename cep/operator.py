@@ -302,10 +302,16 @@ class PatternOperator:
     def advance_to(self, watermark: int) -> OperatorOutput:
         """Move event time to ``watermark``: release buffered events, end timed-out partial matches.
 
-        Then :meth:`compact` idle keys, since a host saves the state after every call.
+        Then :meth:`compact` idle keys, since a host saves the state after every call. With a
+        temporal join, no further than the table's changes are complete: a quiet changelog holds
+        the events (and deadlines) back, as it does for events that moved the watermark.
         """
         out = OperatorOutput()
-        self._release(int(watermark), out)
+        mark: int | None = int(watermark)
+        if self.join is not None:
+            bound = self.join.table.release_bound()
+            mark = None if bound is None else min(int(watermark), bound)
+        self._release(mark, out)
         self.compact()
         return out
 

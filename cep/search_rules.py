@@ -105,6 +105,28 @@ class SearchOperator:
         self.counts = OperatorCounts()
         self.stats = SearchStats()
         self.row_ids = False  # set through Engine.set_row_ids: each row gets a deterministic "_id"
+        # a join: documents wait in arrival order until the table can answer for them (cep.tables.queue)
+        self.join: Any = None
+        self._join_saved: dict[str, Any] | None = None
+
+    def bind_table(self, table: Any) -> None:
+        """Join the rule's documents with ``table`` (the engine's, named by the rule's ``join:``)."""
+        from cep.tables.queue import ArrivalQueue
+
+        assert self.spec.join is not None
+        self.join = _Join(table, self.spec.join, ArrivalQueue())
+        if self._join_saved is not None:
+            self.join.load(self._join_saved)
+            self._join_saved = None
+
+    @property
+    def released_to(self) -> int | None:
+        """With a join: the earliest event time a lookup can still be made at (table compaction)."""
+        if self.join is None or self.max_ts is None:
+            return None
+        first = self.join.waiting.min_ts()
+        wm = self.max_ts - self.lateness
+        return wm if first is None else min(wm, first)
 
     @classmethod
     def from_rule(cls, rule: Any) -> SearchOperator:
@@ -143,14 +165,48 @@ class SearchOperator:
             >>> [m["id"] for m in out.matches], out.late[0]["reason"][:40]
             ([1], 'late: event time 1970-01-01T00:00:00.003')
         """
+        if self.join is not None:
+            raise NotImplementedError(
+                f"rule {self.name!r} joins table {self.join.table.name!r}: a host's clock (Spark) does not drive "
+                "joined search rules yet; run it in the embedded engine (cep run)")
         batch = to_batch(events)
         out = OperatorOutput()
         self._process(batch, out, late_before)
         return out
 
+    def release(self) -> OperatorOutput:
+        """Percolate the waiting documents a joined table's moved watermark now allows."""
+        out = OperatorOutput()
+        if self.join is not None:
+            self._release(out)
+        return out
+
     def finish(self) -> OperatorOutput:
-        """End of input: nothing is buffered, so nothing more comes out."""
-        return OperatorOutput()
+        """End of input: without a join nothing is buffered; with one, every waiting document goes."""
+        out = OperatorOutput()
+        if self.join is not None:
+            self._release(out, final=True)
+        return out
+
+    def _release(self, out: OperatorOutput, final: bool = False) -> None:
+        from cep.tables.queue import join_batch
+
+        j = self.join
+        bound = np.iinfo(np.int64).max if final else j.table.release_bound()
+        if bound is None:
+            return
+        for w in j.waiting.pop_ready(int(bound)):
+            batch, hit, _ = join_batch(j.table, j.spec.event_keys, j.spec.columns, w.batch, w.ts)
+            n_hit = int(hit.sum())
+            j.counts["joined"] += n_hit
+            j.counts["unmatched"] += batch.n - n_hit
+            rows = np.arange(batch.n)
+            if j.spec.kind == "INNER" and n_hit < batch.n:
+                j.counts["dropped"] += batch.n - n_hit
+                self.counts.processed += batch.n - n_hit  # processed: the join had nothing for them
+                rows = np.flatnonzero(hit)
+            self._percolate(batch, rows.tolist(), w.tag[rows].tolist(), out)
+        self.counts.buffered = len(j.waiting)
 
     # ------------------------------------------------------------------ ingest
     def _process(self, batch: EventBatch, out: OperatorOutput, late_before: Any = None) -> None:
@@ -161,9 +217,20 @@ class SearchOperator:
         if n == 0:
             return
         take = np.ones(n, dtype=bool)
+        ms = None
         if self.time_col is not None:
-            take = self._judge_times(batch, self.time_col, out, late_before)
-        rows = np.flatnonzero(take).tolist()
+            take, ms = self._judge_times(batch, self.time_col, out, late_before)
+        rows = np.flatnonzero(take)
+        if self.join is not None and ms is not None:
+            if len(rows):
+                self.join.waiting.push(batch.take(rows), ms[rows], first_seq + rows)
+            self._release(out)
+            return
+        if len(rows):
+            self._percolate(batch, rows.tolist(), (first_seq + rows).tolist(), out)
+
+    def _percolate(self, batch: EventBatch, rows: list[int], seqs: list[int], out: OperatorOutput) -> None:
+        """Percolate the documents ``rows`` of ``batch`` (``seqs``: the number of each among those read)."""
         if not rows:
             return
         docs = [batch.record(i) for i in rows]
@@ -182,7 +249,7 @@ class SearchOperator:
         where = self._position(batch) if self.row_ids else None
         metadata = self._metadata
         emit = out.matches.append
-        for i, doc, res in zip(rows, docs, result.results):
+        for i, seq, doc, res in zip(rows, seqs, docs, result.results):
             for qid, reason in res.errors.items():
                 st.eval_errors += 1
                 st.query_errors[qid] = st.query_errors.get(qid, 0) + 1
@@ -204,12 +271,13 @@ class SearchOperator:
                     row["spans"] = [list(s) for s in res.spans.get(qid, ())]
                 row["rule"] = name
                 if where is not None:
-                    row["_id"] = f"{name}:{where(i, first_seq)}:{qid}"
+                    row["_id"] = f"{name}:{where(i, seq)}:{qid}"
                 emit(row)
             st.matches += len(ids)
 
-    def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput, late_before: Any = None) -> np.ndarray:
-        """Which events to percolate; the others go to the errors or the late output."""
+    def _judge_times(self, batch: EventBatch, time_col: str, out: OperatorOutput,
+                     late_before: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Which events to percolate (and their times, ms); the others go to the errors or the late output."""
         ms, ok, reasons = event_times(batch, time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked and batch.n:
             self.unit_checked = True
@@ -224,7 +292,7 @@ class SearchOperator:
             })
         good = np.flatnonzero(ok)
         if not len(good):
-            return take
+            return take, ms
         ts = ms[good].astype(np.int64)
         start = self.max_ts if self.max_ts is not None else _NEG
         run = np.maximum.accumulate(np.concatenate(([start], ts)))
@@ -240,7 +308,7 @@ class SearchOperator:
             out.late.append(late_row(self.name, batch, i, int(ts[j]), int(wm_before[j]), self.lateness))
             take[i] = False
         self.max_ts = int(run[-1])
-        return take
+        return take, ms
 
     @staticmethod
     def _position(batch: EventBatch) -> Any:
@@ -249,8 +317,8 @@ class SearchOperator:
         of the event among those the rule has read."""
         if batch.lines is not None and batch.source:
             base = os.path.basename(batch.source)
-            return lambda i, _first: f"{base}:{batch.line_of(i)}"
-        return lambda i, first: f"#{first + i}"
+            return lambda i, _seq: f"{base}:{batch.line_of(i)}"
+        return lambda i, seq: f"#{seq}"
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> bytes:
@@ -266,6 +334,7 @@ class SearchOperator:
             "seq": self.seq,
             "counts": asdict(self.counts),
             "stats": asdict(self.stats),
+            "join": None if self.join is None else self.join.state(),
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -290,3 +359,26 @@ class SearchOperator:
         self.seq = state["seq"]
         self.counts = OperatorCounts(**state["counts"])
         self.stats = SearchStats(**state["stats"])
+        joined = state.get("join")
+        if joined is not None:
+            if self.join is not None:
+                self.join.load(joined)
+            else:
+                self._join_saved = joined
+
+
+@dataclass
+class _Join:
+    """A search rule's join: the table, the checked ``join:`` and the documents waiting for the table."""
+
+    table: Any
+    spec: Any  # patterns.tables.JoinSpec
+    waiting: Any  # cep.tables.queue.ArrivalQueue, tagged with each document's arrival number
+    counts: dict[str, int] = field(default_factory=lambda: {"joined": 0, "unmatched": 0, "dropped": 0})
+
+    def state(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "waiting": self.waiting.state()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.counts = dict(state["counts"])
+        self.waiting.load(state["waiting"])

@@ -25,6 +25,7 @@ from typing import Any
 from patterns import ast as A
 from patterns.errors import CepSyntaxError, RuleError, SourceError
 from patterns.match_recognize import (
+    _RESERVED,
     NAVIGATION,
     SCALAR_FUNCTIONS,
     _Parser,
@@ -218,6 +219,7 @@ class Statement(A.Node):
     group_by: tuple[A.Node, ...]  # Column or WindowCall
     having: A.Expr | None
     text: str = field(default="", compare=False, repr=False)
+    join: A.TemporalJoin | None = None  # FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF s.ts ON ...
 
 
 # ---------------------------------------------------------------- compiled form
@@ -287,6 +289,7 @@ class AnalyticsSpec:
     sketches: SketchConfig = SketchConfig()
     columns: tuple[str, ...] = ()
     text: str = field(default="", compare=False, repr=False)
+    join: A.TemporalJoin | None = None  # a temporal join with a table, bound (patterns.tables.bind_analytics_join)
 
     @property
     def time_column(self) -> str:
@@ -313,6 +316,15 @@ class _AnalyticsParser(_Parser):
             items.append(self.select_item())
         self.expect_kw("FROM", "after the SELECT list")
         source = self.ident("the name of the input stream after FROM").value
+        join = None
+        if self.at_kw("AS", "JOIN", "LEFT", "INNER") or (
+                self.tok.kind == "IDENT" and self.tok.upper not in _RESERVED | _CLAUSE_WORDS
+                and self.peek().kind == "IDENT" and self.peek().upper in ("JOIN", "LEFT", "INNER")):
+            self._joined = True
+            join = self.temporal_join(source)
+        elif self._qualified is not None:  # a qualified column in SELECT, and no join to qualify it
+            self._no_qualifier(self._qualified)
+        self._after_from = True
         if self.at_kw("MATCH_RECOGNIZE"):
             raise self.error(
                 "MATCH_RECOGNIZE belongs in a pattern rule: drop 'kind: analytics' (or use GROUP BY "
@@ -339,7 +351,8 @@ class _AnalyticsParser(_Parser):
             if self.at_kw("ORDER", "LIMIT", "WINDOW"):
                 raise self.error(f"{self.tok.upper} is not supported in an analytics rule: rows come out as windows close")
             raise self.error(f"unexpected {self.describe(self.tok)} after the end of the statement")
-        return Statement(tuple(items), source, where, tuple(group), having, text=self.text, pos=start, end=len(self.text))
+        return Statement(tuple(items), source, where, tuple(group), having, text=self.text, pos=start, end=len(self.text),
+                         join=join)
 
     def expr(self, measure: bool = False) -> A.Expr:
         e = super().expr(measure)
@@ -372,10 +385,6 @@ class _AnalyticsParser(_Parser):
                     "SLIDE); group by an expression is not supported",
                     self.text, t.offset, t.width, self.file,
                 )
-            )
-        if e.var is not None:
-            raise CepSyntaxError(
-                SourceError(f"qualified column {e.var}.{e.name} in GROUP BY: write the column name alone", self.text, t.offset, max(e.end - e.pos, 1), self.file)
             )
         return e
 
@@ -434,17 +443,29 @@ class _AnalyticsParser(_Parser):
             raise self.error(f"bad interval {vt.value!r} {ut.value}: it must be a whole number of milliseconds", vt)
         return int(ms)
 
+    # A qualified column (s.x, t.x) names the stream or a joined table: SELECT comes before FROM,
+    # so a qualified column there is refused only once FROM shows no join.
+    _joined = False
+    _after_from = False
+    _qualified: A.Column | None = None
+
     def column_ref(self) -> A.Expr:
-        t = self.tok
         e = super().column_ref()
-        if isinstance(e, A.Column) and e.var is not None:
-            raise CepSyntaxError(
-                SourceError(
-                    f"qualified column {e.var}.{e.name}: an analytics rule reads one stream; write {e.name}",
-                    self.text, t.offset, max(e.end - e.pos, 1), self.file,
-                )
-            )
+        if isinstance(e, A.Column) and e.var is not None and not self._joined:
+            if self._after_from:
+                self._no_qualifier(e)
+            if self._qualified is None:
+                self._qualified = e
         return e
+
+    def _no_qualifier(self, e: A.Column) -> None:
+        raise CepSyntaxError(
+            SourceError(
+                f"qualified column {e.var}.{e.name}: an analytics rule reads one stream; write {e.name} "
+                "(or join a table: FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts ON s.k = t.k)",
+                self.text, e.pos, max(e.end - e.pos, 1), self.file,
+            )
+        )
 
     def call(self) -> A.Expr:
         t = self.tok
@@ -757,8 +778,9 @@ class _Checker:
             select=tuple(outputs),
             having=having,
             sketches=sketches,
-            columns=tuple(self.columns),
+            columns=tuple(c for c in self.columns if st.join is None or c not in st.join.columns),
             text=st.text,
+            join=st.join,
         )
 
     def slot(self, call: AggCall) -> int:
@@ -897,7 +919,7 @@ class _Checker:
 
 
 def compile_analytics(
-    text: str, file: str | None = None, sketches: SketchConfig | None = None
+    text: str, file: str | None = None, sketches: SketchConfig | None = None, tables: dict[str, Any] | None = None
 ) -> AnalyticsSpec:
     """Parse, check and compile an analytics statement; raise a RuleError listing every problem.
 
@@ -909,7 +931,9 @@ def compile_analytics(
         >>> spec.prev, spec.having
         ((0,), Logical(op='AND', args=(Compare(op='>=', left=AggRef(slot=0), right=Binary(op='*', left=Literal(value=10), right=PrevRef(slot=0))), Compare(op='>', left=PrevRef(slot=0), right=Literal(value=0)))))
     """
-    st = parse_analytics(text.rstrip(), file)  # an error at the end points at the last line
+    from patterns.tables import bind_analytics_join
+
+    st = bind_analytics_join(parse_analytics(text.rstrip(), file), tables or {}, file)  # an error at the end points at the last line
     c = _Checker(st, file)
     spec = c.run(sketches or SketchConfig())
     if spec is None:
@@ -928,7 +952,7 @@ def parse(src: Any) -> tuple[tuple[None, AnalyticsSpec, dict] | None, list[Sourc
     errors.extend(src.error(m, "sketches") for m in msgs)
     sql = got[0]
     try:
-        spec = compile_analytics(sql, src.file, sketches)
+        spec = compile_analytics(sql, src.file, sketches, src.tables)
     except CepSyntaxError as e:
         return None, errors + src.text_errors("sql", e)
     return (None, spec, {}), errors

@@ -66,6 +66,7 @@ KEYS = {
     "time_field": "event-time field (optional): documents behind the watermark go to the late output",
     "fields": "event fields copied into every row, or '*' for all (default: the id and time fields)",
     "highlight": "true adds the matched spans [[field, start, end], ...] to every row",
+    "join": "a table read as of each document's time: {table, on, kind}; its columns are searched and may be copied",
 }
 
 QUERY_KEYS = {"id": "the query's id (a string or an integer)", "query": "Lucene query text",
@@ -135,6 +136,8 @@ class SearchSpec:
     """The ``queries_file`` as read at load, an absolute path with symbolic links resolved (None without one)."""
     queries_sha256: str | None = field(default=None, compare=False, repr=False)
     """The SHA-256 of the queries file's bytes as read at load: what a watcher compares to see a change."""
+    join: Any = None
+    """A temporal join with a table (``patterns.tables.JoinSpec``), or None."""
 
     @property
     def time_column(self) -> str | None:
@@ -508,6 +511,13 @@ def parse(src: Any) -> tuple[tuple[None, SearchSpec, dict] | None, list[SourceEr
                         f"({', '.join(ROW_FIELDS)}); leave it out", "fields")
             fields = got
 
+    join = None
+    if "join" in data:
+        from patterns.tables import parse_search_join
+
+        join, msgs = parse_search_join(data["join"], getattr(src, "tables", {}) or {}, time_field)
+        for m in msgs:
+            chk.err(m, "join")
     queries = _Queries(chk, config)
     queries.inline()
     queries.listed()
@@ -530,6 +540,7 @@ def parse(src: Any) -> tuple[tuple[None, SearchSpec, dict] | None, list[SourceEr
         highlight=highlight,
         queries_file=queries.path,
         queries_sha256=queries.sha256,
+        join=join,
     )
     return (None, spec, {}), []
 

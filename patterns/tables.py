@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["TableSpec", "TABLE_KEYS", "TABLE_FORMATS", "SNAPSHOT_FORMATS", "parse_tables", "bind_join", "YamlHelpers",
+__all__ = ["TableSpec", "TABLE_KEYS", "TABLE_FORMATS", "SNAPSHOT_FORMATS", "parse_tables", "bind_join",
+           "bind_analytics_join", "JoinSpec", "SEARCH_JOIN_KEYS", "parse_search_join", "YamlHelpers",
            "DEFAULT_DELETE_FIELD", "DEFAULT_DELETE_VALUES"]
 
 TABLE_FORMATS = ("upsert", "debezium")
@@ -72,6 +73,68 @@ class TableSpec:
     snapshot: str | None = None  # absolute path (symbolic links resolved), read when an engine starts
     snapshot_format: str | None = None
     description: str = ""
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A checked temporal join of a rule declared without SQL (a search rule's ``join:``)."""
+
+    table: str
+    kind: str  # INNER or LEFT
+    event_keys: tuple[str, ...]  # the document fields matched to the primary key, in its order
+    columns: tuple[str, ...]  # the table's columns the join adds to each document
+
+
+SEARCH_JOIN_KEYS = {
+    "table": "the table's name (declared under tables:)",
+    "on": "the document field holding the key (one-column key), or a mapping {document field: key column}",
+    "kind": "inner (the default: documents without a row are dropped) or left (kept, without the columns)",
+}
+
+
+def parse_search_join(value: Any, tables: dict[str, TableSpec], time_field: str | None) -> tuple[JoinSpec | None, list[str]]:
+    """A search rule's ``join:`` mapping checked against the declared ``tables``; the messages of its problems.
+
+    Example:
+        >>> t = {"customers": TableSpec("customers", "changes", ("id",), ("tier",), time_field="ts")}
+        >>> parse_search_join({"table": "customers", "on": {"customer": "id"}, "kind": "left"}, t, "ts")
+        (JoinSpec(table='customers', kind='LEFT', event_keys=('customer',), columns=('tier',)), [])
+        >>> parse_search_join({"table": "customers", "on": "customer"}, t, None)[1]
+        ["a join needs 'time_field': each document reads the table as of its event time"]
+    """
+    if not isinstance(value, dict):
+        return None, [f"'join' must be a mapping {{table: ..., on: ..., kind: inner|left}}, found {value!r}"]
+    if True in value and "on" not in value:  # YAML 1.1 reads a bare `on:` key as the boolean true
+        value = {("on" if k is True else k): v for k, v in value.items()}
+    errors = [f"unknown key {k!r} in 'join'; known keys: {', '.join(SEARCH_JOIN_KEYS)}" for k in value
+              if k not in SEARCH_JOIN_KEYS]
+    if time_field is None:
+        errors.append("a join needs 'time_field': each document reads the table as of its event time")
+    name = value.get("table")
+    spec = tables.get(name) if isinstance(name, str) else None
+    if spec is None:
+        known = ", ".join(sorted(tables)) if tables else "none"
+        errors.append(f"join: unknown table {name!r} (declared tables: {known}); declare it under 'tables:'")
+        return None, errors
+    kind = str(value.get("kind", "inner")).upper()
+    if kind not in ("INNER", "LEFT"):
+        errors.append(f"join: kind must be inner or left, found {value.get('kind')!r}")
+    on = value.get("on")
+    if isinstance(on, str) and len(spec.primary_key) == 1:
+        on = {on: spec.primary_key[0]}
+    if not isinstance(on, dict) or not on or not all(isinstance(k, str) and isinstance(v, str) for k, v in on.items()):
+        errors.append(f"join: 'on' must name the document field holding the key, or map document fields to the "
+                      f"primary-key columns of table {spec.name!r} ({', '.join(spec.primary_key)}), found {on!r}")
+        return None, errors
+    by_key = {v: k for k, v in on.items()}
+    wrong = [v for v in on.values() if v not in spec.primary_key]
+    missing = [k for k in spec.primary_key if k not in by_key]
+    if wrong or missing or len(by_key) != len(on):
+        errors.append(f"join: 'on' must map one document field to each primary-key column of table {spec.name!r} "
+                      f"({', '.join(spec.primary_key)}), found {on!r}")
+    if errors:
+        return None, errors
+    return JoinSpec(spec.name, kind, tuple(by_key[k] for k in spec.primary_key), spec.columns), []
 
 
 @dataclass(frozen=True)
@@ -271,7 +334,6 @@ def bind_join(mr: Any, tables: dict[str, TableSpec], file: str | None = None) ->
     """
     from dataclasses import replace
 
-    from patterns import ast as A
     from patterns.errors import CepSyntaxError, SourceError
 
     j = mr.join
@@ -282,6 +344,71 @@ def bind_join(mr: Any, tables: dict[str, TableSpec], file: str | None = None) ->
     def err(message: str, pos: int, width: int) -> None:
         errors.append(SourceError(message, mr.text, pos, max(width, 1), file))
 
+    variables = {d.var for d in mr.defines} | _pattern_vars(mr.pattern) | {name for name, _ in mr.subsets}
+    bound, resolve = _bind(j, tables, mr.source, mr.order_by, "the ORDER BY column", variables, False, err, errors)
+    measures = tuple(replace(m, expr=_rewrite(m.expr, resolve)) for m in mr.measures)
+    defines = tuple(replace(d, expr=_rewrite(d.expr, resolve)) for d in mr.defines)
+    if errors:
+        raise CepSyntaxError(errors)
+    return replace(mr, measures=measures, defines=defines, join=bound)
+
+
+def bind_analytics_join(st: Any, tables: dict[str, TableSpec], file: str | None = None) -> Any:
+    """An analytics statement ``st`` with its temporal join checked and its names resolved.
+
+    The checks of :func:`bind_join`, with ``AS OF`` naming the window's time column; every
+    qualified column (in SELECT, WHERE, GROUP BY and HAVING) must name the stream or the table, and
+    becomes the plain column: the join adds the table's columns to each event before it reaches
+    a window, so ``GROUP BY sector`` groups by a joined column.
+
+    Example:
+        >>> from patterns.analytics import parse_analytics
+        >>> t = {"companies": TableSpec("companies", "changes", ("symbol",), ("sector",), time_field="ts")}
+        >>> st = bind_analytics_join(parse_analytics(
+        ...     "SELECT c.sector, SUM(volume) AS v FROM bars AS b JOIN companies FOR SYSTEM_TIME AS OF b.ts AS c "
+        ...     "ON b.sym = c.symbol GROUP BY c.sector, TUMBLE(ts, INTERVAL '7' DAY)"), t)
+        >>> st.join.event_keys, st.group_by[0], st.select[0].expr
+        (('sym',), Column(var=None, name='sector'), Column(var=None, name='sector'))
+    """
+    from dataclasses import replace
+
+    from patterns import ast as A
+    from patterns.errors import CepSyntaxError, SourceError
+
+    j = st.join
+    if j is None:
+        return st
+    errors: list[SourceError] = []
+
+    def err(message: str, pos: int, width: int) -> None:
+        errors.append(SourceError(message, st.text, pos, max(width, 1), file))
+
+    windows = [g for g in st.group_by if not isinstance(g, A.Column)]
+    time_col = windows[0].time_column if windows else j.as_of.name
+    bound, resolve = _bind(j, tables, st.source, time_col, "the window's time column", set(), True, err, errors)
+    select = tuple(replace(i, expr=_rewrite(i.expr, resolve)) for i in st.select)
+    where = _rewrite(st.where, resolve) if st.where is not None else None
+    group_by = tuple(_rewrite(g, resolve) for g in st.group_by)
+    having = _rewrite(st.having, resolve) if st.having is not None else None
+    if errors:
+        raise CepSyntaxError(errors)
+    return replace(st, select=select, where=where, group_by=group_by, having=having, join=bound)
+
+
+def _bind(j: Any, tables: dict[str, TableSpec], source: str, time_col: str, time_what: str, variables: set[str],
+          strict: bool, err: Callable[[str, int, int], None], errors: list) -> tuple[Any, Callable[[Any], Any]]:
+    """Check the join ``j`` of a statement reading ``source``: the bound join and the name resolver.
+
+    Errors go to ``err`` (which adds them to ``errors``); an unknown table raises them at once
+    (nothing else can be checked).
+    ``strict``: a qualifier that is neither the stream's nor the table's is an error (analytics
+    rules; in a pattern rule it is a pattern variable's).
+    """
+    from dataclasses import replace
+
+    from patterns import ast as A
+    from patterns.errors import CepSyntaxError
+
     spec = tables.get(j.table)
     if spec is None:
         known = ", ".join(sorted(tables)) if tables else "none"
@@ -289,11 +416,10 @@ def bind_join(mr: Any, tables: dict[str, TableSpec], file: str | None = None) ->
             j.pos, len(j.table))
         raise CepSyntaxError(errors)
     table_names = {j.table} | ({j.table_alias} if j.table_alias else set())
-    stream_names = {mr.source} | ({j.stream_alias} if j.stream_alias else set())
+    stream_names = {source} | ({j.stream_alias} if j.stream_alias else set())
     both = table_names & stream_names
     if both:
         err(f"{sorted(both)[0]!r} names both the stream and the table; give one an alias (AS)", j.pos, len(j.table))
-    variables = {d.var for d in mr.defines} | _pattern_vars(mr.pattern) | {name for name, _ in mr.subsets}
     for q in sorted((table_names | stream_names) & variables):
         err(f"{q!r} is both a pattern variable and the name of the join's stream or table; rename one", j.pos,
             len(j.table))
@@ -301,30 +427,36 @@ def bind_join(mr: Any, tables: dict[str, TableSpec], file: str | None = None) ->
     if as_of.var is not None and as_of.var not in stream_names:
         err(f"AS OF {as_of.var}.{as_of.name}: the time must be the stream's ({' or '.join(sorted(stream_names))}), "
             "the time each event looks the table up at", j.as_of_pos, as_of.end - as_of.pos)
-    elif as_of.name != mr.order_by:
+    elif as_of.name != time_col:
         err(f"AS OF {as_of.name}: a temporal join reads the table as of the rule's event time, so AS OF must name "
-            f"the ORDER BY column ({mr.order_by}), as Flink requires the left side's time attribute",
+            f"{time_what} ({time_col}), as Flink requires the left side's time attribute",
             j.as_of_pos, as_of.end - as_of.pos)
     keys: dict[str, str] = {}
+    n_errors = [0]
+
+    def count(message: str, pos: int, width: int) -> None:
+        n_errors[0] += 1
+        err(message, pos, width)
+
     for left, right in j.on:
         if left.var in table_names and right.var not in table_names:
             left, right = right, left
         if right.var not in table_names or (left.var is not None and left.var not in stream_names):
-            err(f"ON {_col_text(left)} = {_col_text(right)}: each equality names a column of the stream "
-                f"({' or '.join(sorted(stream_names))}) and one of the table ({' or '.join(sorted(table_names))}), "
-                "qualified by name or alias", left.pos, right.end - left.pos)
+            count(f"ON {_col_text(left)} = {_col_text(right)}: each equality names a column of the stream "
+                  f"({' or '.join(sorted(stream_names))}) and one of the table ({' or '.join(sorted(table_names))}), "
+                  "qualified by name or alias", left.pos, right.end - left.pos)
             continue
         if right.name not in spec.primary_key:
-            err(f"ON ... = {right.var}.{right.name}: {right.name!r} is not in table {spec.name!r}'s primary key "
-                f"({', '.join(spec.primary_key)}); a temporal join looks rows up by their primary key",
-                right.pos, right.end - right.pos)
+            count(f"ON ... = {right.var}.{right.name}: {right.name!r} is not in table {spec.name!r}'s primary key "
+                  f"({', '.join(spec.primary_key)}); a temporal join looks rows up by their primary key",
+                  right.pos, right.end - right.pos)
             continue
         if right.name in keys:
-            err(f"ON names {right.var}.{right.name} twice", right.pos, right.end - right.pos)
+            count(f"ON names {right.var}.{right.name} twice", right.pos, right.end - right.pos)
             continue
         keys[right.name] = left.name
     missing = [k for k in spec.primary_key if k not in keys]
-    if missing and not errors:
+    if missing and not n_errors[0]:
         err(f"ON must equate every primary-key column of table {spec.name!r}; missing: {', '.join(missing)}",
             j.on_pos, 2)
     columns = set(spec.columns)
@@ -344,14 +476,14 @@ def bind_join(mr: Any, tables: dict[str, TableSpec], file: str | None = None) ->
                         f"column of that name; write {e.name} (the table's), or rename the event field",
                         e.pos, e.end - e.pos)
                 return A.Column(None, e.name, pos=e.pos, end=e.end)
+            if strict:
+                err(f"{e.var}.{e.name}: {e.var!r} is neither the stream ({' or '.join(sorted(stream_names))}) nor "
+                    f"the table ({' or '.join(sorted(table_names))})", e.pos, e.end - e.pos)
+                return A.Column(None, e.name, pos=e.pos, end=e.end)
         return e
 
-    measures = tuple(replace(m, expr=_rewrite(m.expr, resolve)) for m in mr.measures)
-    defines = tuple(replace(d, expr=_rewrite(d.expr, resolve)) for d in mr.defines)
-    if errors:
-        raise CepSyntaxError(errors)
-    bound = replace(j, event_keys=tuple(keys[k] for k in spec.primary_key), columns=spec.columns)
-    return replace(mr, measures=measures, defines=defines, join=bound)
+    bound = replace(j, event_keys=tuple(keys.get(k, k) for k in spec.primary_key), columns=spec.columns)
+    return bound, resolve
 
 
 def _col_text(c: Any) -> str:

@@ -254,6 +254,10 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         else:
             known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
+        joined = _joined_table(r)
+        if joined is not None:
+            raise CepError(f"rule {r.name!r} joins table {joined!r}: temporal joins with tables cannot run on Spark "
+                           "yet (docs/tables.md); run the rule in the embedded engine (cep run)")
 
     frame, layout = _inputs(frame, cfg)
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
@@ -773,3 +777,12 @@ class ProgressCounts:
         for p in query.recentProgress:
             metrics = (p.get("observedMetrics") or {}).get(METRICS_NAME)
             self.add(str(p["runId"]), p["batchId"], p["numInputRows"], metrics)
+
+
+def _joined_table(rule: Any) -> str | None:
+    """The table a rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF``, a search rule's ``join:``), or None."""
+    compiled = getattr(rule, "compiled", None)
+    join = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
+    if join is None:
+        join = getattr(getattr(getattr(rule, "spec", None), "join", None), "table", None)
+    return None if join is None else str(join)

@@ -246,6 +246,13 @@ class _MinMax(_Aligned):
     def _strings(self) -> bool:
         return self.kind() == "string"
 
+    def concat(self, parts: list[tuple]) -> tuple:
+        if any(len(p) == 1 for p in parts) and any(len(p) != 1 for p in parts):
+            # events prepared before the first value fixed the kind (numbers' four arrays) held no
+            # value, only NULLs: as strings they are NULL too, never the numbers' sentinel
+            parts = [p if len(p) == 1 else (np.full(len(p[0]), None, dtype=object),) for p in parts]
+        return super().concat(parts)
+
     def build(self, inputs, g, cells):
         if len(inputs) == 1:
             return (_object_best(inputs[0], g.inv, g.ngroups, self.agg.func),)

@@ -91,6 +91,9 @@ class WindowOperator:
         self.kernels = [_make_kernel(a, self) for a in spec.aggregates]
         self._compile_outputs()
         self._event_cols = self._needed_columns()
+        # FROM s JOIN t FOR SYSTEM_TIME AS OF: the table, bound by the engine (cep.tables.window_join.WindowJoin)
+        self.join: Any = None
+        self._join_saved: dict[str, Any] | None = None  # a restored join queue, for the join bound later
         self.reset()
 
     def reset(self) -> None:
@@ -110,6 +113,23 @@ class WindowOperator:
         self._key_hash: dict[int, int] = {}
         self._seen: dict[int, ScalableBloomFilter] = {}
         self._live = 0
+        if self.join is not None:
+            self.bind_table(self.join.table)
+
+    def bind_table(self, table: Any) -> None:
+        """Join the rule's events with ``table`` (the engine's, named by the rule's ``JOIN``)."""
+        from cep.tables.window_join import WindowJoin
+
+        assert self.spec.join is not None
+        self.join = WindowJoin(table, self.spec.join, self.key_cols)
+        if self._join_saved is not None:
+            self.join.load(self._join_saved)
+            self._join_saved = None
+
+    @property
+    def released_to(self) -> int | None:
+        """With a join: the earliest event time a lookup can still be made at (table compaction)."""
+        return None if self.join is None else self.join.horizon(self.lateness)
 
     @classmethod
     def from_rule(cls, rule) -> WindowOperator:
@@ -191,13 +211,26 @@ class WindowOperator:
     # ------------------------------------------------------------------ public API
     @property
     def watermark(self) -> int | None:
-        return None if self.max_ts is None else self.max_ts - self.lateness
+        clock = self.max_ts if self.join is None else self.join.max_ts
+        return None if clock is None else clock - self.lateness
 
     def process(self, events: Any) -> OperatorOutput:
         """Take a batch of events (EventBatch, dicts, pandas or Arrow); return the rows it emits."""
         batch = to_batch(events)
         out = OperatorOutput()
+        if self.join is not None:
+            self.join.accept(self, batch, out)
+            self.join.release(self, out)
+            self._gc_keys()
+            return out
         self._process(batch, out)
+        return out
+
+    def release(self) -> OperatorOutput:
+        """Apply what a joined table's moved watermark now allows (nothing without a join)."""
+        out = OperatorOutput()
+        if self.join is not None:
+            self.join.release(self, out)
         return out
 
     # The external-clock calls: a host (Spark) that knows the watermark better than one operator,
@@ -222,6 +255,10 @@ class WindowOperator:
             >>> op.ingest([{"k": "a", "ts": 7}], late_before=10).late[0]["reason"][:40]
             'late: event time 1970-01-01T00:00:00.007'
         """
+        if self.join is not None:
+            raise NotImplementedError(
+                f"rule {self.name!r} joins table {self.join.table.name!r}: a host's clock (Spark) does not drive "
+                "joined analytics rules yet; run it in the embedded engine (cep run)")
         out = OperatorOutput()
         self._process(to_batch(events), out, late_before)
         return out
@@ -235,6 +272,12 @@ class WindowOperator:
         out = OperatorOutput()
         watermark = int(watermark)
         if watermark == _NEG:
+            return out
+        if self.join is not None:
+            # the rule's clock moves; the windows' only as far as the table lets events through
+            self.join.advance(self, watermark)
+            self.join.release(self, out)
+            self._gc_keys(force=True)
             return out
         clock = watermark + self.lateness
         if self.max_ts is None or clock > self.max_ts:
@@ -289,16 +332,19 @@ class WindowOperator:
     def finish(self) -> OperatorOutput:
         """End of input: the final watermark closes every window."""
         out = OperatorOutput()
+        if self.join is not None:
+            self.join.release(self, out, final=True)
         ems = self.engine.advance(_POS, np.zeros(0, dtype=np.int64), 0, final=True)
         self._flush(ems, out)
         self._gc_keys()
         return out
 
     # ------------------------------------------------------------------ ingest
-    def _process(self, batch: EventBatch, out: OperatorOutput, late_before: Any = None) -> None:
+    def _process(self, batch: EventBatch, out: OperatorOutput, late_before: Any = None, count_read: bool = True) -> None:
         """Validate, judge lateness, apply in segments; with ``late_before``, on the caller's clock."""
         n = batch.n
-        self.counts.read += n
+        if count_read:
+            self.counts.read += n
         if n == 0:
             return
         ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
@@ -682,6 +728,7 @@ class WindowOperator:
             "engine": self.engine.state(),
             "counts": asdict(self.counts),
             "stats": asdict(self.stats),
+            "join": None if self.join is None else self.join.state(),
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
@@ -702,6 +749,12 @@ class WindowOperator:
         self.engine.load(state["engine"])
         self.counts = OperatorCounts(**state["counts"])
         self.stats = WindowStats(**state["stats"])
+        joined = state.get("join")
+        if joined is not None:
+            if self.join is not None:
+                self.join.load(joined)
+            else:
+                self._join_saved = joined
 
 
 def _walk_cols(e: A.Expr):

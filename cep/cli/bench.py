@@ -4,7 +4,9 @@ The input is decoded once (timed on its own; several inputs merged in event time
 merges them), then the engine runs every rule together ``--repeat`` times and each rule alone, on
 the same in-memory batches; the best repeat counts. Partial matches alive are counted over every
 key after each batch (outside the clock): the peak, and the count at the end of the input before
-the final flush. A last pass under ``tracemalloc`` gives the peak memory of Python objects. Times
+the final flush. A last pass under ``tracemalloc`` gives the peak memory of Python objects. Each
+table of the rule file (``tables:``) is reported at the end of the input: changes applied and
+late, keys, versions, rows and its memory (the store's estimate, bytes per live key). Times
 are wall-clock on this machine: read the ratios between rules, not the absolute figures, when the
 machine is shared.
 """
@@ -62,6 +64,7 @@ class BenchResult:
     rules: list[RuleFigures]
     timeline: list[dict[str, float]]  # per batch of the best repeat: events, seconds, partial matches
     warnings: list[str] = field(default_factory=list)  # what cep check warns about in the rules
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # per table: Engine.table_stats() at the end
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,7 +99,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
     """
     from cep.cli.inputs import _parse_inputs, input_batches
     from cep.engine import Engine
-    from patterns.rules import load_rules
+    from patterns.rules import RuleSet, load_rules
 
     rules = load_rules(rules_path)
     import pandas  # noqa: F401  (imported before the clock starts: decoding uses it)
@@ -141,7 +144,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
 
     alone: dict[str, float] = {}
     for rule in rules:
-        e1 = Engine([rule], streams=streams)
+        e1 = Engine(RuleSet((rule,), rules.path, tables=rules.tables), streams=streams)  # its table too
         start = time.perf_counter()
         for b, stream in batches:
             e1.process(b, stream)
@@ -199,6 +202,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
         rules=figures,
         timeline=timeline,
         warnings=[w.format() for w in rules.warnings],
+        tables=eng.table_stats(),
     )
 
 
@@ -235,7 +239,13 @@ def _table(res: BenchResult) -> str:
         f"all {count_noun(len(res.rules), 'rule')} together {res.all_rules_events_per_s:,.0f} events/s (best of {res.repeats}); "
         f"peak Python memory {res.peak_python_bytes / 2**20:,.1f} MiB"
     )
-    return "\n".join(lines + ["", summary])
+    tables = [
+        f"table {name}: {t['applied']:,} changes applied ({t['late']:,} late, {t['errors']:,} errors, "
+        f"{t['snapshot_rows']:,} snapshot rows); {t['live_keys']:,} live keys of {t['keys']:,}, {t['versions']:,} "
+        f"versions, {t['rows']:,} rows; {t['bytes'] / 2**20:,.1f} MiB, about {t['bytes_per_row']:,.0f} bytes per row"
+        for name, t in res.tables.items()
+    ]
+    return "\n".join(lines + ["", summary, *tables])
 
 
 def _plot(res: BenchResult, path: str) -> None:

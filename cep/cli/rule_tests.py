@@ -423,6 +423,7 @@ def run_test(test: RuleTest, rule_set: Any) -> RuleTestRun:
     rows that do not say their rule when several rules run).
     """
     from cep.engine import Engine
+    from patterns.rules import RuleSet
 
     names = rule_set.names()
     if test.rules is not None:
@@ -447,7 +448,9 @@ def run_test(test: RuleTest, rule_set: Any) -> RuleTestRun:
                 row = {"rule": chosen[0].name, **row}
             filled.append(row)
         expectations[key] = filled
-    engine = Engine(chosen, streams=[s for s, _, _ in test.inputs if s])
+    # the file's tables come along: a joined rule needs its table
+    engine = Engine(RuleSet(tuple(chosen), getattr(rule_set, "path", None), tables=getattr(rule_set, "tables", {}) or {}),
+                    streams=[s for s, _, _ in test.inputs if s])
     if any("_id" in row for rows in expectations.values() if isinstance(rows, list) for row in rows):
         engine.set_row_ids(True)
     got: dict[str, list[dict]] = {"expect": [], "late": [], "errors": [], "timeouts": []}

@@ -116,6 +116,9 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
         [{'k': 'a', 'n': 2, 'rule': 'busy', 'correction': False}]
     """
     spec = rule.spec
+    if getattr(spec, "join", None) is not None:
+        raise ValueError(f"rule {rule.name!r} joins table {spec.join.table!r}: explaining a joined rule is not "
+                         "supported yet (the replay would run without the table's rows)")
     batch = stream_rows(to_batch(events), spec.stream, streams)
     key_cols = list(spec.keys)
     key = typed_key(batch, key)

@@ -62,6 +62,9 @@ def explain_search(rule: Rule, events: EventBatch | Any, key: dict[str, Any], t_
         [('presearcher', True), ('clause', False), ('clause', True), ('clause', True)]
     """
     spec = rule.spec
+    if getattr(spec, "join", None) is not None:
+        raise ValueError(f"rule {rule.name!r} joins table {spec.join.table!r}: explaining a joined rule is not "
+                         "supported yet (the replay would run without the table's rows)")
     batch = stream_rows(to_batch(events), spec.stream, streams)
     key = typed_key(batch, key)
     idx = key_rows(batch, list(key), key) if key else key_rows(batch, [], {})

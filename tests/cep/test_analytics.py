@@ -495,3 +495,21 @@ def test_forgotten_keys_are_released():
         op.process(pa.table({"k": [f"{i}-{j}" for j in range(4000)], "ts": [i * 10] * 4000}))
     assert op.stats.matches == 76_000  # the last window is still open
     assert len(op._key_ids) < 30_000  # 80,000 keys seen, the dead ones forgotten
+
+
+@pytest.mark.parametrize("window", ["SESSION(ts, INTERVAL '4' MILLISECOND)", "TUMBLE(ts, INTERVAL '4' MILLISECOND)"])
+def test_min_max_of_nulls_before_the_first_string_stay_null_in_any_batching(window):
+    """Events whose value is NULL arrive before the first value fixes MIN/MAX's kind (strings): a
+    window of them alone is NULL whatever the batching, never the numbers' sentinel."""
+    from cep.analytics import WindowOperator
+    from patterns.analytics import compile_analytics
+
+    spec = compile_analytics("SELECT k, MAX(x) AS top, MIN(x) AS lo FROM t GROUP BY k, " + window)
+    ev = [{"k": 3, "ts": 37, "x": None}, {"k": 0, "ts": 50, "x": None}, {"k": 4, "ts": 58, "x": None},
+          {"k": 5, "ts": 59, "x": "t4"}]
+    got = []
+    for batches in ([[e] for e in ev], [ev]):
+        op = WindowOperator(spec, name="r")
+        rows = [r for b in batches for r in op.process(b).matches] + op.finish().matches
+        got.append([(r["k"], r["top"], r["lo"]) for r in rows])
+    assert got[0] == got[1] == [(3, None, None), (0, None, None), (4, None, None), (5, "t4", "t4")]

@@ -258,6 +258,40 @@ def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
     assert main(["bench", str(REPO / "rules/trading.yaml"), "--input", "nope.jsonl"]) == 2
 
 
+def test_bench_reports_table_size(tmp_path, capsys):
+    """A rule file with a table: every joined rule runs alone with its table, and each table's size
+    at the end of the input is reported (changes, keys, versions, rows, memory)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""
+tables:
+  - {name: sectors, from: sector_changes, primary_key: sym, columns: [sector], time_field: ts}
+rules:
+  - name: per_sector
+    kind: analytics
+    sql: |
+      SELECT sector, COUNT(*) AS n FROM ticks AS t JOIN sectors FOR SYSTEM_TIME AS OF t.ts AS s ON t.sym = s.sym
+      GROUP BY sector, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+  - name: rise
+    sql: |
+      SELECT * FROM ticks AS t LEFT JOIN sectors FOR SYSTEM_TIME AS OF t.ts AS s ON t.sym = s.sym
+      MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.ts AS t0, s.sector AS sector
+                       PATTERN (A B) DEFINE B AS B.px > A.px)
+""")
+    changes, ticks = tmp_path / "changes.jsonl", tmp_path / "ticks.jsonl"
+    changes.write_text("".join(json.dumps({"sym": f"S{k % 7}", "sector": f"x{k % 3}", "ts": k * 10}) + "\n"
+                               for k in range(30)))
+    ticks.write_text("".join(json.dumps({"sym": f"S{k % 5}", "px": k % 11, "ts": k}) + "\n" for k in range(300)))
+    out_json = tmp_path / "b.json"
+    assert main(["bench", str(rules), "--input", f"sector_changes={changes}", "--input", f"ticks={ticks}",
+                 "--repeat", "1", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "table sectors: 30 changes applied (0 late, 0 errors, 0 snapshot rows); 7 live keys of 7, 30 versions" in text
+    res = json.loads(out_json.read_text())
+    t = res["tables"]["sectors"]
+    assert (t["applied"], t["keys"], t["versions"]) == (30, 7, 30) and t["bytes"] > 0
+    assert {r["rule"]: r["matches"] for r in res["rules"]}["per_sector"] > 0
+
+
 def test_bench_partial_matches_are_counted_over_every_key_after_each_batch(tmp_path, capsys):
     """Peak and end-of-input partial matches agree with the timeline and with a hand count."""
     from cep.engine import Engine

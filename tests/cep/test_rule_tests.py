@@ -299,3 +299,32 @@ def test_a_missing_row_of_a_key_that_matched_otherwise_and_one_without_its_key(t
     out = capsys.readouterr().out
     assert "why        the key matched 1 time, but with other values than the expected row" in out, out
     assert "why        name the rule's PARTITION BY column (symbol) in the expected row" in out, out
+
+
+def test_a_rule_joined_with_a_table_runs_with_the_files_tables(tmp_path, capsys):
+    """cep test runs a joined rule with the tables of its file; the changelog is one of the inputs."""
+    (tmp_path / "rules.yaml").write_text("""
+tables:
+  - {name: accounts, from: account_changes, primary_key: id, columns: [tier], time_field: ts}
+rules:
+  - name: per_tier
+    kind: analytics
+    sql: |
+      SELECT tier, COUNT(*) AS n, window_start FROM payments AS p JOIN accounts FOR SYSTEM_TIME AS OF p.ts AS a
+        ON p.account = a.id GROUP BY tier, TUMBLE(ts, INTERVAL '10' MILLISECOND)
+tests:
+  - name: tier_counts
+    inputs:
+      account_changes:
+        - {id: 1, ts: 0, tier: gold}
+        - {id: 1, ts: 15, tier: silver}
+      payments:
+        - {account: 1, ts: 3}
+        - {account: 1, ts: 5}
+        - {account: 1, ts: 16}
+    expect:
+      - {tier: gold, n: 2, window_start: 0}
+      - {tier: silver, n: 1, window_start: 10}
+""")
+    assert main(["test", str(tmp_path / "rules.yaml")]) == 0
+    assert "PASS" in capsys.readouterr().out

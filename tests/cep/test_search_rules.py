@@ -122,7 +122,7 @@ def test_defaults() -> None:
      "rule 's': 'lateness' needs a 'time_field': without event time no document is late"),
     ("    sql: SELECT 1\n    query: a\n", 5, 5, "unknown key 'sql' for a search rule; known keys: name, kind, description, "
      "lateness, time_unit, max_future_skew, enabled, from, query, queries, queries_file, default_fields, default_operator, analysis, "
-     "allow_leading_wildcard, auto_phrase, id_field, time_field, fields, highlight"),
+     "allow_leading_wildcard, auto_phrase, id_field, time_field, fields, highlight, join"),
     ("    query: [a, b]\n", 5, 12, "rule 's': 'query' must be one Lucene query (text); write several under 'queries'"),
     ("    query:\n", 5, 11, "rule 's': 'query' must be one Lucene query (text); write several under 'queries'"),
     ("    queries: a\n", 5, 14, "rule 's': 'queries' must be a list of {id, query, metadata}"),

@@ -502,3 +502,82 @@ rules:
     assert sorted((r["Name"], r["sector"]) for r in rows) == sorted(zip(want["Name"], want["sector"]))
     join = engine.operators["tagged"].join.counts
     assert join["dropped"] == int(bars["sector"].isna().sum())
+
+
+# ---------------------------------------------------------------- idle progress and reload
+
+
+def test_idle_progress_does_not_pass_the_table_watermark():
+    """advance_watermarks moves a joined pattern rule's watermark (later events behind it are late)
+    but releases no event the table cannot answer for yet: the change that comes later is seen."""
+    from cep import Engine
+
+    engine = Engine(parse_rules(JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0)))
+    engine.process([{"id": 1, "ts": 0, "tier": "silver"}], stream="account_changes")
+    engine.process([{"account": 1, "ts": 10, "n": 0}], stream="payments")
+    assert engine.advance_watermarks({"seen": 100}).matches == []  # the table is at 0: the event waits
+    assert engine.watermarks()["seen"] == 100
+    assert len(engine.process([{"account": 1, "ts": 50, "n": 1}], stream="payments").late) == 1
+    out = engine.process([{"id": 1, "ts": 5, "tier": "gold"}, {"id": 1, "ts": 200, "tier": "x"}],
+                         stream="account_changes")
+    assert [(r["ts"], r["tier"]) for r in out.matches] == [(10, "gold")]
+
+
+def test_reload_keeps_unchanged_tables_and_refuses_changed_ones(tmp_path):
+    """Engine.reload: an unchanged table keeps its rows; a changed one refuses the whole reload (its
+    rows came from changes already read); a new table starts from its snapshot; a dropped one goes."""
+    from cep import Engine
+
+    text = JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0)
+    engine = Engine(parse_rules(text))
+    engine.process([{"id": 1, "ts": 0, "tier": "gold"}, {"id": 1, "ts": 100, "tier": "x"}], stream="account_changes")
+    rep = engine.reload(parse_rules(text.replace("MEASURES A.ts", "MEASURES A.n AS n2, A.ts")))
+    assert rep.accepted and rep.changed == ["seen"] and rep.tables_added == rep.tables_removed == []
+    out = engine.process([{"account": 1, "ts": 10, "n": 3}], stream="payments")
+    assert [(r["tier"], r["n2"]) for r in out.matches] == [("gold", 3)]  # the rows survived the reload
+
+    rep = engine.reload(parse_rules(text.replace("columns: [tier]", "columns: [tier, country]")))
+    assert not rep.accepted
+    assert rep.errors == ["table 'accounts' changed (columns): its rows come from the changelog this run has already "
+                          "read, which cannot be read again; restart from an empty state, or declare the new table "
+                          "under another name"]
+    assert "rules not reloaded, the old rules keep running" in rep.summary()
+    assert engine.table_stats()["accounts"]["applied"] == 2
+
+    (tmp_path / "regions.csv").write_text("id,region\n1,EU\n")
+    (tmp_path / "rules.yaml").write_text("""
+tables:
+  - {name: regions, from: region_changes, primary_key: id, columns: [region], time_field: ts, snapshot: regions.csv}
+rules:
+  - name: by_region
+    kind: search
+    from: payments
+    time_field: ts
+    join: {table: regions, on: account}
+    fields: [account, region]
+    query: 'region:eu'
+""")
+    rep = engine.reload(str(tmp_path / "rules.yaml"))
+    assert rep.accepted and rep.tables_added == ["regions"] and rep.tables_removed == ["accounts"]
+    assert rep.removed == ["seen"] and "tables added regions; tables removed accounts" in rep.summary()
+    out = engine.process([{"account": 1, "ts": 20}], stream="payments")
+    out.extend(engine.finish())
+    assert out.matches == [{"account": 1, "region": "EU", "query_id": "by_region", "metadata": {}, "rule": "by_region"}]
+
+    # a plain list of rules says nothing about tables: the engine's stay
+    from patterns.rules import load_rules
+
+    rep = engine.reload(list(load_rules(tmp_path / "rules.yaml")))
+    assert rep.accepted and rep.kept == ["by_region"] and list(engine.tables) == ["regions"]
+
+
+def test_reload_refuses_a_rule_joining_an_undeclared_table():
+    from cep import Engine
+    from patterns.rules import RuleSet
+
+    engine = Engine(parse_rules(JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0)))
+    joined = next(iter(parse_rules(JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0))))
+    rep = engine.reload(RuleSet((joined,), tables={}))
+    assert not rep.accepted
+    assert rep.errors == ["rule 'seen' joins table 'accounts', which the new rules do not declare (tables:)"]
+    assert list(engine.tables) == ["accounts"] and list(engine.operators) == ["seen"]

@@ -82,3 +82,77 @@ def write_log_dir(root: Path, files: int, lines_per_file: int, seed: int = 7) ->
         (d / f"part-{f:03d}.jsonl").write_text("\n".join(lines) + "\n")
     (d / ".part-999.jsonl.tmp").write_text('{"sym": "S0", "ts": 0, "px": 1}\n' * 10)
     return d
+
+
+TABLE_RULES = """
+tables:
+  - name: sectors
+    from: sector_changes          # rows tagged "stream": "sector_changes" in the same input
+    primary_key: sym
+    columns: [sector]
+    time_field: ts
+    lateness: 300
+rules:
+  - name: sector_rise
+    description: three or more rising prices of one symbol within ten seconds, in one sector all along
+    lateness: 200
+    sql: |
+      SELECT * FROM ticks AS t JOIN sectors FOR SYSTEM_TIME AS OF t.ts AS s ON t.sym = s.sym
+      MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0, LAST(B.ts) AS t1, COUNT(B.*) AS n, A.sector AS sector
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A B{2,})
+        WITHIN INTERVAL '10' SECOND
+        DEFINE B AS B.px > PREV(B.px) AND B.sector = A.sector)
+  - name: sector_burst
+    description: every 25 ticks of a sector (partitioned by the joined column)
+    sql: |
+      SELECT * FROM ticks LEFT JOIN sectors FOR SYSTEM_TIME AS OF ticks.ts ON ticks.sym = sectors.sym
+      MATCH_RECOGNIZE (
+        PARTITION BY sector ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0, MAX(A.px) AS top
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A{25})
+        DEFINE A AS A.px > 0)
+  - name: sector_second
+    kind: analytics
+    lateness: 200
+    sql: |
+      SELECT sector, COUNT(*) AS n, MAX(px) AS top, window_start
+      FROM ticks AS t JOIN sectors FOR SYSTEM_TIME AS OF t.ts AS s ON t.sym = s.sym
+      GROUP BY sector, TUMBLE(ts, INTERVAL '1' SECOND)
+  - name: energy_ticks
+    kind: search
+    from: ticks
+    time_field: ts
+    lateness: 200
+    join: {table: sectors, on: sym}
+    fields: [sym, ts, sector]
+    query: 'sector:energy AND NOT sym:S0'
+"""
+
+SECTORS = ("energy", "tech", "health", "banks")
+
+
+def write_table_log_dir(root: Path, files: int, lines_per_file: int, seed: int = 11, keys: int = 40) -> Path:
+    """Ticks with a sector changelog in the same files (rows tagged ``"stream": "sector_changes"``):
+    every symbol's first sector at time 0, then a change now and then, some of them late."""
+    rng = random.Random(seed)
+    d = root / "logs"
+    d.mkdir(parents=True, exist_ok=True)
+    t = 0
+    first = [json.dumps({"stream": "sector_changes", "sym": f"S{k}", "sector": rng.choice(SECTORS), "ts": 0})
+             for k in range(keys)]
+    for f in range(files):
+        lines = tick_lines(lines_per_file, seed + f, t0=t, keys=keys)
+        t = json.loads(next(x for x in reversed(lines) if x.startswith('{"sym"')))["ts"]
+        mixed = first if f == 0 else []
+        for line in lines:
+            mixed.append(line)
+            if rng.random() < 0.08 and line.startswith('{"sym"'):
+                ts = json.loads(line)["ts"] - rng.choice((0, 0, 50, 250, 1000))  # 1000: a late change
+                mixed.append(json.dumps({"stream": "sector_changes", "sym": f"S{rng.randrange(keys)}",
+                                         "sector": rng.choice(SECTORS), "ts": max(ts, 0)}))
+        (d / f"part-{f:03d}.jsonl").write_text("\n".join(mixed) + "\n")
+    return d

@@ -286,3 +286,22 @@ def test_next_in_define_unmatched_rows_and_anchors_give_the_embedded_engines_row
     assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is not None) > 3
     assert sum(1 for m in exp.matches if m["rule"] == "next_define") > 3
     assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is None) > 20
+
+
+@pytest.mark.parametrize("rule", [
+    """  - name: r
+    sql: |
+      SELECT * FROM p JOIN accounts FOR SYSTEM_TIME AS OF p.ts ON p.a = accounts.id
+      MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE A AS tier = 'gold')""",
+    """  - {name: r, kind: search, from: p, time_field: ts, join: {table: accounts, on: a}, query: gold}""",
+])
+def test_joined_rules_are_refused_on_spark_before_any_work(rule):
+    """Tables do not run on Spark yet: a joined rule is refused with the reason, not run without its table."""
+    from patterns.errors import CepError
+    from patterns.rules import parse_rules
+    from spark_udf.api import apply_rules
+
+    rules = parse_rules("tables:\n  - {name: accounts, from: changes, primary_key: id, columns: [tier], "
+                        "time_field: ts}\nrules:\n" + rule + "\n")
+    with pytest.raises(CepError, match="rule 'r' joins table 'accounts': temporal joins with tables cannot run on Spark yet"):
+        apply_rules(None, rules)  # type: ignore[arg-type]
