@@ -322,8 +322,19 @@ def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated
     return obj
 
 
-def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0) -> Iterator[EventBatch]:
+def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0, decoder: str | None = None) -> Iterator[EventBatch]:
+    """A JSON lines file's batches: a file a block of lines at a time (:mod:`cep.json_blocks`), unless
+    ``decoder`` (default: :func:`cep.json_blocks.jsonl_decoder`) is ``lines``; standard input one line
+    at a time, so that a live pipe's events are processed as they come."""
+    from cep.json_blocks import block_batches, jsonl_decoder
+
     src = _source_name(path)
+    if str(path) != STDIN and (decoder or jsonl_decoder()) == "blocks":
+        def blocks() -> Iterator[EventBatch]:
+            with open(path, "rb") as f:
+                yield from block_batches(f, batch_size, src, start_line)
+
+        return blocks()
 
     def parsed() -> Iterator[Any]:
         for lineno, raw in _numbered_lines(path):
