@@ -361,38 +361,7 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
     return hash128(clean, skip_empty=skip_empty), bad
 
 
-_last_factorized: tuple[np.ndarray, tuple[np.ndarray, Any]] | None = None
-
-
-def _factorize(vals: np.ndarray) -> tuple[np.ndarray, Any]:
-    """``pd.factorize(vals)``, remembered for the last array: the aggregates of one argument
-    (COUNT(DISTINCT url) and APPROX_COUNT_DISTINCT(url)) get the same array of a batch."""
-    global _last_factorized
-    last = _last_factorized  # one read: another thread may replace it
-    if last is not None and last[0] is vals:
-        return last[1]
-    got = pd.factorize(vals)
-    _last_factorized = (vals, got)
-    return got
-
-
 def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """hash128 of each row (h0, h1, whether hashed, reasons of rows not hashable).
-
-    A column of strings that repeat (hosts, URLs) is hashed once per distinct string."""
-    if vals.dtype == object and len(vals) >= 256:
-        try:
-            codes, uniq = _factorize(vals)
-        except TypeError:  # unhashable values (lists, dicts): reported row by row below
-            codes, uniq = None, vals
-        # all strings: factorize's equality is then hash128's (1, 1.0 and True would be one code)
-        if (codes is not None and len(uniq) * 2 <= len(vals)
-                and pd.api.types.infer_dtype(uniq, skipna=False) == "string"):
-            u0, u1, uvalid, ubad = _aligned_hashes(np.asarray(uniq, dtype=object), what, skip_empty)
-            if not ubad:
-                valid = (codes >= 0) & uvalid[codes]
-                return (np.where(valid, u0[codes], np.uint64(0)), np.where(valid, u1[codes], np.uint64(0)),
-                        valid, {})
     hb, bad = _hash(vals, what, skip_empty)
     n = len(vals)
     h0 = np.zeros(n, dtype=np.uint64)

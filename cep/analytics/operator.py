@@ -311,14 +311,8 @@ class WindowOperator:
         kid = self._kids(batch, ok, bad)
         cand = np.flatnonzero(ok & (kid >= 0))
         inputs = []
-        by_column: dict[str, np.ndarray] = {}  # aggregates of one column share its array (and its hashes)
         for slot, (k, a) in enumerate(zip(self.kernels, self.spec.aggregates)):
-            if isinstance(a.arg, A.Column):
-                vals = by_column.get(a.arg.name)
-                if vals is None:
-                    vals = by_column[a.arg.name] = self._arg_values(slot, a, batch, cand)
-            else:
-                vals = self._arg_values(slot, a, batch, cand)
+            vals = self._arg_values(slot, a, batch, cand)
             x, why = k.prepare(vals)
             inputs.append(x)
             for j, reason in why.items():
