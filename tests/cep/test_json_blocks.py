@@ -196,3 +196,12 @@ def test_lines_that_crash_arrows_parser_go_to_the_line_decoder(tmp_path, line):
     for lines in ([line, good(1)], [good(0), line, good(2)]):
         p = write(tmp_path, lines)
         assert_same(p, (1, 100))
+
+
+def test_reading_on_from_a_line_number(tmp_path):
+    p = write(tmp_path, [good(i) for i in range(20)] + [b"oops"] + [good(i) for i in range(20, 30)])
+    for start in (0, 5, 20, 21, 40):
+        old = list(_jsonl_batches(p, 7, start, decoder="lines"))
+        new = list(_jsonl_batches(p, 7, start, decoder="blocks"))
+        assert [b.lines.tolist() for b in old] == [b.lines.tolist() for b in new]
+        assert [[x.line for x in b.bad] for b in old] == [[x.line for x in b.bad] for b in new]
