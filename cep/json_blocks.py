@@ -31,6 +31,7 @@ DECODER_ENV = "CEP_JSONL_DECODER"
 """Environment variable choosing the JSON-lines decoder of files: ``blocks`` (default) or ``lines``."""
 
 _READ_BYTES = 1 << 22  # bytes read from the file at a time
+_RETRY_EVERY = 8
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -273,14 +274,20 @@ def block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: int
             _, _, ends = lines.take(start_line - lines.lineno)
             if not len(ends):
                 return
+    misses = 0  # blocks in a row that went to the per-line decoder
     while True:
         first, block, ends = lines.take(batch_size)
         if not len(ends):
             return
-        fast = _decode_block(block, ends, first, src, hints)
-        if fast is not None:
-            yield fast
-            continue
+        # a file whose blocks keep going per line (nested fields in every line) is tried again only
+        # every _RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
+        if misses < 2 or misses % _RETRY_EVERY == 0:
+            fast = _decode_block(block, ends, first, src, hints)
+            if fast is not None:
+                misses = 0
+                yield fast
+                continue
+        misses += 1
         # per line, as the line decoder does: fill the batch with lines after the block if needed
         records: list[dict] = []
         nums: list[int] = []

@@ -205,3 +205,9 @@ def test_reading_on_from_a_line_number(tmp_path):
         new = list(_jsonl_batches(p, 7, start, decoder="blocks"))
         assert [b.lines.tolist() for b in old] == [b.lines.tolist() for b in new]
         assert [[x.line for x in b.bad] for b in old] == [[x.line for x in b.bad] for b in new]
+
+
+def test_a_file_that_goes_per_line_for_a_while_comes_back_to_blocks(tmp_path):
+    nested = [orjson.dumps({"time": i, "tags": ["a", i]}) for i in range(40)]
+    p = write(tmp_path, nested + [good(i) for i in range(100)] + nested[:5])
+    assert_same(p, (3, 7))
