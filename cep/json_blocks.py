@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
 
-__all__ = ["DECODER_ENV", "jsonl_decoder", "block_batches"]
+__all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
 
 DECODER_ENV = "CEP_JSONL_DECODER"
 """Environment variable choosing the JSON-lines decoder of files: ``blocks`` (default) or ``lines``."""
 
 _READ_BYTES = 1 << 22  # bytes read from the file at a time
-_RETRY_EVERY = 8
+RETRY_EVERY = 8
+"""A file whose blocks keep going per line (nested fields in every line) tries Arrow again every this many blocks."""
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -48,7 +49,7 @@ def jsonl_decoder() -> str:
     return got
 
 
-class _Lines:
+class LineBlocks:
     """Whole lines of a binary file, taken ``n`` at a time as one block of bytes."""
 
     def __init__(self, f: BinaryIO) -> None:
@@ -94,19 +95,19 @@ class _Lines:
         return first, block, ends
 
 
-def _split(block: bytes, ends: np.ndarray) -> list[bytes]:
+def split_lines(block: bytes, ends: np.ndarray) -> list[bytes]:
     starts = np.concatenate(([0], ends[:-1])).tolist()
     return [block[s:e] for s, e in zip(starts, ends.tolist())]
 
 
-class _Hints:
+class BlockHints:
     """What earlier blocks of a file taught: the fields to read as text (Arrow would make times of them)."""
 
     def __init__(self) -> None:
         self.strings: dict[str, None] = {}
 
 
-def _read_table(block: bytes, hints: _Hints) -> Any:
+def _read_table(block: bytes, hints: BlockHints) -> Any:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -118,11 +119,10 @@ def _read_table(block: bytes, hints: _Hints) -> Any:
     return pj.read_json(io.BytesIO(block), read_options=ro, parse_options=po)
 
 
-def _decode_block(block: bytes, ends: np.ndarray, first: int, src: str | None, hints: _Hints) -> Any:
-    """The events of a block of lines as a batch, or None when the per-line decoder must decide."""
+def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints) -> dict[str, np.ndarray] | None:
+    """The columns of a block of whole lines (``ends``: where each line ends in it), as the per-line
+    decoder builds them, or None when the per-line decoder must decide."""
     import pyarrow as pa
-
-    from cep.events import EventBatch
 
     if _BOM in block:
         return None
@@ -154,7 +154,7 @@ def _decode_block(block: bytes, ends: np.ndarray, first: int, src: str | None, h
         if arr is None:
             return None
         cols[name] = arr
-    return EventBatch(cols, n, np.arange(first, first + n, dtype=np.int64), src)
+    return cols
 
 
 _MAX_OPENINGS = 256  # '{' and '[' in one line (strings included) up to which Arrow's parser is handed it
@@ -196,8 +196,6 @@ def _column(name: str, col: Any, block: bytes, ends: np.ndarray) -> np.ndarray |
     """One Arrow column as the per-line decoder's column (None: not representable, decode per line)."""
     import pyarrow as pa
 
-    from cep.events import _narrow
-
     t = col.type
     n = len(col)
     if pa.types.is_null(t):
@@ -208,7 +206,7 @@ def _column(name: str, col: Any, block: bytes, ends: np.ndarray) -> np.ndarray |
     if t == pa.int64() or pa.types.is_boolean(t):
         if col.null_count == 0:
             return col.to_numpy(zero_copy_only=False)
-        return _narrow(_objects(col.to_pylist()))
+        return narrow_column(_objects(col.to_pylist()))
     if t == pa.float64():
         vals = col.to_numpy(zero_copy_only=False)
         valid = (np.ones(n, dtype=bool) if not col.null_count
@@ -228,7 +226,7 @@ def _column(name: str, col: Any, block: bytes, ends: np.ndarray) -> np.ndarray |
             for i in idx.tolist():
                 rec = orjson.loads(block[int(starts[i]):int(ends[i])])
                 obj[i] = rec[name]
-        return _narrow(obj)
+        return narrow_column(obj)
     return None  # nested objects, arrays, anything else: per line
 
 
@@ -257,55 +255,20 @@ def _objects(values: list[Any]) -> np.ndarray:
     return arr
 
 
-def block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: int = 0) -> Iterator[Any]:
-    """The events of a JSON lines file as batches of ``batch_size``, as the per-line decoder batches them.
+def narrow_column(arr: np.ndarray) -> np.ndarray:
+    """A numeric or boolean array where every value has that one type (no NULL), else as is."""
+    import pandas as pd
 
-    Example:
-        >>> b = next(block_batches(io.BytesIO(b'{"a": 1}\\n{"a": 2.5}\\nnope\\n{"a": "x"}\\n'), 10, "f"))
-        >>> b.column("a").tolist(), b.lines.tolist(), [(x.line, x.reason[:14]) for x in b.bad]
-        ([1, 2.5, 'x'], [1, 2, 4], [(3, 'malformed JSON')])
-    """
-    from cep.events import BadLine, batch_from_records, decode_json_line
-
-    lines = _Lines(f)
-    hints = _Hints()
-    if start_line:
-        while lines.lineno < start_line:
-            _, _, ends = lines.take(start_line - lines.lineno)
-            if not len(ends):
-                return
-    misses = 0  # blocks in a row that went to the per-line decoder
-    while True:
-        first, block, ends = lines.take(batch_size)
-        if not len(ends):
-            return
-        # a file whose blocks keep going per line (nested fields in every line) is tried again only
-        # every _RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
-        if misses < 2 or misses % _RETRY_EVERY == 0:
-            fast = _decode_block(block, ends, first, src, hints)
-            if fast is not None:
-                misses = 0
-                yield fast
-                continue
-        misses += 1
-        # per line, as the line decoder does: fill the batch with lines after the block if needed
-        records: list[dict] = []
-        nums: list[int] = []
-        bad: list[BadLine] = []
-        while True:
-            for j, raw in enumerate(_split(block, ends)):
-                got = decode_json_line(raw, first + j, src)
-                if isinstance(got, BadLine):
-                    bad.append(got)
-                elif got is not None:
-                    records.append(got)
-                    nums.append(first + j)
-            if len(records) >= batch_size:
-                break
-            first, block, ends = lines.take(batch_size - len(records))
-            if not len(ends):
-                break
-        if records or bad:
-            b = batch_from_records(records, nums, src)
-            b.bad = bad
-            yield b
+    if not len(arr):
+        return arr
+    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    try:
+        if kind == "integer":
+            return arr.astype(np.int64)
+        if kind == "floating":
+            return arr.astype(np.float64)
+        if kind == "boolean":
+            return arr.astype(bool)
+    except (OverflowError, ValueError, TypeError):
+        pass
+    return arr
