@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -154,6 +155,7 @@ def main() -> None:
                 best["process"][name] = min(best["process"].get(name, 1e9), t)
                 print(f"  process {name:5s} {n / t:12,.0f} events/cpu-s (a whole cep run process)", flush=True)
     os.environ.pop("CEP_JSONL_DECODER", None)
+    shutil.rmtree(tmp, ignore_errors=True)
     if len(set(outs.values())) > 1:
         raise SystemExit("the two decoders gave different rows")
     result: dict[str, object] = {
