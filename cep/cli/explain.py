@@ -195,15 +195,6 @@ def rule_events(rule: Any, batch: Any, streams: set[str]) -> Any:
     return batch
 
 
-def joined_table(rule: Any) -> str | None:
-    """The table a rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF ...``), or None."""
-    statement = getattr(rule.compiled, "statement", None) if rule.compiled is not None else None
-    join = getattr(statement, "join", None) or getattr(rule.spec, "join", None)
-    if join is None:
-        return None
-    return str(getattr(join, "table", join))
-
-
 def _explainer(kind: str) -> Callable[..., Any]:
     """The explain function of a rule kind, ``cep.explain.<kind>.explain_<kind>``, imported when a rule
     of that kind is explained; ImportError when its module is not there (by name, so that a build
@@ -230,6 +221,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from cep.engine import with_time_unit
     from cep.explain import render
     from cep.explain.model import ExplainError
+    from cep.explain.rows import key_rows, refuse_joined
     from patterns.files import command_line_roots
     from patterns.rules import load_rules
 
@@ -263,14 +255,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
             listing = "; ".join(f"{r.name} {_describe_key(r)}" for r in rules)
             given = "no --key" if key is None else f"--key {args.key}"
             return _fail(f"no rule of {args.rules} fits {given} ({listing}); name one with --rule")
-    # the replay feeds the operator alone, without the engine's tables: a joined rule would see no
-    # table rows and every verdict would be wrong, so it is refused rather than explained wrongly
-    for r in chosen:
-        table = joined_table(r)
-        if table is not None:
-            return _fail(f"rule {r.name!r} joins table {table!r}: explaining rules with a temporal join is not "
-                         "supported yet (the replay would not see the table's rows); run it with cep run, or "
-                         "explain a copy of the rule without the join over events that carry the joined columns")
+    try:
+        for r in chosen:
+            refuse_joined(r)
+    except ExplainError as e:
+        return _fail(str(e))
     inputs = _parse_inputs(args.input)
     for _, path in inputs:
         if path == "-":
@@ -297,8 +286,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         rule_key = _key_for(r, key)
         assert rule_key is not None
         if rule_key:
-            from cep.explain.pattern import key_rows
-
             try:
                 key_rows(events, rule_key_columns(r) or [], rule_key, f"rule {r.name!r}")
             except ExplainError as e:  # implicit choice: a rule that never saw the key is left out

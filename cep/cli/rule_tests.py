@@ -388,7 +388,7 @@ def why_missing(row: dict, rules: list[Any], test: RuleTest) -> str | None:
     rule = next((r for r in rules if r.name == row.get("rule")), None)
     if rule is None or rule.kind != "pattern":
         return None
-    from cep.cli.explain import joined_table
+    from cep.explain.rows import joined_table
 
     if joined_table(rule) is not None:
         return f"(cep explain does not yet explain rules with a temporal join: {rule.name!r} joins {joined_table(rule)!r})"

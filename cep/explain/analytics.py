@@ -21,7 +21,15 @@ from cep.analytics.context import _Ctx
 from cep.analytics.operator import WindowStats
 from cep.events import EventBatch, event_times, format_time, to_batch
 from cep.explain.model import ExplainedRow, Explanation, Verdict
-from cep.explain.rows import in_range, key_rows, plain, range_notes, stream_rows, typed_key
+from cep.explain.rows import (
+    in_range,
+    key_rows,
+    plain,
+    range_notes,
+    refuse_joined,
+    stream_rows,
+    typed_key,
+)
 from cep.expressions import truthy
 from patterns.rules import Rule
 
@@ -116,13 +124,11 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
         [{'k': 'a', 'n': 2, 'rule': 'busy', 'correction': False}]
     """
     spec = rule.spec
-    if getattr(spec, "join", None) is not None:
-        raise ValueError(f"rule {rule.name!r} joins table {spec.join.table!r}: explaining a joined rule is not "
-                         "supported yet (the replay would run without the table's rows)")
+    refuse_joined(rule)
     batch = stream_rows(to_batch(events), spec.stream, streams)
     key_cols = list(spec.keys)
     key = typed_key(batch, key)
-    idx = key_rows(batch, key_cols, key)
+    idx, _ = key_rows(batch, key_cols, key, f"rule {rule.name!r}")
     keyval: Any = () if not key_cols else key[key_cols[0]] if len(key_cols) == 1 else tuple(key[c] for c in key_cols)
     op = _ExplainingOperator(spec, name=rule.name, lateness_ms=rule.lateness_ms, time_unit=rule.time_unit,
                              max_future_skew_ms=rule.max_future_skew_ms)
@@ -220,8 +226,6 @@ def explain_analytics(rule: Rule, events: EventBatch | Any, key: dict[str, Any],
             "cep run's, within the sketch's bound")
     if ex.notes:
         ex.notes.append("the outcome lists every row emitted for the key over the whole input")
-    if not len(idx):
-        ex.notes.append(f"no row of the input has the key {key!r}")
     return ex
 
 

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from cep.events import EventBatch, event_times, format_duration, format_time
-from cep.explain.model import ExplainedRow, ExplainError, Explanation, Verdict
+from cep.explain.model import ExplainedRow, Explanation, Verdict
+from cep.explain.rows import key_rows, refuse_joined
 from cep.expressions import DERIVED, Layout, MatchCtx, Node, compile_match_expr, truthy
 from cep.nfa import _NO_ROW, Attempt, KeyState, PatternAutomaton, StepStats
 from cep.operator import OperatorOutput, PatternOperator
@@ -686,54 +687,6 @@ def key_of_rule(rule: Any) -> list[str]:
     return list(rule.compiled.statement.partition_by)
 
 
-def _same(v: Any, want: Any) -> bool:
-    if isinstance(v, np.generic):
-        v = v.item()
-    if v is None:
-        return want is None
-    if isinstance(want, str) and not isinstance(v, str):
-        if str(v) == want:
-            return True
-        try:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and float(want) == float(v)
-        except ValueError:
-            return False
-    return bool(v == want)
-
-
-def key_rows(events: EventBatch, cols: list[str], key: dict[str, Any], what: str) -> tuple[np.ndarray, Any]:
-    """Rows of ``events`` whose key columns hold ``key`` and the key as the operator sees it.
-
-    Raises:
-        ExplainError: the key names other columns, or no event has it (the message shows a few keys).
-    """
-    if set(key) != set(cols):
-        want = ", ".join(cols) if cols else "no key (no PARTITION BY)"
-        got = ", ".join(key) if key else "none"
-        raise ExplainError(f"{what} is keyed by {want}; --key gave {got}"
-                           + (f": pass --key {cols[0]}=VALUE" if len(cols) == 1 else
-                              f": pass --key {'=...,'.join(cols)}=..." if cols else ": leave --key out"))
-    if not cols:
-        return np.arange(events.n), ()
-    sel = np.ones(events.n, dtype=bool)
-    for c in cols:
-        col = events.column(c)
-        sel &= np.fromiter((_same(v, key[c]) for v in col.tolist()), dtype=bool, count=events.n)
-    idx = np.flatnonzero(sel)
-    if not len(idx):
-        values = list(zip(*[events.column(c).tolist() for c in cols]))
-        known = list(dict.fromkeys(v for v in values if not any(x is None for x in v)))
-        shown = ", ".join(",".join(f"{c}={x}" for c, x in zip(cols, v)) if len(cols) > 1 else str(v[0]) for v in known[:5])
-        wanted = ",".join(f"{c}={key[c]}" for c in cols)
-        raise ExplainError(f"{what}: no event of key {wanted} in the input; it has "
-                           f"{len(known):,} key{'s' if len(known) != 1 else ''}"
-                           + (f", for example {shown}" if known else ""))
-    first = int(idx[0])
-    vals = [events.column(c)[first] for c in cols]
-    vals = [v.item() if isinstance(v, np.generic) else v for v in vals]
-    return idx, (vals[0] if len(cols) == 1 else tuple(vals))
-
-
 # ------------------------------------------------------------------ the explanation
 
 
@@ -759,8 +712,9 @@ def explain_pattern(rule: Any, events: EventBatch, key: dict[str, Any], t_from: 
     limit the rows shown; every row is replayed, so the state at ``t_from`` is right.
 
     Raises:
-        ExplainError: the key does not fit the rule or is not in the input.
+        ExplainError: the key does not fit the rule or is not in the input; the rule joins a table.
     """
+    refuse_joined(rule)
     cols = key_of_rule(rule)
     idx, key_value = key_rows(events, cols, key, f"rule {rule.name!r}")
     batch = _with_row_numbers(events)

@@ -15,7 +15,7 @@ from typing import Any
 
 from cep.events import EventBatch, event_times, to_batch
 from cep.explain.model import ExplainedRow, Explanation, Verdict
-from cep.explain.rows import in_range, key_rows, range_notes, stream_rows, typed_key
+from cep.explain.rows import in_range, key_rows, range_notes, refuse_joined, stream_rows, typed_key
 from cep.percolator.documents import _DocView
 from cep.percolator.presearcher import Key
 from cep.percolator.verify import _in_range, _phrase_windows
@@ -62,12 +62,10 @@ def explain_search(rule: Rule, events: EventBatch | Any, key: dict[str, Any], t_
         [('presearcher', True), ('clause', False), ('clause', True), ('clause', True)]
     """
     spec = rule.spec
-    if getattr(spec, "join", None) is not None:
-        raise ValueError(f"rule {rule.name!r} joins table {spec.join.table!r}: explaining a joined rule is not "
-                         "supported yet (the replay would run without the table's rows)")
+    refuse_joined(rule)
     batch = stream_rows(to_batch(events), spec.stream, streams)
     key = typed_key(batch, key)
-    idx = key_rows(batch, list(key), key) if key else key_rows(batch, [], {})
+    idx, _ = key_rows(batch, list(key), key, f"rule {rule.name!r}")
     op = SearchOperator.from_rule(rule)
     perc = op.percolator
     named = set(queries or ())

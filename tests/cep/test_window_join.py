@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cep import Engine
+from cep.explain.model import ExplainError
 from patterns.errors import RuleErrors
 from patterns.rules import load_rules, parse_rules
 from tests.cep.test_tables import _late_in_arrival_order, asof_reference, change_st
@@ -302,5 +303,5 @@ def test_explain_refuses_joined_rules():
     from cep.explain.analytics import explain_analytics
 
     rules = parse_rules(JOINED.format(table_lateness=0, rule_lateness=0, window=TUMBLE))
-    with pytest.raises(ValueError, match="rule 'per_tier' joins table 'accounts': explaining a joined rule is not"):
+    with pytest.raises(ExplainError, match="rule 'per_tier' joins table 'accounts': explaining rules with a temporal join is not"):
         explain_analytics(rules.rules[0], [], {"tier": "t1"}, None, None)
