@@ -1,4 +1,4 @@
-"""Writes transactions.jsonl and authorisations.jsonl: seeded synthetic card data for the fraud examples.
+"""Writes the fraud examples' seeded synthetic data: card transactions, authorisations, online payments, a customers changelog.
 
 Real card transactions are private, so this script makes a small, realistic-looking stream:
 150 cards over four weeks of March 2024, each with a home country and a handful of regular
@@ -31,7 +31,34 @@ it had before the second was added (the second draws from its own random stream)
 gives the same files, byte for byte (``tests/cep/test_examples.py`` checks the committed files
 against this script)::
 
-    python3 rules/data/make_transactions.py   # rewrites rules/data/transactions.jsonl and authorisations.jsonl
+    python3 rules/data/make_transactions.py   # rewrites the four files: transactions, authorisations, payments, customer changes
+
+A third pair of files, from a random stream of its own again, holds online-banking payments of
+80 customers (``payments.jsonl``) and the changelog of the customers table they are joined with
+(``customer_changes.jsonl``): each customer's account opening (``op: insert``, before March),
+home countries changing when customers move (``op: update``), accounts closed (``op: delete``)
+and one closed account opened again. A payment's ``country`` is where it was made from (the
+geolocated device). Honest traffic: payments from home, large ones included, and small payments
+(under 300 EUR) on trips abroad. Labelled cases, each a payment that a rule must flag when it
+reads the customer's row **as of the payment's time** (a join with the table's latest row, or
+with its first, gets the cases around a change wrong):
+
+* ``away_from_home``: 500 EUR or more from a country that is not the customer's home country
+  (rule ``payment_outside_home_country``);
+* ``old_home_after_move``: 500 EUR or more from the country the customer has just left (minutes
+  after the move; one exactly at the move's time, which the payment sees);
+* ``new_home_before_move``: 500 EUR or more from the country the customer moves to, minutes
+  before the move takes effect (the home is still the old one);
+* ``closed_account``: a payment on an account after it was closed, and before it was opened
+  again (rule ``payment_on_closed_account``).
+
+Unlabelled on purpose, next to them: large payments from the new home minutes after a move (one
+exactly at its time) and from the old home minutes before it, and payments minutes before an
+account is closed and after it is opened again.
+
+Fields of ``payments.jsonl``: ``id`` (p00001...), ``customer`` (cu001...), ``ts``, ``amount``
+(EUR), ``payee``, ``country``, ``label``. Of ``customer_changes.jsonl``: ``customer``, ``ts``,
+``op`` (``insert``, ``update`` or ``delete``), ``home_country`` (null on a delete), ``segment``.
 """
 
 from __future__ import annotations
@@ -42,7 +69,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["generate", "generate_authorisations", "dumps", "main"]
+__all__ = ["generate", "generate_authorisations", "generate_payments", "dumps", "main"]
 
 SEED = 20240301
 START_MS = int(datetime(2024, 3, 1, tzinfo=timezone.utc).timestamp() * 1000)
@@ -183,13 +210,115 @@ def generate_authorisations(seed: int = SEED) -> list[dict]:
     return [{"id": f"a{i + 1:05d}", **{f: r[f] for f in order}} for i, r in enumerate(rows)]
 
 
+CUSTOMERS = 80
+MOVERS, CLOSERS = 8, 5
+LARGE = 500.0  # payment_outside_home_country flags payments from abroad from this amount on
+
+
+def generate_payments(seed: int = SEED) -> tuple[list[dict], list[dict]]:
+    """Online-banking payments of :data:`CUSTOMERS` customers and their customers-table changelog.
+
+    Returns ``(payments, changes)``, each sorted by time (ties keep generation order; a change
+    and a payment at the same time are both kept, the payment sees the change).
+
+    Example:
+        >>> payments, changes = generate_payments(1)
+        >>> (payments, changes) == generate_payments(1), sorted(payments[0]), sorted(changes[0])
+        (True, ['amount', 'country', 'customer', 'id', 'label', 'payee', 'ts'], ['customer', 'home_country', 'op', 'segment', 'ts'])
+        >>> sorted({c["op"] for c in changes}), sorted({p["label"] for p in payments if p["label"]})
+        (['delete', 'insert', 'update'], ['away_from_home', 'closed_account', 'new_home_before_move', 'old_home_after_move'])
+    """
+    rnd = random.Random(seed * 53 + 11)  # a stream of its own: the files above do not move
+    payments: list[dict] = []
+    changes: list[dict] = []
+
+    def pay(customer: str, ts: int, amount: float, country: str, label: str | None = None) -> None:
+        payee = f"{country}-payee-{rnd.randrange(40):02d}"
+        payments.append({"customer": customer, "ts": ts, "amount": amount, "payee": payee, "country": country,
+                         "label": label})
+
+    def change(customer: str, ts: int, op: str, home: str | None, segment: str | None) -> None:
+        changes.append({"customer": customer, "ts": ts, "op": op, "home_country": home, "segment": segment})
+
+    customers = [f"cu{i + 1:03d}" for i in range(CUSTOMERS)]
+    special = rnd.sample(customers, MOVERS + CLOSERS)
+    movers, closers = set(special[:MOVERS]), special[MOVERS:]
+    for c in customers:  # every account opened before March
+        change(c, START_MS - rnd.randint(1, 400) * DAY + rnd.randrange(DAY), "insert", rnd.choice(HOME_COUNTRIES),
+               rnd.choice(["retail", "premium", "business"]))
+    home = {c["customer"]: c["home_country"] for c in changes}
+    segment = {c["customer"]: c["segment"] for c in changes}
+
+    def honest(c: str, home_country: str, first: int, last: int, trips: bool) -> None:
+        """A customer's everyday payments on days first..last-1, from home, with a trip abroad sometimes."""
+        trip = None
+        if trips and last - first > 8 and rnd.random() < 0.25:
+            day0 = rnd.randrange(first, last - 5)
+            trip = (day0, day0 + rnd.randint(2, 4), rnd.choice([x for x in ABROAD if x != home_country]))
+        for day in range(first, last):
+            for _ in range(rnd.randint(0, 1)):
+                ts = _daytime(rnd, day)
+                if trip and trip[0] <= day < trip[1]:
+                    pay(c, ts, _amount(rnd, 5, 290), trip[2])
+                elif rnd.random() < 0.12:  # rent, a car, a holiday booked from home
+                    pay(c, ts, _amount(rnd, 500, 3000), home_country)
+                else:
+                    pay(c, ts, _amount(rnd, 5, 450), home_country)
+
+    for c in customers:
+        if c in movers:
+            continue
+        closer = c in closers
+        honest(c, home[c], 0, (10 + closers.index(c) * 3) if closer else DAYS, trips=not closer)
+    # movers: a change of home country on a day in the middle of the month; the payments before it
+    # are from the old home, after it from the new one, and four large ones lie on either side
+    for k, c in enumerate(sorted(movers)):
+        old = home[c]
+        new = rnd.choice([x for x in HOME_COUNTRIES if x != old])
+        day = 6 + 2 * k
+        honest(c, old, 0, day, trips=False)
+        moved = _daytime(rnd, day)
+        change(c, moved, "update", new, segment[c])
+        honest(c, new, day + 1, DAYS, trips=False)
+        gap = rnd.randint(2, 40) * MINUTE
+        pay(c, moved - gap, _amount(rnd, 500, 2000), new, "new_home_before_move")
+        pay(c, moved - gap - rnd.randint(1, 30) * MINUTE, _amount(rnd, 500, 2000), old)  # still home: honest
+        if k % 2 == 0:  # at the move's very time: the payment sees the change
+            pay(c, moved, _amount(rnd, 500, 2000), old, "old_home_after_move")
+            pay(c, moved, _amount(rnd, 500, 2000), new)
+        else:
+            pay(c, moved + rnd.randint(1, 30) * MINUTE, _amount(rnd, 500, 2000), old, "old_home_after_move")
+            pay(c, moved + rnd.randint(1, 30) * MINUTE, _amount(rnd, 500, 2000), new)
+    # account takeovers: a large payment from abroad, on customers who neither move nor close
+    steady = [c for c in customers if c not in movers and c not in closers]
+    for c in rnd.sample(steady, 10):
+        pay(c, _daytime(rnd, rnd.randrange(DAYS)), _amount(rnd, 600, 4000),
+            rnd.choice([x for x in ABROAD if x != home[c]]), "away_from_home")
+    # closed accounts: the last honest payment minutes before the closing, then payments on the
+    # closed account; the last closer opens it again, and pays from home once more
+    for k, c in enumerate(closers):
+        closed = _daytime(rnd, 10 + k * 3)
+        pay(c, closed - rnd.randint(1, 20) * MINUTE, _amount(rnd, 5, 450), home[c])
+        change(c, closed, "delete", None, None)
+        for _ in range(rnd.randint(1, 2)):
+            pay(c, closed + rnd.randint(1, 48 * 60) * MINUTE, _amount(rnd, 5, 900), home[c], "closed_account")
+        if k == len(closers) - 1:
+            reopened = closed + 3 * DAY
+            change(c, reopened, "insert", home[c], segment[c])
+            pay(c, reopened + rnd.randint(1, 120) * MINUTE, _amount(rnd, 5, 450), home[c])
+    payments.sort(key=lambda r: r["ts"])
+    changes.sort(key=lambda r: r["ts"])
+    order = ["customer", "ts", "amount", "payee", "country", "label"]
+    return [{"id": f"p{i + 1:05d}", **{f: r[f] for f in order}} for i, r in enumerate(payments)], changes
+
+
 def dumps(rows: list[dict]) -> str:
     """The file's text: one JSON object per line, keys in a fixed order."""
     return "".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the transactions of ``--seed`` (default the committed one) to ``--output``."""
+    """Write the files of ``--seed`` (default the committed one): transactions, authorisations, payments, customer changes."""
     import argparse
 
     p = argparse.ArgumentParser(description="Write seeded synthetic card transactions and authorisations as JSON lines.")
@@ -198,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="payments file (default rules/data/transactions.jsonl)")
     p.add_argument("--auth-output", default=str(Path(__file__).with_name("authorisations.jsonl")),
                    help="authorisations and captures file (default rules/data/authorisations.jsonl)")
+    p.add_argument("--payments-output", default=str(Path(__file__).with_name("payments.jsonl")),
+                   help="online-banking payments file (default rules/data/payments.jsonl)")
+    p.add_argument("--customers-output", default=str(Path(__file__).with_name("customer_changes.jsonl")),
+                   help="customers changelog file (default rules/data/customer_changes.jsonl)")
     args = p.parse_args(argv)
     rows = generate(args.seed)
     Path(args.output).write_text(dumps(rows))
@@ -208,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     labelled = {r["auth_id"] for r in auths if r["label"] is not None}
     print(f"{args.auth_output}: {sum(r['type'] == 'auth' for r in auths)} authorisations, "
           f"{sum(r['type'] == 'capture' for r in auths)} captures, {len(labelled)} labelled", file=sys.stderr)
+    payments, changes = generate_payments(args.seed)
+    Path(args.payments_output).write_text(dumps(payments))
+    Path(args.customers_output).write_text(dumps(changes))
+    print(f"{args.payments_output}: {len(payments)} payments, {sum(p['label'] is not None for p in payments)} labelled; "
+          f"{args.customers_output}: {len(changes)} customer changes", file=sys.stderr)
     return 0
 
 

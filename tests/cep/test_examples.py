@@ -4,8 +4,9 @@ exactly what a brute-force recomputation over the same data finds.
 The README's table of examples is the list: every rule file in ``rules/`` has a row there, and the
 row's command runs (through ``cep.cli.main``) with every rule of the file emitting at least one
 complex event. Facts per file, each recomputed here from the raw events with plain Python loops or
-pandas, never with the engine: ``fraud.yaml``, ``ops.yaml``, ``trends.yaml`` and ``sessions.yaml``
-below; ``trading.yaml`` in ``test_real_data.py`` (the brute-force matcher), ``weblogs.yaml`` in
+pandas, never with the engine: ``fraud.yaml`` (its joined rules against a pandas ``merge_asof``),
+``ops.yaml``, ``trends.yaml`` and ``sessions.yaml`` below; ``trading.yaml`` in ``test_real_data.py``
+(the brute-force matcher), ``sp500.yaml`` in ``test_sp500_membership.py``, ``weblogs.yaml`` in
 ``test_analytics_data.py``, ``media.yaml`` in ``test_search_rules.py`` (every query on every
 document), and the absence rules of ``fraud.yaml``, ``ops.yaml``, ``sessions.yaml`` and
 ``orders.yaml`` in ``test_absence_examples.py``.
@@ -206,6 +207,97 @@ def test_new_country_merchant_burst_equals_exact_first_seen_sets(transactions, o
         if t["label"] == "card_testing":
             firsts.setdefault(t["card"], t["id"])
     assert len(firsts) == 10 and set(firsts.items()) <= {(g[0], g[1]) for g in got}
+
+
+# ------------------------------------------------------------------ fraud.yaml: payments joined with customers
+
+PAYMENT_RULES = {"payment_outside_home_country": {"away_from_home", "old_home_after_move", "new_home_before_move"},
+                 "payment_on_closed_account": {"closed_account"}}
+
+
+@pytest.fixture(scope="module")
+def payments() -> tuple[pd.DataFrame, pd.DataFrame]:
+    return pd.DataFrame(read_jsonl(DATA / "payments.jsonl")), pd.DataFrame(read_jsonl(DATA / "customer_changes.jsonl"))
+
+
+def test_payments_and_customer_changes_are_the_generators_output(payments):
+    gen = load_generator()
+    pays, changes = gen.generate_payments(gen.SEED)
+    assert (DATA / "payments.jsonl").read_text() == gen.dumps(pays)
+    assert (DATA / "customer_changes.jsonl").read_text() == gen.dumps(changes)
+    # the other streams did not move when these were added
+    assert (DATA / "transactions.jsonl").read_text() == gen.dumps(gen.generate(gen.SEED))
+    ops = payments[1]["op"].value_counts().to_dict()
+    assert ops["insert"] == gen.CUSTOMERS + 1 and ops["update"] == gen.MOVERS and ops["delete"] == gen.CLOSERS
+    assert (DATA / "payments.jsonl").stat().st_size < 200_000
+
+
+def as_of(pays: pd.DataFrame, changes: pd.DataFrame, pick: str = "as_of") -> pd.DataFrame:
+    """Each payment with its customer's home country: as of its time (pandas ``merge_asof``,
+    backward, a change at the payment's own time included; a delete gives no row), or, as a join
+    that is not temporal would give it, the latest row or the first row of the changelog."""
+    rows = changes.assign(home_country=changes["home_country"].where(changes["op"] != "delete"))
+    if pick == "as_of":
+        joined = pd.merge_asof(pays.sort_values("ts", kind="stable"), rows.sort_values("ts", kind="stable")
+                               [["customer", "ts", "home_country"]], on="ts", by="customer", direction="backward")
+    else:
+        one = rows.sort_values("ts", kind="stable").groupby("customer").nth(-1 if pick == "latest" else 0)
+        joined = pays.merge(one[["customer", "home_country"]], on="customer", how="left")
+    return joined.set_index("id")
+
+
+def flagged(joined: pd.DataFrame) -> dict[str, set[str]]:
+    """What the two rules flag, with the rules' conditions written as pandas filters."""
+    known = joined["home_country"].notna()
+    outside = known & (joined["amount"] >= 500) & (joined["country"] != joined["home_country"])
+    return {"payment_outside_home_country": set(joined.index[outside]),
+            "payment_on_closed_account": set(joined.index[~known])}
+
+
+def test_payment_rules_equal_the_generators_labels_and_a_pandas_as_of_join(payments, outputs):
+    pays, changes = payments
+    got = {rule: {r["id"] for r in outputs["fraud.yaml"][rule]} for rule in PAYMENT_RULES}
+    labels = {rule: set(pays.loc[pays["label"].isin(kinds), "id"]) for rule, kinds in PAYMENT_RULES.items()}
+    assert got == labels == flagged(as_of(pays, changes))
+    assert len(got["payment_outside_home_country"]) == 26 and len(got["payment_on_closed_account"]) == 5
+    # the rows carry the customer's row as of the payment: the home the payment was not made from
+    home = as_of(pays, changes)["home_country"]
+    for r in outputs["fraud.yaml"]["payment_outside_home_country"]:
+        assert r["home_country"] == home[r["id"]] != r["country"] and r["amount"] >= 500
+    # a join that is not temporal gets the cases around a change wrong, each in its own way
+    by_label = pays.set_index("id")["label"]
+    for pick, wrong in (("latest", {"new_home_before_move", "old_home_after_move", "closed_account"}),
+                        ("first", {"new_home_before_move", "old_home_after_move", "closed_account"})):
+        other = flagged(as_of(pays, changes, pick))
+        missed = set().union(*labels.values()) - set().union(*other.values())
+        extra = set().union(*other.values()) - set().union(*labels.values())
+        assert missed and extra, pick
+        assert {by_label[i] for i in missed} <= wrong, pick
+
+
+def test_payment_rules_in_any_batches_through_the_python_api(payments, outputs):
+    """The four streams merged by time and cut in batches of 7 (a change and the payments after it
+    often in different batches), then one batch per stream in turn: the rows of ``cep run``."""
+    pays, changes = payments
+    events = sorted([{**e, "stream": "payments"} for e in pays.to_dict("records")]
+                    + [{**e, "stream": "customer_changes"} for e in changes.to_dict("records")],
+                    key=lambda e: e["ts"])
+    want = {rule: sorted(r["id"] for r in outputs["fraud.yaml"][rule]) for rule in PAYMENT_RULES}
+    from cep import Engine
+
+    # the whole file (its tables: section declares the table); the other rules get no events
+    engine = Engine(load_rules(RULES / "fraud.yaml"), streams=["payments", "customer_changes"])
+    rows = []
+    for lo in range(0, len(events), 7):
+        chunk = events[lo:lo + 7]
+        for stream in ("customer_changes", "payments"):
+            part = [{k: v for k, v in e.items() if k != "stream"} for e in chunk if e["stream"] == stream]
+            if part:
+                rows += engine.process(part, stream=stream).matches
+    rows += engine.finish().matches
+    assert {rule: sorted(r["id"] for r in rows if r["rule"] == rule) for rule in PAYMENT_RULES} == want
+    stats = engine.table_stats()["customers"]
+    assert stats["applied"] == len(changes) and stats["late"] == 0
 
 
 # ------------------------------------------------------------------ ops.yaml

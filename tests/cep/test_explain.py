@@ -69,7 +69,10 @@ def examples() -> dict[str, Any]:
 
 
 def _pattern_rules() -> list[tuple[str, str]]:
-    return [(name, r.name) for name in EXAMPLES for r in load_rules(REPO / "rules" / name) if r.kind == "pattern"]
+    # not the rules joined with a table (fraud.yaml's payments rules): cep explain refuses them, the
+    # replay would not see the table's rows (test_explain_kinds.py checks the refusal)
+    return [(name, r.name) for name in EXAMPLES for r in load_rules(REPO / "rules" / name)
+            if r.kind == "pattern" and r.compiled.statement.join is None]
 
 
 def _key_of(row: dict[str, Any], cols: list[str]) -> tuple:
