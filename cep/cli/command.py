@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  cep check rules/fraud.yaml\n"
             "  cep test rules/trading.yaml\n"
             "  cep explain rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl --rule v_shape --key AAPL\n"
-            "  cep run rules/fraud.yaml --input rules/data/transactions.jsonl\n"
+            "  cep run rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl\n"
             "  cep bench rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl\n"
             "  cep percolate --queries rules/data/news_queries.jsonl --input rules/data/headlines_sample.jsonl\n"
             "\n"

@@ -31,9 +31,21 @@ def test_top_level_help_lists_every_command_examples_and_exit_codes():
     text = help_text()
     for word in ("check", "run", "bench", "spark", "percolate", "MATCH_RECOGNIZE", "analytics", "search"):
         assert word in text
-    assert "cep run rules/fraud.yaml --input rules/data/transactions.jsonl" in text
+    assert "cep run rules/trading.yaml --input rules/data/sp500_daily_2017_sample.jsonl" in text
     for code in ("0  ok", "1  complex events", "2  usage or rule errors", "3  runtime failure"):
         assert code in text
+
+
+def test_the_run_example_of_the_help_runs_without_error_rows(tmp_path, capsys, monkeypatch):
+    """The help's `cep run` example, run from the repository root, reads every event without an error row."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    runs = [line.split()[1:] for line in help_text().splitlines() if line.strip().startswith("cep run ")]
+    assert runs
+    for argv in runs:
+        capsys.readouterr()
+        assert main([*argv, "-o", str(tmp_path / "out.jsonl")]) == 0
+        summary = capsys.readouterr().err.splitlines()[0]
+        assert summary.startswith("cep run: ") and summary.endswith(" 0 errors") and " 0 complex events" not in summary
 
 
 @pytest.mark.parametrize("command, codes", [
