@@ -25,6 +25,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
+from cep.json_flat import decode_flat
+
 __all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
 
 DECODER_ENV = "CEP_JSONL_DECODER"
@@ -124,6 +126,9 @@ def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints) -> dict[str,
     decoder builds them, or None when the per-line decoder must decide."""
     import pyarrow as pa
 
+    flat = decode_flat(block, ends)  # a line starting with a byte-order mark is not flat: refused there
+    if flat is not None:  # every line flat and alike: the compiled scanner (cep.json_flat) read it
+        return flat
     if _BOM in block:
         return None
     n = len(ends)

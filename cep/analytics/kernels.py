@@ -369,6 +369,47 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
 
 
 def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(h0, h1, valid, bad rows) of a column, one row each (0 where not valid)."""
+    if vals.dtype == object and len(vals) >= _BY_VALUE_MIN:
+        got = _hashes_by_value(vals, what, skip_empty)
+        if got is not None:
+            return got
+    return _row_hashes(vals, what, skip_empty)
+
+
+_BY_VALUE_MIN = 64  # rows from which a string column is hashed one distinct value at a time
+
+
+def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+    """The hashes of a column of strings computed once per distinct string, or None (another kind).
+
+    Event fields repeat (hosts, URLs, user ids): hashing the distinct values and gathering costs a
+    fraction of hashing every row. Only strings take this path, so that NULL, the values that
+    compare equal across types (1, 1.0, True) and bad values stay with the per-row hashing."""
+    try:
+        codes, uniq = pd.factorize(vals)
+    except TypeError:  # unhashable values (a dict, a list): reported per row
+        return None
+    n = len(vals)
+    if len(uniq) * 2 > n or pd.api.types.infer_dtype(uniq, skipna=False) != "string":
+        return None
+    na = codes < 0
+    if na.any() and not all(v is None for v in vals[na].tolist()):  # NaN, pd.NA, NaT: per row
+        return None
+    uh0, uh1, uvalid, bad = _row_hashes(np.asarray(uniq, dtype=object), what, skip_empty)
+    if bad:
+        return None
+    c = np.where(na, 0, codes) if len(uniq) else codes
+    valid = ~na & uvalid[c] if len(uniq) else np.zeros(n, dtype=bool)
+    if not len(uniq):
+        z = np.zeros(n, dtype=np.uint64)
+        return z, z.copy(), valid, {}
+    h0 = np.where(valid, uh0[c], np.uint64(0))
+    h1 = np.where(valid, uh1[c], np.uint64(0))
+    return h0, h1, valid, {}
+
+
+def _row_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     hb, bad = _hash(vals, what, skip_empty)
     n = len(vals)
     h0 = np.zeros(n, dtype=np.uint64)
