@@ -121,12 +121,14 @@ def _read_table(block: bytes, hints: BlockHints) -> Any:
     return pj.read_json(io.BytesIO(block), read_options=ro, parse_options=po)
 
 
-def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints) -> dict[str, np.ndarray] | None:
+def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints,
+                 codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray] | None:
     """The columns of a block of whole lines (``ends``: where each line ends in it), as the per-line
-    decoder builds them, or None when the per-line decoder must decide."""
+    decoder builds them, or None when the per-line decoder must decide. ``codes`` receives the
+    string columns the flat scanner dictionary-encoded (see :func:`cep.json_flat.decode_flat`)."""
     import pyarrow as pa
 
-    flat = decode_flat(block, ends)  # a line starting with a byte-order mark is not flat: refused there
+    flat = decode_flat(block, ends, codes)  # a line starting with a byte-order mark is not flat: refused there
     if flat is not None:  # every line flat and alike: the compiled scanner (cep.json_flat) read it
         return flat
     if _BOM in block:

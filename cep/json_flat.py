@@ -233,11 +233,14 @@ def _first_keys(block: bytes, end: int) -> list[str] | None:
     return list(obj)
 
 
-def decode_flat(block: bytes, ends: np.ndarray) -> dict[str, np.ndarray] | None:
+def decode_flat(block: bytes, ends: np.ndarray,
+                codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray] | None:
     """The columns of a block of flat JSON lines as the per-line decoder builds them, or None.
 
     ``ends``: where each line ends in ``block`` (after its newline). None: the block is not
-    uniformly flat (see the module docstring) and another decoder must decide.
+    uniformly flat (see the module docstring) and another decoder must decide. ``codes``, when
+    given, receives each string column's dictionary encoding: (a code per row, -1 for NULL; the
+    distinct strings in first-seen order), what ``pandas.factorize`` gives for the column.
 
     Example:
         >>> cols = decode_flat(b'{"a":"x","n":1}\\n{"a":"y","n":null}\\n{"a":"x","n":3}\\n', np.array([16, 35, 51]))
@@ -270,6 +273,7 @@ def decode_flat(block: bytes, ends: np.ndarray) -> dict[str, np.ndarray] | None:
     if scan(buf, starts, np.asarray(ends, dtype=np.int64), key_bytes, key_off, kinds, vstart, vend, ivals):
         return None
     cols: dict[str, np.ndarray] = {}
+    enc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for f, name in enumerate(keys):
         kf = kinds[f]
         nonnull = kf != _NULL
@@ -281,7 +285,7 @@ def decode_flat(block: bytes, ends: np.ndarray) -> dict[str, np.ndarray] | None:
         if kind == _NULL:
             cols[name] = np.full(n, None, dtype=object)
         elif kind == _STR:
-            codes, first = encode(buf, vstart[f], vend[f], nonnull)
+            vcodes, first = encode(buf, vstart[f], vend[f], nonnull)
             spans = zip(vstart[f][first].tolist(), vend[f][first].tolist(), ivals[f][first].tolist())
             try:
                 # a string with escapes is decoded as JSON (the same escapes, the same refusals)
@@ -291,7 +295,8 @@ def decode_flat(block: bytes, ends: np.ndarray) -> dict[str, np.ndarray] | None:
             table = np.empty(len(uniq) + 1, dtype=object)
             table[:-1] = uniq
             table[-1] = None
-            cols[name] = table[codes]  # -1 (NULL) takes the last entry
+            cols[name] = table[vcodes]  # -1 (NULL) takes the last entry
+            enc[name] = (vcodes, table[:-1])
         elif kind == _INT:
             if allvalid:
                 cols[name] = ivals[f].copy()
@@ -306,4 +311,6 @@ def decode_flat(block: bytes, ends: np.ndarray) -> dict[str, np.ndarray] | None:
                 obj = (ivals[f] != 0).astype(object)
                 obj[~nonnull] = None
                 cols[name] = obj
+    if codes is not None:
+        codes.update(enc)
     return cols

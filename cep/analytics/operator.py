@@ -105,6 +105,7 @@ class WindowOperator:
         self.value_kinds: dict[str, str] = {}
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
+        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}  # id -> (column, its codes)
         self.counts = OperatorCounts()
         self.stats = WindowStats()
         self._key_ids: dict[Any, int] = {}
@@ -356,6 +357,7 @@ class WindowOperator:
             bad[r] = f"event-time field {self.time_col!r}: {reasons[r] or 'not a time'}"
         kid = self._kids(batch, ok, bad)
         cand = np.flatnonzero(ok & (kid >= 0))
+        self._args = {}
         inputs = []
         for slot, (k, a) in enumerate(zip(self.kernels, self.spec.aggregates)):
             vals = self._arg_values(slot, a, batch, cand)
@@ -372,6 +374,7 @@ class WindowOperator:
                     self._arg_values(slot, self.spec.aggregates[slot], batch, cand), "", isinstance(kern, _HyperLogLog)
                 )
                 extra_cols[f"\0h{slot}"] = h0
+        self._args = {}  # the argument columns of this batch are prepared: let them go
         for row in sorted(bad):
             self._error(out, batch, row, bad[row])
         good = np.ones(len(cand), dtype=bool)
@@ -471,6 +474,14 @@ class WindowOperator:
         uniques = []
         for c in self.key_cols:
             col = batch.column(c)
+            enc = batch.encoded(c)
+            if enc is not None:  # strings and None, dictionary-encoded by the decoder: factorized already
+                for i in np.flatnonzero((enc[0] < 0) & usable).tolist():
+                    bad.setdefault(int(i), f"group key field {c!r} is missing (null)")
+                    usable[i] = False
+                codes.append(enc[0])
+                uniques.append(enc[1])
+                continue
             if col.dtype == object:
                 nulls = pd.isna(col)
                 kind = pd.api.types.infer_dtype(col, skipna=True)
@@ -537,11 +548,20 @@ class WindowOperator:
                     got[j] = k
         return np.array(got, dtype=np.int64)
 
+    def _factors_of(self, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The decoder's dictionary encoding of an argument column of the batch being prepared."""
+        got = self._args.get(id(vals))
+        return got[1] if got is not None and got[0] is vals else None
+
     def _arg_values(self, slot: int, a: Aggregate, batch: EventBatch, idx: np.ndarray) -> np.ndarray:
         if a.arg is None:
             return np.zeros(len(idx))
         if isinstance(a.arg, A.Column):
-            return batch.column(a.arg.name)[idx]
+            vals = batch.column(a.arg.name)[idx]
+            enc = batch.encoded(a.arg.name)
+            if enc is not None:  # kept for this batch's kernels (hashing per distinct value)
+                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]))
+            return vals
         if isinstance(a.arg, A.Literal):
             out = np.empty(len(idx), dtype=object)
             out[:] = [a.arg.value] * len(idx)
