@@ -12,6 +12,10 @@ from cep.analytics.emission import _corrections, _Emission, _trigger
 from cep.analytics.events import _Events
 from cep.analytics.partials import _MAX_CHUNKS, _combine, _member, _Partial
 
+BATCHED = True
+"""Build the panes of a segment in one grouping and read the windows due together in one evaluation
+(the same partials and rows as one pane and one window at a time; tests compare the two)."""
+
 _KID_LIMIT = 1 << 31  # key ids below this share a 64-bit word with a pane offset
 _KID_MASK = np.int64(_KID_LIMIT * 2 - 1)
 
@@ -97,7 +101,7 @@ class _PaneWindows:
         one partial per pane (each kernel's ``slice``): the same partials as grouping each
         pane's events on its own, without a round of numpy calls per pane."""
         op = self.op
-        if 0 < hi - lo < _KID_LIMIT and all(k.sliceable for k in op.kernels) and int(ev.kid.max()) < _KID_LIMIT:
+        if BATCHED and 0 < hi - lo < _KID_LIMIT and all(k.sliceable for k in op.kernels) and int(ev.kid.max()) < _KID_LIMIT:
             whole = op._build(ev, ((pane - lo) << 32) | ev.kid)
             at = whole.cells >> 32
             cuts = np.flatnonzero(at[1:] != at[:-1]) + 1
@@ -161,7 +165,7 @@ class _PaneWindows:
 
     def _many_at_once(self) -> bool:
         op = self.op
-        return not op.spec.prev and all(k.cellwise for k in op.kernels) and len(self.wins) < _KID_LIMIT
+        return BATCHED and not op.spec.prev and all(k.cellwise for k in op.kernels) and len(self.wins) < _KID_LIMIT
 
     def emit_many(self, ks: list[int]) -> dict[int, tuple[list[tuple[int, dict]], np.ndarray]]:
         """:meth:`emit` of every key of each window in ``ks`` (with the keys holding data in it),

@@ -44,11 +44,13 @@ class OutputWriter:
     def write(self, rows: Iterable[dict]) -> None:
         from cep.durable import dumps_row  # survives events nested deeper than orjson writes
 
-        for row in rows:
-            self.count += 1
-            if self.fmt == "jsonl":
-                self.fh.write(dumps_row(row))
-            else:
+        if self.fmt == "jsonl":
+            rows = list(rows)
+            self.count += len(rows)
+            self.fh.write(b"".join(map(dumps_row, rows)))  # one write per call, not per row
+        else:
+            for row in rows:
+                self.count += 1
                 self.rows.append(row)
         if self.fmt == "jsonl" and (self.target == "-" or self.live):
             self.fh.flush()
