@@ -207,6 +207,22 @@ def _dict_encode_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
     return codes, first[:ncodes]
 
 
+def _strings(block: bytes, buf: np.ndarray, s: np.ndarray, e: np.ndarray, esc: np.ndarray) -> list[str]:
+    """The strings at ``block[s:e]`` (``esc``: holds an escape), decoded as the per-line decoder does."""
+    if esc.any():  # escapes are decoded as JSON: the same escapes, the same refusals
+        return [orjson.loads(block[a - 1:b + 1]) if x else block[a:b].decode("utf-8")
+                for a, b, x in zip(s.tolist(), e.tolist(), esc.tolist())]
+    if not len(s):
+        return []
+    # one decode for them all: each string with its closing quote, the quote made a newline (no
+    # string holds a raw newline: control characters were refused), then split
+    width = e - s + 1
+    out_start = np.cumsum(width) - width
+    gathered = buf[np.repeat(s - out_start, width) + np.arange(int(width.sum()))]
+    gathered[out_start + width - 1] = 10
+    return gathered.tobytes().decode("utf-8").split("\n")[:-1]
+
+
 _compiled: dict[str, Any] = {}
 
 
@@ -276,20 +292,19 @@ def decode_flat(block: bytes, ends: np.ndarray,
     enc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for f, name in enumerate(keys):
         kf = kinds[f]
-        nonnull = kf != _NULL
-        present = np.unique(kf[nonnull]) if nonnull.any() else np.zeros(0, dtype=np.int8)
+        per_kind = np.bincount(kf, minlength=4)
+        present = np.flatnonzero(per_kind[1:]) + 1
         if len(present) > 1:  # a column of mixed kinds: the other decoders say what it becomes
             return None
-        allvalid = bool(nonnull.all())
+        nonnull = kf != _NULL
+        allvalid = per_kind[_NULL] == 0
         kind = int(present[0]) if len(present) else _NULL
         if kind == _NULL:
             cols[name] = np.full(n, None, dtype=object)
         elif kind == _STR:
             vcodes, first = encode(buf, vstart[f], vend[f], nonnull)
-            spans = zip(vstart[f][first].tolist(), vend[f][first].tolist(), ivals[f][first].tolist())
             try:
-                # a string with escapes is decoded as JSON (the same escapes, the same refusals)
-                uniq = [orjson.loads(block[s - 1:e + 1]) if esc else block[s:e].decode("utf-8") for s, e, esc in spans]
+                uniq = _strings(block, buf, vstart[f][first], vend[f][first], ivals[f][first])
             except (UnicodeDecodeError, orjson.JSONDecodeError):  # the per-line decoder reports the line
                 return None
             table = np.empty(len(uniq) + 1, dtype=object)

@@ -184,14 +184,17 @@ class _PaneWindows:
         kids = part.cells & _KID_MASK
         wstart = np.asarray(ks, dtype=np.int64)[win] * self.step
         ctx = _Ctx(op, kids, wstart, wstart + self.size)
-        got = op._evaluate(_Partial(kids, part.n, part.states), None, ctx)
-        rows: list[list[tuple[int, dict]]] = [[] for _ in ks]
-        if got:
-            at = np.fromiter((i for i, _r in got), dtype=np.int64, count=len(got))
-            for w, kid, (_i, r) in zip(win[at].tolist(), kids[at].tolist(), got):
-                rows[w].append((kid, r))  # rows come by key, then window start: by key within each window
+        evaluated = op._evaluate(_Partial(kids, part.n, part.states), None, ctx)
+        at = np.fromiter((i for i, _r in evaluated), dtype=np.int64, count=len(evaluated))
+        got = [r for _i, r in evaluated]
+        # rows come by key, then window start: a stable sort by window keeps them by key within each
+        order = np.argsort(win[at], kind="stable")
+        cut = np.searchsorted(win[at][order], np.arange(len(ks) + 1)).tolist()
+        row_kids = kids[at][order].tolist()
+        ordered = [got[i] for i in order.tolist()]
         bounds = np.searchsorted(win, np.arange(len(ks) + 1))
-        return {k: (rows[j], kids[bounds[j]:bounds[j + 1]]) for j, k in enumerate(ks)}
+        return {k: (list(zip(row_kids[cut[j]:cut[j + 1]], ordered[cut[j]:cut[j + 1]])), kids[bounds[j]:bounds[j + 1]])
+                for j, k in enumerate(ks)}
 
     def keys_of(self, k: int) -> np.ndarray:
         """The sorted key ids with data in window ``k``."""
