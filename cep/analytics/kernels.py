@@ -384,13 +384,14 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
 
 
 def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool,
-                    factors: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+                    factors: tuple[np.ndarray, np.ndarray] | None = None,
+                    cache: dict[str, tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(h0, h1, valid, bad rows) of a column, one row each (0 where not valid).
 
     ``factors``: the column's dictionary encoding by the decoder (codes, -1 for NULL, and the
-    distinct strings), when it has one."""
+    distinct strings), when it has one; ``cache``: strings hashed before (see :func:`_string_hashes`)."""
     if vals.dtype == object and len(vals) >= _BY_VALUE_MIN:
-        got = _hashes_by_value(vals, what, skip_empty, factors)
+        got = _hashes_by_value(vals, what, skip_empty, factors, cache)
         if got is not None:
             return got
     return _row_hashes(vals, what, skip_empty)
@@ -400,7 +401,8 @@ _BY_VALUE_MIN = 64  # rows from which a string column is hashed one distinct val
 
 
 def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
-                     factors: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+                     factors: tuple[np.ndarray, np.ndarray] | None = None,
+                     cache: dict[str, tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The hashes of a column of strings computed once per distinct string, or None (another kind).
 
     Event fields repeat (hosts, URLs, user ids): hashing the distinct values and gathering costs a
@@ -420,9 +422,15 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
         na = codes < 0
         if na.any() and not all(v is None for v in vals[na].tolist()):  # NaN, pd.NA, NaT: per row
             return None
-    uh0, uh1, uvalid, bad = _row_hashes(np.asarray(uniq, dtype=object), what, skip_empty)
-    if bad:
-        return None
+    if cache is not None and len(uniq):
+        uh0, uh1 = _string_hashes(uniq, cache)
+        uvalid = np.ones(len(uniq), dtype=bool)
+        if skip_empty:
+            uvalid = np.fromiter((len(u) > 0 for u in uniq), dtype=bool, count=len(uniq))
+    else:
+        uh0, uh1, uvalid, bad = _row_hashes(np.asarray(uniq, dtype=object), what, skip_empty)
+        if bad:
+            return None
     c = np.where(na, 0, codes) if len(uniq) else codes
     valid = ~na & uvalid[c] if len(uniq) else np.zeros(n, dtype=bool)
     if not len(uniq):
@@ -431,6 +439,25 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
     h0 = np.where(valid, uh0[c], np.uint64(0))
     h1 = np.where(valid, uh1[c], np.uint64(0))
     return h0, h1, valid, {}
+
+
+_CACHE_LIMIT = 1 << 20  # strings whose hashes an operator keeps (then it starts afresh)
+
+
+def _string_hashes(uniq: Any, cache: dict[str, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(h0, h1) of distinct strings, each hashed once per operator: batches bring the same hosts
+    and URLs again, and a dictionary look-up costs a fraction of hashing."""
+    got = list(map(cache.get, uniq))
+    miss = [j for j, g in enumerate(got) if g is None]
+    if miss:
+        if len(cache) + len(miss) > _CACHE_LIMIT:
+            cache.clear()
+        strings = [uniq[j] for j in miss]
+        hb = hash128(np.array(strings, dtype=object))
+        for j, s, a, b in zip(miss, strings, hb.h0.tolist(), hb.h1.tolist()):
+            cache[s] = got[j] = (a, b)
+    pairs = np.array(got, dtype=np.uint64).reshape(len(got), 2)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
 def _row_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -452,7 +479,8 @@ class _Entries(_Kernel):
     cellwise = True
 
     def prepare(self, vals):
-        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals))
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         return (h0, h1, valid), bad
 
     sliceable = True
@@ -563,7 +591,8 @@ class _HyperLogLog(_Kernel):
         self.limit = max(self.m // 4, 1)
 
     def prepare(self, vals):
-        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True, factors=self.op._factors_of(vals))
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         coupons = np.zeros(len(vals), dtype=np.uint32)
         if valid.any():
             coupons[valid] = hll_coupons(h0[valid], h1[valid])
@@ -696,7 +725,8 @@ class _TopK(_Kernel):
         self.capacity = max(op.spec.sketches.topk_capacity, 4 * self.k)
 
     def prepare(self, vals):
-        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals))
+        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         out = vals.astype(object) if vals.dtype != object else vals.copy()
         out[~valid] = None
         return (out, valid), bad
@@ -775,7 +805,8 @@ class _CountMin(_Kernel):
         self.value = agg.extra
 
     def prepare(self, vals):
-        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals))
+        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         return (h0, valid), bad
 
     def build(self, inputs, g, cells):

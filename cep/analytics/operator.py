@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pickle
 from dataclasses import asdict, dataclass
@@ -106,6 +107,7 @@ class WindowOperator:
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
         self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}  # id -> (column, its codes)
+        self._string_hash_cache: dict[str, tuple[int, int]] = {}  # hashes of strings seen (kernels._string_hashes)
         self.counts = OperatorCounts()
         self.stats = WindowStats()
         self._key_ids: dict[Any, int] = {}
@@ -713,7 +715,7 @@ class WindowOperator:
         names = [name for name, _c, _f in self._select] + ["rule", "correction"]
         m = len(passing)
         columns += [[self.name] * m, [False] * m]
-        return list(zip(passing.tolist(), [dict(zip(names, vals)) for vals in zip(*columns)]))
+        return list(zip(passing.tolist(), _row_maker(tuple(names))(columns)))
 
     def _row_for_retraction(self, kid: int, old: dict) -> dict:
         row = dict(old)
@@ -775,6 +777,16 @@ class WindowOperator:
                 self.join.load(joined)
             else:
                 self._join_saved = joined
+
+
+@functools.lru_cache(maxsize=256)
+def _row_maker(names: tuple[str, ...]) -> Callable[[list[list]], list[dict]]:
+    """A function turning columns into row dicts with these keys, written as a dict display: about
+    twice as fast as ``dict(zip(names, values))`` per row, which counts with every window emitted."""
+    args = [f"_{i}" for i in range(len(names))]
+    body = ", ".join(f"{n!r}: {a}" for n, a in zip(names, args))  # repr: any name is a literal
+    src = f"lambda cols: [{{{body}}} for ({', '.join(args)},) in zip(*cols)]"
+    return eval(src, {"zip": zip})  # noqa: S307 - source built from reprs of names only
 
 
 def _walk_cols(e: A.Expr):
