@@ -32,6 +32,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
+from cep.json_flat import flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
 from patterns.rules import DEFAULT_MAX_FUTURE_SKEW_MS, TIME_UNITS
@@ -377,6 +378,11 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
     """
     lines = LineBlocks(f)
     hints = BlockHints()
+    try:
+        size: int | None = os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):  # an in-memory file
+        size = None
+    flat = flat_for(size)
     if start_line:
         while lines.lineno < start_line:
             _, _, ends = lines.take(start_line - lines.lineno)
@@ -391,7 +397,7 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         # every RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
         if misses < 2 or misses % RETRY_EVERY == 0:
             codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            cols = decode_block(block, ends, hints, codes)
+            cols = decode_block(block, ends, hints, codes, flat)
             if cols is not None:
                 misses = 0
                 enc = {k: (cols[k], c, u) for k, (c, u) in codes.items()}

@@ -122,15 +122,17 @@ def _read_table(block: bytes, hints: BlockHints) -> Any:
 
 
 def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints,
-                 codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray] | None:
+                 codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                 flat: bool = False) -> dict[str, np.ndarray] | None:
     """The columns of a block of whole lines (``ends``: where each line ends in it), as the per-line
     decoder builds them, or None when the per-line decoder must decide. ``codes`` receives the
-    string columns the flat scanner dictionary-encoded (see :func:`cep.json_flat.decode_flat`)."""
+    string columns the flat scanner dictionary-encoded (see :func:`cep.json_flat.decode_flat`),
+    which reads the block first when ``flat`` (see :func:`cep.json_flat.flat_for`)."""
     import pyarrow as pa
 
-    flat = decode_flat(block, ends, codes)  # a line starting with a byte-order mark is not flat: refused there
-    if flat is not None:  # every line flat and alike: the compiled scanner (cep.json_flat) read it
-        return flat
+    got = decode_flat(block, ends, codes) if flat else None  # a line opening with a byte-order mark is refused there
+    if got is not None:  # every line flat and alike: the compiled scanner (cep.json_flat) read it
+        return got
     if _BOM in block:
         return None
     n = len(ends)

@@ -123,3 +123,31 @@ def test_escapes_decode_as_json_and_a_last_line_may_lack_its_newline():
     assert got is not None
     assert_same(got, per_line(lines))
     assert got["u"].tolist() == ["\u00e9\U0001F600", 'a"b\\c/', "\u00e9\U0001F600"]
+
+
+def test_files_read_with_the_scanner_give_the_batches_of_the_line_decoder(tmp_path, monkeypatch):
+    from tests.cep.test_json_blocks import assert_same
+
+    rows = [{"host": f"h{i % 7}", "time": 1_000 * i, "url": f"/u{i % 11}\u00e9", "ok": i % 3 == 0,
+             "bytes": None if i % 5 == 0 else i} for i in range(400)]
+    lines = [orjson.dumps(r) for r in rows]
+    lines[150] = b'{"host": "h1", "time": 5'  # a malformed line: that block goes per line
+    lines[260] = b'{"time": 3, "host": "h2"}'  # another field order: that block goes to Arrow
+    p = tmp_path / "events.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.setenv("CEP_FLAT_JSON", "on")
+    assert_same(p, (1, 7, 100, 8192))
+
+
+def test_the_scanner_setting_is_checked(monkeypatch):
+    from cep.json_flat import FLAT_MIN_BYTES, flat_for
+
+    monkeypatch.setenv("CEP_FLAT_JSON", "off")
+    assert not flat_for(FLAT_MIN_BYTES)
+    monkeypatch.setenv("CEP_FLAT_JSON", "on")
+    assert flat_for(10)
+    monkeypatch.setenv("CEP_FLAT_JSON", "auto")
+    assert flat_for(FLAT_MIN_BYTES)
+    monkeypatch.setenv("CEP_FLAT_JSON", "fast")
+    with pytest.raises(ValueError, match="CEP_FLAT_JSON='fast': expected 'auto'"):
+        flat_for(10)
