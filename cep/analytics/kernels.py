@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -385,7 +386,7 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
 
 def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool,
                     factors: tuple[np.ndarray, np.ndarray] | None = None,
-                    cache: dict[str, tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+                    cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(h0, h1, valid, bad rows) of a column, one row each (0 where not valid).
 
     ``factors``: the column's dictionary encoding by the decoder (codes, -1 for NULL, and the
@@ -402,7 +403,7 @@ _BY_VALUE_MIN = 64  # rows from which a string column is hashed one distinct val
 
 def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
                      factors: tuple[np.ndarray, np.ndarray] | None = None,
-                     cache: dict[str, tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+                     cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The hashes of a column of strings computed once per distinct string, or None (another kind).
 
     Event fields repeat (hosts, URLs, user ids): hashing the distinct values and gathering costs a
@@ -444,20 +445,53 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
 _CACHE_LIMIT = 1 << 20  # strings whose hashes an operator keeps (then it starts afresh)
 
 
-def _string_hashes(uniq: Any, cache: dict[str, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(h0, h1) of distinct strings, each hashed once per operator: batches bring the same hosts
-    and URLs again, and a dictionary look-up costs a fraction of hashing."""
-    got = list(map(cache.get, uniq))
-    miss = [j for j, g in enumerate(got) if g is None]
-    if miss:
-        if len(cache) + len(miss) > _CACHE_LIMIT:
-            cache.clear()
-        strings = [uniq[j] for j in miss]
-        hb = hash128(np.array(strings, dtype=object))
-        for j, s, a, b in zip(miss, strings, hb.h0.tolist(), hb.h1.tolist()):
-            cache[s] = got[j] = (a, b)
-    pairs = np.array(got, dtype=np.uint64).reshape(len(got), 2)
-    return pairs[:, 0].copy(), pairs[:, 1].copy()
+class _StringHashes:
+    """The hashes of the strings an operator has seen: batches bring the same hosts and URLs
+    again, and a dictionary look-up costs a fraction of hashing."""
+
+    __slots__ = ("index", "h0", "h1", "n")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.index: dict[str, int] = {}
+        self.h0 = np.zeros(1024, dtype=np.uint64)
+        self.h1 = np.zeros(1024, dtype=np.uint64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, uniq: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(h0, h1) of each of ``uniq`` (strings)."""
+        at = np.fromiter(map(self.index.get, uniq, repeat(-1)), dtype=np.int64, count=len(uniq))
+        miss = np.flatnonzero(at < 0)
+        if len(miss):
+            if self.n + len(miss) > _CACHE_LIMIT:
+                self._reset()
+                at[:] = -1
+                miss = np.arange(len(uniq))
+            strings = [uniq[j] for j in miss.tolist()]
+            hb = hash128(np.array(strings, dtype=object))
+            need = self.n + len(strings)
+            if need > len(self.h0):
+                size = max(need, 2 * len(self.h0))
+                self.h0 = np.resize(self.h0, size)
+                self.h1 = np.resize(self.h1, size)
+            for j, s, a, b in zip(miss.tolist(), strings, hb.h0.tolist(), hb.h1.tolist()):
+                k = self.index.get(s)
+                if k is None:  # (a string may come twice: spelt with and without escapes)
+                    k = self.index[s] = self.n
+                    self.h0[k], self.h1[k] = a, b
+                    self.n += 1
+                at[j] = k
+        return self.h0[at], self.h1[at]
+
+
+def _string_hashes(uniq: Any, cache: _StringHashes) -> tuple[np.ndarray, np.ndarray]:
+    """(h0, h1) of distinct strings, each hashed once per operator."""
+    return cache.get(uniq)
 
 
 def _row_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:

@@ -15,7 +15,7 @@ from cep.analytics.arrays import _NEG, _POS, _Groups, _pair_words
 from cep.analytics.context import _BatchCtx, _Ctx, _narrow_obj
 from cep.analytics.emission import _Emission, _key_order
 from cep.analytics.events import _Events
-from cep.analytics.kernels import _aligned_hashes, _HyperLogLog, _make_kernel, _TopK
+from cep.analytics.kernels import _aligned_hashes, _HyperLogLog, _make_kernel, _StringHashes, _TopK
 from cep.analytics.panes import _PaneWindows
 from cep.analytics.partials import _Partial
 from cep.analytics.session import _SessionWindows
@@ -107,7 +107,7 @@ class WindowOperator:
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
         self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}  # id -> (column, its codes)
-        self._string_hash_cache: dict[str, tuple[int, int]] = {}  # hashes of strings seen (kernels._string_hashes)
+        self._string_hash_cache = _StringHashes()  # hashes of the strings seen, each hashed once
         self.counts = OperatorCounts()
         self.stats = WindowStats()
         self._key_ids: dict[Any, int] = {}

@@ -126,3 +126,18 @@ def test_late_events_and_corrections_are_the_same_batched(kind):
     got = run(r, ev, [500] * 3, batched=True)
     assert got == want
     assert any(x["correction"] for x in got)
+
+
+def test_string_hashes_kept_per_operator_are_the_sketches_hashes(monkeypatch):
+    from cep.analytics import kernels
+    from sketches import hash128
+
+    monkeypatch.setattr(kernels, "_CACHE_LIMIT", 1_500)  # past it the cache starts afresh
+    cache = kernels._StringHashes()
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        uniq = [f"/u{x}\u00e9" for x in rng.integers(0, 2_000, 700).tolist()] + ["", "/u1\u00e9"]
+        h0, h1 = cache.get(np.array(uniq, dtype=object))
+        want = hash128(np.array(uniq, dtype=object))
+        assert (h0 == want.h0).all() and (h1 == want.h1).all()
+        assert len(cache) <= 1_500
