@@ -42,12 +42,12 @@ class OutputWriter:
             open(target, "wb").close()  # CSV and Parquet are written at the end: fail now, not then
 
     def write(self, rows: Iterable[dict]) -> None:
-        from cep.durable import dumps_row  # survives events nested deeper than orjson writes
+        from cep.durable import dumps_row, dumps_rows  # survive events nested deeper than orjson writes
 
         if self.fmt == "jsonl":
             rows = list(rows)
             self.count += len(rows)
-            self.fh.write(b"".join(map(dumps_row, rows)))  # one write per call, not per row
+            self.fh.write(dumps_rows(rows) if len(rows) > 1 else b"".join(map(dumps_row, rows)))
         else:
             for row in rows:
                 self.count += 1
