@@ -119,13 +119,14 @@ def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # p
                 esc = 0
                 while p < e:
                     b = buf[p]
-                    if b == 34:
-                        break
-                    if b < 32:
-                        return i + 1
-                    if b == 92:
-                        esc = 1
-                        p += 1
+                    if b <= 92:  # letters and most URL bytes are above: one test for them
+                        if b == 34:
+                            break
+                        if b < 32:
+                            return i + 1
+                        if b == 92:
+                            esc = 1
+                            p += 1
                     p += 1
                 if p >= e:
                     return i + 1
