@@ -285,6 +285,16 @@ def _polars(path: Path) -> dict[tuple[str, int], tuple[int, int, int]] | None:
     return {(h, int(w)): (int(a), int(b), int(c)) for h, w, a, b, c in df.iter_rows()}
 
 
+def _peer_versions() -> dict[str, str]:
+    out = {}
+    for name in ("duckdb", "polars"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
 def _approx_error(rows: dict[tuple[str, int], tuple[int, int, int]]) -> dict[str, float]:
     """How far each approximate distinct count is from the exact one: the largest absolute difference
     among windows of fewer than 2**p / 4 distinct URLs, and the largest relative one elsewhere."""
@@ -338,6 +348,7 @@ def windowed_analytics(copies: int, repeat: int, batch: int, baseline: Path | No
             "events_per_cpu_s_each_round": rounds,
             "whole_process_events_per_cpu_s": {k: round(n / t) for k, t in whole.items()},
             "approx_error": {"cep": _approx_error(ours)},
+            "peer_versions": _peer_versions(),
         }
         if baseline:
             result["baseline"] = str(baseline)
