@@ -472,15 +472,15 @@ class WindowOperator:
             kid[ok] = self._key_ids[()]
             return kid
         usable = ok.copy()
-        codes = []
+        codes: list[Any] = []
         uniques = []
         for c in self.key_cols:
             col = batch.column(c)
             enc = batch.encoded(c)
             if enc is not None:  # strings and None, dictionary-encoded by the decoder: factorized already
-                for i in np.flatnonzero((enc[0] < 0) & usable).tolist():
-                    bad.setdefault(int(i), f"group key field {c!r} is missing (null)")
-                    usable[i] = False
+                for r in np.flatnonzero((enc[0] < 0) & usable).tolist():
+                    bad.setdefault(r, f"group key field {c!r} is missing (null)")
+                    usable[r] = False
                 codes.append(enc[0])
                 uniques.append(enc[1])
                 continue

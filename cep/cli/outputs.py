@@ -42,7 +42,10 @@ class OutputWriter:
             open(target, "wb").close()  # CSV and Parquet are written at the end: fail now, not then
 
     def write(self, rows: Iterable[dict]) -> None:
-        from cep.durable import dumps_row, dumps_rows  # survive events nested deeper than orjson writes
+        from cep.durable import (  # survive events nested deeper than orjson writes
+            dumps_row,
+            dumps_rows,
+        )
 
         if self.fmt == "jsonl":
             rows = list(rows)

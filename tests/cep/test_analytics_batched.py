@@ -31,7 +31,7 @@ def stream(seed: int, n: int, keys: int, disorder: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(0, n // 2, n)) + rng.integers(0, disorder + 1, n)
     out = []
-    for i, t in enumerate(ts.tolist()):
+    for t in ts.tolist():
         u = rng.integers(0, 40)
         out.append({"k": f"k{rng.integers(0, keys)}", "ts": t, "v": int(rng.integers(-5, 50)),
                     "u": None if u == 0 else f"/u{u}"})
