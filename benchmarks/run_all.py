@@ -120,7 +120,8 @@ STEPS: tuple[Step, ...] = (
     # no --quick: a short run instead
     Step("caps", "bench_caps.py", (), ("--events", "20000", "--budget-events", "20000", "--baseline-events", "200"),
          ("caps.json",)),
-    Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json",), needs=_need_data),
+    Step("real", "bench_real.py", (), ("--only", "nasa,apache"), ("real.json", "real_windows.json"), needs=_need_data,
+         quick_outputs=("real.json",)),
     Step("latency", "bench_latency.py", (), ("--quick",), ("latency.json",), quick_outputs=("latency_quick.json",)),
     # the full S&P 500 data when present (the bundled sample otherwise); quick: the sample, 1 and 10 rules
     Step("many_rules", "bench_many_rules.py", (),

@@ -32,6 +32,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
+from cep.json_flat import flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
 from patterns.rules import DEFAULT_MAX_FUTURE_SKEW_MS, TIME_UNITS
@@ -88,6 +89,18 @@ class EventBatch:
     # columns (True) or rows of columns (a mask) that hold epoch ms converted from date/time
     # values (pandas, Arrow, access logs): a rule's time_unit does not apply to them
     epoch_ms: dict[str, np.ndarray | bool] = field(default_factory=dict)
+    # string columns the decoder dictionary-encoded: name -> (the column, a code per row, -1 for
+    # NULL, the distinct values in first-seen order), so that keys and hashes are made per value
+    dict_codes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def encoded(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(codes, distinct values) of column ``name`` as the decoder encoded it, or None.
+
+        None too when the column was replaced since (the codes describe the decoded column only)."""
+        got = self.dict_codes.get(name)
+        if got is None or self.columns.get(name) is not got[0]:
+            return None
+        return got[1], got[2]
 
     def column(self, name: str) -> np.ndarray:
         """The column ``name``, or an all-NULL column when the batch has no such field."""
@@ -113,7 +126,13 @@ class EventBatch:
         """The rows at ``idx``, keeping their line numbers (bad lines stay with this batch)."""
         lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
         conv = {k: m[idx] if isinstance(m, np.ndarray) else m for k, m in self.epoch_ms.items()}
-        return EventBatch({k: c[idx] for k, c in self.columns.items()}, len(idx), lines, self.source, epoch_ms=conv)
+        cols = {k: c[idx] for k, c in self.columns.items()}
+        codes = {}
+        for k in self.dict_codes:
+            got = self.encoded(k)
+            if got is not None:
+                codes[k] = (cols[k], got[0][idx], got[1])
+        return EventBatch(cols, len(idx), lines, self.source, epoch_ms=conv, dict_codes=codes)
 
 
 def batch_from_records(
@@ -359,6 +378,11 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
     """
     lines = LineBlocks(f)
     hints = BlockHints()
+    try:
+        size: int | None = os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):  # an in-memory file
+        size = None
+    flat = flat_for(size)
     if start_line:
         while lines.lineno < start_line:
             _, _, ends = lines.take(start_line - lines.lineno)
@@ -372,10 +396,13 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         # a file whose blocks keep going per line (nested fields in every line) is tried again only
         # every RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
         if misses < 2 or misses % RETRY_EVERY == 0:
-            cols = decode_block(block, ends, hints)
+            codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            cols = decode_block(block, ends, hints, codes, flat)
             if cols is not None:
                 misses = 0
-                yield EventBatch(cols, len(ends), np.arange(first, first + len(ends), dtype=np.int64), src)
+                enc = {k: (cols[k], c, u) for k, (c, u) in codes.items()}
+                yield EventBatch(cols, len(ends), np.arange(first, first + len(ends), dtype=np.int64), src,
+                                 dict_codes=enc)
                 continue
         misses += 1
         # per line, as the line decoder does: fill the batch with lines after the block if needed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -29,6 +30,11 @@ class _Kernel:
 
     agg: Aggregate
     needs_seen = False
+    sliceable = False
+    """Whether :meth:`slice` cuts a partial's state by cells (then a batch over many panes is built at once)."""
+    cellwise = False
+    """Whether :meth:`result` reads each cell alone, the same value and type whatever cells come with
+    it (then the windows due together are read in one call)."""
 
     def __init__(self, agg: Aggregate, op: WindowOperator):
         self.agg = agg
@@ -50,6 +56,10 @@ class _Kernel:
     def combine(self, parts: list, nout: int) -> Any:
         raise NotImplementedError
 
+    def slice(self, state: Any, a: int, b: int) -> Any:
+        """The state of cells ``a`` to ``b - 1`` of a partial, as if built from their rows alone."""
+        raise NotImplementedError
+
     def result(self, state: Any, n: np.ndarray, cells: np.ndarray, ctx: _Ctx) -> tuple[np.ndarray, Any]:
         raise NotImplementedError
 
@@ -66,9 +76,13 @@ class _Aligned(_Kernel):
     """Aggregates whose partial is a few arrays with one value per cell, merged by sum/min/max."""
 
     reducers: tuple[str, ...] = ()
+    sliceable = True
 
     def build(self, inputs, g, cells):
         return _reduce(inputs, self.reducers, g)
+
+    def slice(self, state, a, b):
+        return tuple(x[a:b] for x in state)
 
     def combine(self, parts, nout):
         out = []
@@ -161,6 +175,7 @@ def _short(v: Any) -> str:
 
 class _CountNonNull(_Aligned):
     reducers = ("sum",)
+    cellwise = True
 
     def prepare(self, vals):
         if vals.dtype.kind == "f":
@@ -326,6 +341,7 @@ class _FirstSeen(_Aligned):
 
     reducers = ("sum",)
     needs_seen = True
+    cellwise = True
 
     def prepare(self, vals):
         hb, bad = _hash(vals, self.agg.text, skip_empty=False)
@@ -368,7 +384,117 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
     return hash128(clean, skip_empty=skip_empty), bad
 
 
-def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool,
+                    factors: tuple[np.ndarray, np.ndarray] | None = None,
+                    cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(h0, h1, valid, bad rows) of a column, one row each (0 where not valid).
+
+    ``factors``: the column's dictionary encoding by the decoder (codes, -1 for NULL, and the
+    distinct strings), when it has one; ``cache``: strings hashed before (see :func:`_string_hashes`)."""
+    if vals.dtype == object and len(vals) >= _BY_VALUE_MIN:
+        got = _hashes_by_value(vals, what, skip_empty, factors, cache)
+        if got is not None:
+            return got
+    return _row_hashes(vals, what, skip_empty)
+
+
+_BY_VALUE_MIN = 64  # rows from which a string column is hashed one distinct value at a time
+
+
+def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
+                     factors: tuple[np.ndarray, np.ndarray] | None = None,
+                     cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+    """The hashes of a column of strings computed once per distinct string, or None (another kind).
+
+    Event fields repeat (hosts, URLs, user ids): hashing the distinct values and gathering costs a
+    fraction of hashing every row. Only strings take this path, so that NULL, the values that
+    compare equal across types (1, 1.0, True) and bad values stay with the per-row hashing."""
+    n = len(vals)
+    if factors is not None:  # strings and None only, as the flat JSON scanner makes them
+        codes, uniq = factors
+        na = codes < 0
+    else:
+        try:
+            codes, uniq = pd.factorize(vals)
+        except TypeError:  # unhashable values (a dict, a list): reported per row
+            return None
+        if len(uniq) * 2 > n or pd.api.types.infer_dtype(uniq, skipna=False) != "string":
+            return None
+        na = codes < 0
+        if na.any() and not all(v is None for v in vals[na].tolist()):  # NaN, pd.NA, NaT: per row
+            return None
+    if cache is not None and len(uniq):
+        uh0, uh1 = _string_hashes(uniq, cache)
+        uvalid = np.ones(len(uniq), dtype=bool)
+        if skip_empty:
+            uvalid = np.fromiter((len(u) > 0 for u in uniq), dtype=bool, count=len(uniq))
+    else:
+        uh0, uh1, uvalid, bad = _row_hashes(np.asarray(uniq, dtype=object), what, skip_empty)
+        if bad:
+            return None
+    c = np.where(na, 0, codes) if len(uniq) else codes
+    valid = ~na & uvalid[c] if len(uniq) else np.zeros(n, dtype=bool)
+    if not len(uniq):
+        z = np.zeros(n, dtype=np.uint64)
+        return z, z.copy(), valid, {}
+    h0 = np.where(valid, uh0[c], np.uint64(0))
+    h1 = np.where(valid, uh1[c], np.uint64(0))
+    return h0, h1, valid, {}
+
+
+_CACHE_LIMIT = 1 << 20  # strings whose hashes an operator keeps (then it starts afresh)
+
+
+class _StringHashes:
+    """The hashes of the strings an operator has seen: batches bring the same hosts and URLs
+    again, and a dictionary look-up costs a fraction of hashing."""
+
+    __slots__ = ("index", "h0", "h1", "n")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.index: dict[str, int] = {}
+        self.h0 = np.zeros(1024, dtype=np.uint64)
+        self.h1 = np.zeros(1024, dtype=np.uint64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, uniq: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(h0, h1) of each of ``uniq`` (strings)."""
+        at = np.fromiter(map(self.index.get, uniq, repeat(-1)), dtype=np.int64, count=len(uniq))
+        miss = np.flatnonzero(at < 0)
+        if len(miss):
+            if self.n + len(miss) > _CACHE_LIMIT:
+                self._reset()
+                at[:] = -1
+                miss = np.arange(len(uniq))
+            strings = [uniq[j] for j in miss.tolist()]
+            hb = hash128(np.array(strings, dtype=object))
+            need = self.n + len(strings)
+            if need > len(self.h0):
+                size = max(need, 2 * len(self.h0))
+                self.h0 = np.resize(self.h0, size)
+                self.h1 = np.resize(self.h1, size)
+            for j, s, a, b in zip(miss.tolist(), strings, hb.h0.tolist(), hb.h1.tolist()):
+                k = self.index.get(s)
+                if k is None:  # (a string may come twice: spelt with and without escapes)
+                    k = self.index[s] = self.n
+                    self.h0[k], self.h1[k] = a, b
+                    self.n += 1
+                at[j] = k
+        return self.h0[at], self.h1[at]
+
+
+def _string_hashes(uniq: Any, cache: _StringHashes) -> tuple[np.ndarray, np.ndarray]:
+    """(h0, h1) of distinct strings, each hashed once per operator."""
+    return cache.get(uniq)
+
+
+def _row_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     hb, bad = _hash(vals, what, skip_empty)
     n = len(vals)
     h0 = np.zeros(n, dtype=np.uint64)
@@ -384,13 +510,23 @@ def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool) -> tuple[np.n
 class _Entries(_Kernel):
     """Exact COUNT(DISTINCT x): the sorted set of (cell, 128-bit value hash) per partial."""
 
+    cellwise = True
+
     def prepare(self, vals):
-        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         return (h0, h1, valid), bad
+
+    sliceable = True
 
     def build(self, inputs, g, cells):
         h0, h1, valid = inputs
         return _unique3(g.inv[valid], h0[valid], h1[valid])
+
+    def slice(self, state, a, b):
+        idx, h0, h1 = state  # sorted by cell
+        lo, hi = np.searchsorted(idx, (a, b))
+        return idx[lo:hi] - a, h0[lo:hi], h1[lo:hi]
 
     def combine(self, parts, nout):
         idx, a, b = [], [], []
@@ -480,6 +616,8 @@ class _HyperLogLog(_Kernel):
     register-wise max, as ``HyperLogLog.merge`` does; the estimate is the sketch's own.
     """
 
+    cellwise = True
+
     def __init__(self, agg, op):
         super().__init__(agg, op)
         self.p = op.spec.sketches.hll_precision
@@ -487,7 +625,8 @@ class _HyperLogLog(_Kernel):
         self.limit = max(self.m // 4, 1)
 
     def prepare(self, vals):
-        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True)
+        h0, h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=True, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         coupons = np.zeros(len(vals), dtype=np.uint32)
         if valid.any():
             coupons[valid] = hll_coupons(h0[valid], h1[valid])
@@ -532,10 +671,17 @@ class _HyperLogLog(_Kernel):
                 idx, coupons = idx[~mark], coupons[~mark]
         return idx, coupons, dense
 
+    sliceable = True
+
     def build(self, inputs, g, cells):
         coupons, valid = inputs
         idx, cp = self._sparse(g.inv[valid], coupons[valid])
         return self._finish(idx, cp, {})
+
+    def slice(self, state, a, b):
+        idx, cp, dense = state  # sparse words sorted by cell; a dense cell's registers by cell
+        lo, hi = np.searchsorted(idx, (a, b))
+        return idx[lo:hi] - a, cp[lo:hi], {c - a: r for c, r in dense.items() if a <= c < b}
 
     def combine(self, parts, nout):
         idx, cps = [], []
@@ -613,10 +759,16 @@ class _TopK(_Kernel):
         self.capacity = max(op.spec.sketches.topk_capacity, 4 * self.k)
 
     def prepare(self, vals):
-        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        _h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         out = vals.astype(object) if vals.dtype != object else vals.copy()
         out[~valid] = None
         return (out, valid), bad
+
+    sliceable = True
+
+    def slice(self, state, a, b):
+        return {c - a: t for c, t in state.items() if a <= c < b}
 
     def build(self, inputs, g, cells):
         vals, valid = inputs
@@ -687,7 +839,8 @@ class _CountMin(_Kernel):
         self.value = agg.extra
 
     def prepare(self, vals):
-        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False)
+        h0, _h1, valid, bad = _aligned_hashes(vals, self.agg.text, skip_empty=False, factors=self.op._factors_of(vals),
+                                           cache=self.op._string_hash_cache)
         return (h0, valid), bad
 
     def build(self, inputs, g, cells):
@@ -741,6 +894,8 @@ class _CountMin(_Kernel):
 
 
 class _CountStar(_Kernel):
+    cellwise = True
+
     def prepare(self, vals):
         return (), {}
 
@@ -750,10 +905,15 @@ class _CountStar(_Kernel):
     def concat(self, parts):
         return ()
 
+    sliceable = True
+
     def build(self, inputs, g, cells):
         return None
 
     def combine(self, parts, nout):
+        return None
+
+    def slice(self, state, a, b):
         return None
 
     def result(self, state, n, cells, ctx):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -11,6 +11,13 @@ from cep.analytics.context import _Ctx
 from cep.analytics.emission import _corrections, _Emission, _trigger
 from cep.analytics.events import _Events
 from cep.analytics.partials import _MAX_CHUNKS, _combine, _member, _Partial
+
+BATCHED = True
+"""Build the panes of a segment in one grouping and read the windows due together in one evaluation
+(the same partials and rows as one pane and one window at a time; tests compare the two)."""
+
+_KID_LIMIT = 1 << 31  # key ids below this share a 64-bit word with a pane offset
+_KID_MASK = np.int64(_KID_LIMIT * 2 - 1)
 
 if TYPE_CHECKING:  # type hints only: the operator drives the window engines
     from cep.analytics.operator import WindowOperator
@@ -69,11 +76,7 @@ class _PaneWindows:
         op = self.op
         pane = ev.ts // self.g
         lo, hi = int(pane.min()), int(pane.max())
-        for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
-            sel = pane == p
-            if not sel.any():
-                continue
-            part = op._build(ev.take(sel, op.kernels), ev.kid[sel])
+        for p, part in self._parts(ev, pane, lo, hi):
             chunks = self.panes.setdefault(p, [])
             chunks.append(part)
             if len(chunks) > _MAX_CHUNKS:
@@ -91,11 +94,37 @@ class _PaneWindows:
                     if not known.all():
                         w.fresh.append(part.cells[~known])
 
+    def _parts(self, ev: _Events, pane: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, _Partial]]:
+        """The partial of each pane the events touch, in pane order.
+
+        Events spanning many panes are grouped once by (pane, key id) and the result cut into
+        one partial per pane (each kernel's ``slice``): the same partials as grouping each
+        pane's events on its own, without a round of numpy calls per pane."""
+        op = self.op
+        if BATCHED and 0 < hi - lo < _KID_LIMIT and all(k.sliceable for k in op.kernels) and int(ev.kid.max()) < _KID_LIMIT:
+            whole = op._build(ev, ((pane - lo) << 32) | ev.kid)
+            at = whole.cells >> 32
+            cuts = np.flatnonzero(at[1:] != at[:-1]) + 1
+            starts = [0, *cuts.tolist()]
+            ends = [*cuts.tolist(), len(at)]
+            kids = whole.cells & _KID_MASK
+            for a, b in zip(starts, ends):
+                states = [k.slice(st, a, b) for k, st in zip(op.kernels, whole.states)]
+                yield lo + int(at[a]), _Partial(kids[a:b], whole.n[a:b], states)
+            return
+        for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
+            sel = pane == p
+            if not sel.any():
+                continue
+            yield p, op._build(ev.take(sel, op.kernels), ev.kid[sel])
+
     def advance(self, clock: int, r_all: np.ndarray, seg_start: int, final: bool = False) -> list[_Emission]:
         op = self.op
         out: list[_Emission] = []
         lat = op.lateness
         due = sorted(k for k, w in self.wins.items() if (w.fresh or not w.fired) and (final or self.end(k) <= clock))
+        first = [k for k in due if not self.wins[k].fired]
+        read = self.emit_many(first) if len(first) > 1 and self._many_at_once() else {}
         for k in due:
             e = self.end(k)
             trig = _trigger(r_all, e, seg_start, final)
@@ -106,6 +135,9 @@ class _PaneWindows:
                 rows = self.emit(k, kids)
                 assert w.keys is not None
                 w.keys = _sorted_unique(np.concatenate((w.keys, kids)))
+            elif k in read:
+                rows, w.keys = read[k]
+                w.fired = True
             else:
                 rows = self.emit(k, None)
                 w.fired = True
@@ -130,6 +162,39 @@ class _PaneWindows:
                 if self.end(last) + lat <= clock:
                     del self.panes[p]
         return out
+
+    def _many_at_once(self) -> bool:
+        op = self.op
+        return BATCHED and not op.spec.prev and all(k.cellwise for k in op.kernels) and len(self.wins) < _KID_LIMIT
+
+    def emit_many(self, ks: list[int]) -> dict[int, tuple[list[tuple[int, dict]], np.ndarray]]:
+        """:meth:`emit` of every key of each window in ``ks`` (with the keys holding data in it),
+        read in one evaluation: the windows' partials are merged under (window, key id) cells."""
+        op = self.op
+        parts = []
+        for j, k in enumerate(ks):
+            for p in self.panes_of(k):
+                for c in self.panes.get(p, ()):
+                    parts.append(_Partial((np.int64(j) << 32) | c.cells, c.n, c.states))
+        empty = np.zeros(0, dtype=np.int64)
+        if not parts:
+            return {k: ([], empty) for k in ks}
+        part = _combine(parts, op.kernels)
+        win = part.cells >> 32
+        kids = part.cells & _KID_MASK
+        wstart = np.asarray(ks, dtype=np.int64)[win] * self.step
+        ctx = _Ctx(op, kids, wstart, wstart + self.size)
+        evaluated = op._evaluate(_Partial(kids, part.n, part.states), None, ctx)
+        at = np.fromiter((i for i, _r in evaluated), dtype=np.int64, count=len(evaluated))
+        got = [r for _i, r in evaluated]
+        # rows come by key, then window start: a stable sort by window keeps them by key within each
+        order = np.argsort(win[at], kind="stable")
+        cut = np.searchsorted(win[at][order], np.arange(len(ks) + 1)).tolist()
+        row_kids = kids[at][order].tolist()
+        ordered = [got[i] for i in order.tolist()]
+        bounds = np.searchsorted(win, np.arange(len(ks) + 1))
+        return {k: (list(zip(row_kids[cut[j]:cut[j + 1]], ordered[cut[j]:cut[j + 1]])), kids[bounds[j]:bounds[j + 1]])
+                for j, k in enumerate(ks)}
 
     def keys_of(self, k: int) -> np.ndarray:
         """The sorted key ids with data in window ``k``."""

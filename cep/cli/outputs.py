@@ -42,13 +42,18 @@ class OutputWriter:
             open(target, "wb").close()  # CSV and Parquet are written at the end: fail now, not then
 
     def write(self, rows: Iterable[dict]) -> None:
-        from cep.durable import dumps_row  # survives events nested deeper than orjson writes
+        from cep.durable import (  # survive events nested deeper than orjson writes
+            dumps_row,
+            dumps_rows,
+        )
 
-        for row in rows:
-            self.count += 1
-            if self.fmt == "jsonl":
-                self.fh.write(dumps_row(row))
-            else:
+        if self.fmt == "jsonl":
+            rows = list(rows)
+            self.count += len(rows)
+            self.fh.write(dumps_rows(rows) if len(rows) > 1 else b"".join(map(dumps_row, rows)))
+        else:
+            for row in rows:
+                self.count += 1
                 self.rows.append(row)
         if self.fmt == "jsonl" and (self.target == "-" or self.live):
             self.fh.flush()

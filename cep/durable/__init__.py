@@ -45,7 +45,7 @@ from cep.durable.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from cep.durable.config import DurableConfig, config_from_args, limits_from_args
 from cep.durable.errors import DurableError, StateMismatch
 from cep.durable.run import run_durable
-from cep.durable.sinks import STDOUT, dumps_row
+from cep.durable.sinks import STDOUT, dumps_row, dumps_rows
 from cep.durable.source import MAX_LINE_BYTES, LogSource
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "config_from_args",
     "limits_from_args",
     "dumps_row",
+    "dumps_rows",
     "MAX_LINE_BYTES",
     "STDOUT",
 ]

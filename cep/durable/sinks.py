@@ -12,7 +12,7 @@ import orjson
 
 from cep.durable.errors import DurableError
 
-__all__ = ["dumps_row", "STDOUT"]
+__all__ = ["dumps_row", "dumps_rows", "STDOUT"]
 
 def _json_default(v: Any) -> Any:
     if isinstance(v, np.generic):
@@ -54,6 +54,19 @@ def dumps_row(row: dict[str, Any]) -> bytes:
                 text = _safe_repr(v)
                 safe[str(k)] = text if len(text) <= 1000 else text[:997] + "..."
         return orjson.dumps(safe, default=_json_default, option=_OPTS)
+
+
+def dumps_rows(rows: list[dict[str, Any]]) -> bytes:
+    """JSON lines of ``rows``, as :func:`dumps_row` writes each (one call per row fewer on the way).
+
+    Example:
+        >>> dumps_rows([{"a": 1}, {"b": bytes((2, 1))}])
+        b'{"a":1}\\n{"b":"AgE="}\\n'
+    """
+    try:
+        return b"".join([orjson.dumps(r, default=_json_default, option=_OPTS) for r in rows])
+    except orjson.JSONEncodeError:  # a value orjson cannot write: each row on its own
+        return b"".join(map(dumps_row, rows))
 
 
 def _safe_repr(v: Any) -> str:
