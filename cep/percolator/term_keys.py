@@ -271,12 +271,16 @@ class _TermKeys:
         p = self._nphrase
         if not p or len(tids) < 2:
             return _NONE, _NONE, _NONE
-        word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
-        first = np.flatnonzero(word[:-1] & word[1:])
-        if not len(first):
-            return _NONE, _NONE, _NONE
-        codes = tids[first] * p + tids[first + 1]
-        first = first[_isin_sorted(codes, self._pair_codes)]
+        kernels = _kernels() if len(tids) > 4096 else None  # long streams only
+        if kernels is not None:
+            first = kernels[4](tids, p, self._pair_codes)
+        else:
+            word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
+            first = np.flatnonzero(word[:-1] & word[1:])
+            if not len(first):
+                return _NONE, _NONE, _NONE
+            codes = tids[first] * p + tids[first + 1]
+            first = first[_isin_sorted(codes, self._pair_codes)]
         if not len(first):
             return _NONE, _NONE, _NONE
         at: list[int] = []

@@ -28,6 +28,7 @@ _BYTES = bytes(
     for b in range(256)
 )
 _SHORT = 16  # tokens up to this many bytes are identified by (length, two words)
+_PAD = b" " * (_SHORT + 1)
 _MASKS = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [2**64 - 1], dtype=np.uint64)
 _M0, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(
     0x165667B19E3779F9)
@@ -41,13 +42,9 @@ class _TokenStream:
 
     def __init__(self, body: bytes, n: int) -> None:
         self.body = body
-        raw = np.frombuffer(body, dtype=np.uint8)
         # a separator (NUL: document 0 starts) before the first byte, spaces after the last:
         # every token's two words can be read without running off the end
-        arr = np.empty(len(raw) + 2 + _SHORT, dtype=np.uint8)
-        arr[0] = 0
-        arr[1:len(raw) + 1] = raw
-        arr[len(raw) + 1:] = 0x20
+        arr = np.frombuffer(b"\x00" + body + _PAD, dtype=np.uint8)
         kernels = _kernels()
         if kernels is not None:
             starts, ends, doc, w0, w1 = kernels[0](arr)
@@ -204,6 +201,27 @@ def _expand_loop(tids: np.ndarray, frozen: int, ptr: np.ndarray,
     return at, kids
 
 
+def _pairs_loop(tids: np.ndarray, p: int, codes: np.ndarray) -> np.ndarray:
+    """Indexes ``i`` where ``tids[i] * p + tids[i + 1]`` is in the ascending ``codes``, both
+    ids below ``p`` (compiled by numba)."""
+    out = np.empty(0, dtype=np.int64)
+    m = 0
+    for i in range(len(tids) - 1):
+        a = tids[i]
+        b = tids[i + 1]
+        if 0 <= a < p and 0 <= b < p:
+            code = a * p + b
+            j = np.searchsorted(codes, code)
+            if j < len(codes) and codes[j] == code:
+                if m == len(out):
+                    grown = np.empty(max(16, 2 * m), dtype=np.int64)
+                    grown[:m] = out[:m]
+                    out = grown
+                out[m] = i
+                m += 1
+    return out[:m]
+
+
 _COMPILED: list[tuple[Callable[..., Any], ...] | None] = []
 
 
@@ -221,16 +239,17 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
         else:
             jit = numba.njit(cache=True, nogil=True)
             got = (jit(_tokenize_loop), jit(_lookup_loop), jit(_insert_loop),
-                   jit(_expand_loop))
+                   jit(_expand_loop), jit(_pairs_loop))
             # compiled (or read from numba's cache) now, not inside the first batch
             one = np.ones(1, dtype=np.int64)
             word = np.ones(1, dtype=np.uint64)
-            got[0](np.array([0, 97, 32], dtype=np.uint8))
+            got[0](np.frombuffer(b"\x00a ", dtype=np.uint8))  # read-only, as streams are
             table = (np.zeros(2, dtype=np.int64), np.zeros(2, dtype=word.dtype),
                      np.zeros(2, dtype=word.dtype), np.zeros(2, dtype=np.int64))
             got[2](one, word, word, one, *table, 1)
             got[1](one, word, word, *table, 1)
             got[3](one, 1, np.array([0, 1, 1]), one)
+            got[4](one, 1, one)
     _COMPILED.append(got)
     return got
 
