@@ -43,7 +43,7 @@ class _TermKeys:
 
     __slots__ = ("cache", "ids", "phrases", "_terms", "_prefixes", "_wildcards", "_ready",
                  "_leads", "_free", "_starts", "_limit", "_keys", "_csr", "_lock", "_nphrase",
-                 "_pair_codes", "_pair_ends", "_table")
+                 "_pair_codes", "_pair_ends", "_pair_arrays", "_table")
 
     def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
                  wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
@@ -76,6 +76,16 @@ class _TermKeys:
         self._pair_ends = {ids[a] * p + ids[b]: tuple(([ids[w] for w in rest], k) for rest, k in v)
                            for (a, b), v in self._starts.items()}
         self._pair_codes = np.array(sorted(self._pair_ends), dtype=np.int64)
+        # the same as arrays, for the compiled loop (see tokens._phrases_loop)
+        entries = [self._pair_ends[c] for c in self._pair_codes.tolist()]
+        counts = [len(e) for e in entries]
+        e_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
+        np.cumsum(counts, out=e_ptr[1:])
+        flat = [x for e in entries for x in e]
+        r_ptr = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.cumsum([len(rest) for rest, _ in flat], out=r_ptr[1:])
+        self._pair_arrays = (e_ptr, np.array([k for _, k in flat], dtype=np.int64), r_ptr,
+                             np.array([t for rest, _ in flat for t in rest], dtype=np.int64))
         self._csr: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(1, dtype=np.int64), _NONE)
         self._freeze()
 
@@ -271,16 +281,16 @@ class _TermKeys:
         p = self._nphrase
         if not p or len(tids) < 2:
             return _NONE, _NONE, _NONE
-        kernels = _kernels() if len(tids) > 4096 else None  # long streams only
+        kernels = _kernels()
         if kernels is not None:
-            first = kernels[4](tids, p, self._pair_codes)
-        else:
-            word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
-            first = np.flatnonzero(word[:-1] & word[1:])
-            if not len(first):
-                return _NONE, _NONE, _NONE
-            codes = tids[first] * p + tids[first + 1]
-            first = first[_isin_sorted(codes, self._pair_codes)]
+            got = kernels[4](tids, p, self._pair_codes, *self._pair_arrays)
+            return got if len(got[0]) else (_NONE, _NONE, _NONE)
+        word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
+        first = np.flatnonzero(word[:-1] & word[1:])
+        if not len(first):
+            return _NONE, _NONE, _NONE
+        codes = tids[first] * p + tids[first + 1]
+        first = first[_isin_sorted(codes, self._pair_codes)]
         if not len(first):
             return _NONE, _NONE, _NONE
         at: list[int] = []

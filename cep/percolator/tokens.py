@@ -201,25 +201,54 @@ def _expand_loop(tids: np.ndarray, frozen: int, ptr: np.ndarray,
     return at, kids
 
 
-def _pairs_loop(tids: np.ndarray, p: int, codes: np.ndarray) -> np.ndarray:
-    """Indexes ``i`` where ``tids[i] * p + tids[i + 1]`` is in the ascending ``codes``, both
-    ids below ``p`` (compiled by numba)."""
-    out = np.empty(0, dtype=np.int64)
+def _phrases_loop(tids: np.ndarray, p: int, codes: np.ndarray, e_ptr: np.ndarray,
+                  e_kid: np.ndarray, r_ptr: np.ndarray,
+                  r_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every exact phrase in a run of term ids: ``(index of its first term, key id, length)``.
+    A phrase starts with the pair ``codes[j]`` (``first * p + second``, both ids below ``p``)
+    and is entry ``e`` of ``e_ptr[j]..e_ptr[j + 1]``: key ``e_kid[e]``, the ids of its further
+    words ``r_ids[r_ptr[e]:r_ptr[e + 1]]`` (compiled by numba)."""
+    cap = 16
+    at = np.empty(cap, dtype=np.int64)
+    kid = np.empty(cap, dtype=np.int64)
+    size = np.empty(cap, dtype=np.int64)
     m = 0
-    for i in range(len(tids) - 1):
+    n = len(tids)
+    for i in range(n - 1):
         a = tids[i]
         b = tids[i + 1]
-        if 0 <= a < p and 0 <= b < p:
-            code = a * p + b
-            j = np.searchsorted(codes, code)
-            if j < len(codes) and codes[j] == code:
-                if m == len(out):
-                    grown = np.empty(max(16, 2 * m), dtype=np.int64)
-                    grown[:m] = out[:m]
-                    out = grown
-                out[m] = i
-                m += 1
-    return out[:m]
+        if a < 0 or a >= p or b < 0 or b >= p:
+            continue
+        code = a * p + b
+        j = np.searchsorted(codes, code)
+        if j == len(codes) or codes[j] != code:
+            continue
+        for e in range(e_ptr[j], e_ptr[j + 1]):
+            lo = r_ptr[e]
+            rest = r_ptr[e + 1] - lo
+            if i + 2 + rest > n:
+                continue
+            same = True
+            for x in range(rest):
+                if tids[i + 2 + x] != r_ids[lo + x]:
+                    same = False
+                    break
+            if not same:
+                continue
+            if m == cap:
+                cap *= 2
+                at2 = np.empty(cap, dtype=np.int64)
+                kid2 = np.empty(cap, dtype=np.int64)
+                size2 = np.empty(cap, dtype=np.int64)
+                at2[:m] = at[:m]
+                kid2[:m] = kid[:m]
+                size2[:m] = size[:m]
+                at, kid, size = at2, kid2, size2
+            at[m] = i
+            kid[m] = e_kid[e]
+            size[m] = 2 + rest
+            m += 1
+    return at[:m], kid[:m], size[:m]
 
 
 _COMPILED: list[tuple[Callable[..., Any], ...] | None] = []
@@ -239,7 +268,7 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
         else:
             jit = numba.njit(cache=True, nogil=True)
             got = (jit(_tokenize_loop), jit(_lookup_loop), jit(_insert_loop),
-                   jit(_expand_loop), jit(_pairs_loop))
+                   jit(_expand_loop), jit(_phrases_loop))
             # compiled (or read from numba's cache) now, not inside the first batch
             one = np.ones(1, dtype=np.int64)
             word = np.ones(1, dtype=np.uint64)
@@ -249,7 +278,7 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
             got[2](one, word, word, one, *table, 1)
             got[1](one, word, word, *table, 1)
             got[3](one, 1, np.array([0, 1, 1]), one)
-            got[4](one, 1, one)
+            got[4](one, 1, one, np.array([0, 1]), one, np.array([0, 0]), one)
     _COMPILED.append(got)
     return got
 
