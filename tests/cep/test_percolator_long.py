@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cep.percolator import NoFiltering, Percolator, PercolatorConfig
+from cep.percolator import percolator as perc
 from cep.percolator import tokens as tok
 from cep.percolator.term_keys import _TermKeys
 from patterns.analysis import Analyzer
@@ -199,6 +200,16 @@ def test_long_documents_equal_every_query(queries: list[str], docs: list[dict[st
             got = index.percolate_batch(docs)  # a batch of 16 or more: the stream path
             assert [r.ids for r in got.results] == want
             assert got.stats.errors == 0
+        # a batch cut into parts (see percolator._parts): the same answers and totals
+        whole = index.percolate_batch(docs).stats
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(perc, "_PART_CHARS", 3000)
+            mp.setattr(perc, "_PART_DOCS", 7)
+            assert len(perc._parts(docs)) > 3
+            got = index.percolate_batch(docs)
+        assert [r.ids for r in got.results] == want
+        assert (got.stats.candidates, got.stats.matches, got.stats.documents) == (
+            whole.candidates, whole.matches, len(docs))
     finally:
         tok._COMPILED[:] = saved
     assert [index.percolate(d).ids for d in docs[:4]] == want[:4]
