@@ -1,12 +1,13 @@
-"""A batch's texts as one byte buffer of tokens, and term ids looked up from the bytes in numpy.
+"""A batch's texts as one byte buffer of tokens, and their term ids looked up from the bytes.
 
 Long documents are mostly words no query asks for: making a Python string of every token and a
 dict lookup of each cost more than everything else a batch of articles does (profiled on
 Reuters articles with 2,000 queries). Here the tokens stay bytes: ASCII text is lower-cased and
-split by one ``bytes.translate`` into a buffer, the token boundaries come from numpy, and each
-token of up to 16 bytes is identified exactly by its length and its bytes read as two 64-bit
-words, looked up in an open-addressing table of the remembered terms. Only tokens the table
-does not hold (terms never seen, tokens longer than 16 bytes) become Python strings.
+split by one ``bytes.translate`` into a buffer, the token boundaries come from a compiled loop
+(numba, when installed) or numpy, and each token of up to 16 bytes is identified exactly by its
+length and its bytes read as two 64-bit words, looked up in an open-addressing table of the
+remembered terms. Only tokens the table does not hold (terms never seen, tokens longer than 16
+bytes) become Python strings.
 """
 
 from __future__ import annotations
