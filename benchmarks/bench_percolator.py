@@ -86,6 +86,21 @@ def company_names(data: Path = DATA) -> list[str]:
     return out
 
 
+def load_reuters(data: Path = DATA) -> list[dict[str, Any]]:
+    """Reuters-21578 articles with a date as documents ``{"publish_date": int,
+    "headline_text": title and body}``: the headlines' field names, so that the same query
+    generator, tantivy schema and percolator configuration apply to long documents."""
+    out = []
+    with open(data / "reuters21578.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r.get("date"):
+                text = " ".join(x for x in (r.get("title"), r.get("body")) if x)
+                out.append({"publish_date": int(r["date"][:10].replace("-", "")),
+                            "headline_text": text})
+    return out
+
+
 def load_headlines(data: Path = DATA) -> list[dict[str, Any]]:
     """The news headlines as documents ``{"publish_date": int, "headline_text": str}``."""
     with open(data / "abcnews_headlines_2003.csv", newline="", encoding="utf-8") as fh:
@@ -117,6 +132,8 @@ def generate_queries(n: int, headlines: list[dict[str, Any]], seed: int = 1,
     long_words = [w for w in ranked if len(w) >= 6]
     pairs = [b for b, _ in bigrams.most_common(5000)]
     names = [c for c in (_strip(x) for x in company_names(data)) if an.terms(c)]
+    # date ranges in the documents' first year (20030200...: the headlines' 2003)
+    year = min(d["publish_date"] for d in headlines) // 10_000 * 10_000
     out = []
     for i in range(n):
         r = rng.random()
@@ -148,8 +165,8 @@ def generate_queries(n: int, headlines: list[dict[str, Any]], seed: int = 1,
             k = rng.randint(3, len(x) - 2)
             q = x[:k] + "?" + x[k + 1:] + ("*" if rng.random() < 0.5 else "")
         else:
-            lo = 20030200 + rng.randint(1, 28)
-            hi = 20030600 + rng.randint(1, 28)
+            lo = year + 200 + rng.randint(1, 28)
+            hi = year + 600 + rng.randint(1, 28)
             q = f"headline_text:{rng.choice(words)} AND publish_date:[{lo} TO {hi}]"
         out.append((f"q{i}", q, {"owner": owner}))
     return out
@@ -492,10 +509,64 @@ def bench_tantivy(queries: list[tuple[str, str, dict[str, Any]]],
                 for r in ours.percolate_batch(docs_[i:i + size]).results]
         mine_took = _since(t)
         same = sum(a == b for a, b in zip(matched, mine))
+        theirs_pairs = {(i, q) for i, got in enumerate(matched) for q in got}
+        ours_pairs = {(i, q) for i, got in enumerate(mine) for q in got}
+        differ = {q for _, q in theirs_pairs ^ ours_pairs}
         out[f"batch_{size}"] = {
             "tantivy": _rate(len(docs_), took), "ours": _rate(len(docs_), mine_took),
             "ratio": round(took[0] / mine_took[0], 1),
-            "same_matches_share": round(same / len(docs_), 3)}
+            "same_matches_share": round(same / len(docs_), 3),
+            # documents differ where one query parses differently (tantivy reads
+            # "a AND b AND NOT c" otherwise); the (document, query) pairs and the queries
+            # say how much
+            "same_pairs_share": round(len(theirs_pairs & ours_pairs)
+                                      / max(len(theirs_pairs | ours_pairs), 1), 4),
+            "queries_differing": len(differ)}
+    return out
+
+
+def bench_reuters(args: argparse.Namespace) -> dict[str, Any]:
+    """Long documents: Reuters-21578 articles (title and body, 136 terms on average) against
+    ``args.reuters_queries`` queries of the same workload drawn from their own vocabulary.
+    Ours in batches of 1,000 (median of ``args.repeats``) and one at a time, the every-query
+    baseline on a prefix (answers compared), and tantivy micro-batches of 1,000 and 10,000
+    on the same documents and queries (:func:`bench_tantivy`, answers compared)."""
+    docs = load_reuters()[: args.reuters_docs]
+    an = Analyzer()
+    df: Counter[str] = Counter()
+    for d in docs:
+        df.update(set(an.terms(d["headline_text"])))
+    tf = {w: c / len(docs) for w, c in df.items()}
+    queries = generate_queries(args.reuters_queries, docs, seed=args.seed)
+    config = PercolatorConfig(term_frequencies=tf)
+    p = Percolator(config)
+    t = _clock()
+    p.register_many(queries)
+    p.snapshot()
+    build = _since(t)
+    gc.collect()
+    runs = []
+    for _ in range(args.repeats):
+        took, totals = percolate_batches(p, docs, 1000)
+        runs.append(took)
+    batch = sorted(runs)[len(runs) // 2]
+    single = percolate_single(p, docs[: args.reuters_single_docs])
+    terms = sum(len(an.terms(d["headline_text"])) for d in docs)
+    out: dict[str, Any] = {
+        "documents": len(docs), "queries": len(queries), "terms_per_doc": round(terms / len(docs), 1),
+        "build_s": round(build[0], 3),
+        "batch_1000": {**_rate(len(docs), batch),
+                       "runs": [_rate(len(docs), r)["docs_per_s"] for r in runs]},
+        "single": _rate(args.reuters_single_docs, single),
+        "per_doc": {k: round(totals[k] / len(docs), 2)
+                    for k in ("candidates", "verified", "matches")},
+    }
+    out["baseline"] = bench_baseline(p, config, docs[: args.reuters_baseline_docs], out)
+    if args.peers and _installed("tantivy"):
+        tv_args = argparse.Namespace(**{**vars(args), "tantivy_docs": len(docs)})
+        out["tantivy"] = bench_tantivy(queries, docs, tf, tv_args)
+    elif args.peers:
+        out["tantivy"] = {"skipped": "tantivy is not installed (pip install tantivy)"}
     return out
 
 
@@ -579,9 +650,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    ax = axes[0]
     curve = [c for c in report.get("curve", []) if "error" not in c]
+    fig, axes = plt.subplots(1, 2 if curve else 1, figsize=(13 if curve else 8, 4.8),
+                             squeeze=False)
+    axes = axes[0] if curve else [None, axes[0][0]]
+    ax = axes[0]
     if curve:
         xs = [c["queries"] for c in curve]
         ax.plot(xs, [c["batch_1000"]["docs_per_s"] for c in curve], marker="o", color="#3b7dd8",
@@ -597,8 +670,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_title("Percolator throughput against the number of queries, one core", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
-    else:
-        ax.set_visible(False)
     ax = axes[1]
     main = [r for r in report.get("results", []) if r.get("scanner") == "dict"]
     bars: list[tuple[str, float, str]] = []
@@ -627,11 +698,28 @@ def plot(report: dict[str, Any], path: Path) -> None:
                      mk["mokaccino"]["single"]["docs_per_s"], "#999999"))
         bars.append(("ours, same queries, one at a time", mk["ours"]["single"]["docs_per_s"],
                      "#6bb35a"))
+    rt = report.get("reuters", {})
+    for size in ("1000", "10000"):
+        got = rt.get("tantivy", {}).get(f"batch_{size}")
+        if got:
+            bars.append((f"Reuters: tantivy, batches of {int(size):,} ({rt['tantivy']['queries']:,})",
+                         got["tantivy"]["docs_per_s"], "#999999"))
+            bars.append((f"Reuters: ours, same queries, batches of {int(size):,}",
+                         got["ours"]["docs_per_s"], "#3b7dd8"))
+            before = report.get("before", {}).get("reuters", {}).get("tantivy", {})
+            if f"batch_{size}" in before:
+                bars.append((f"Reuters: ours before ({report['before']['code']}), "
+                             f"batches of {int(size):,}",
+                             before[f"batch_{size}"]["ours"]["docs_per_s"], "#d8843b"))
     if bars:
         labels = [b[0] for b in bars][::-1]
         ax.barh(labels, [b[1] for b in bars][::-1], color=[b[2] for b in bars][::-1])
-        ax.set_xscale("log")
-        ax.set_xlabel("headlines per CPU second (log)")
+        vals = [b[1] for b in bars]
+        if max(vals) > 20 * min(vals):
+            ax.set_xscale("log")
+            ax.set_xlabel("documents per CPU second (log)")
+        else:  # close figures: a linear axis from zero does not exaggerate them
+            ax.set_xlabel("documents per CPU second")
         ax.set_title("Same run: ours, the baseline and the peers", fontsize=10)
         ax.tick_params(axis="y", labelsize=8)
     else:
@@ -670,12 +758,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--curve", default=",".join(map(str, CURVE)),
                     help="query counts of the documents/s curve (comma-separated)")
     ap.add_argument("--no-curve", dest="do_curve", action="store_false")
+    ap.add_argument("--default-only", action="store_true",
+                    help="only the default scanner configuration (no aho ones, no scanners)")
     ap.add_argument("--curve-single-docs", type=int, default=10_000)
     ap.add_argument("--curve-batch-docs", type=int, default=49_999)
-    ap.add_argument("--output", type=Path, default=RESULTS)
+    ap.add_argument("--reuters-docs", type=int, default=10_000,
+                    help="Reuters articles for the long-document run")
+    ap.add_argument("--reuters-queries", type=int, default=2_000)
+    ap.add_argument("--reuters-single-docs", type=int, default=1_000)
+    ap.add_argument("--reuters-baseline-docs", type=int, default=200)
+    ap.add_argument("--parts", default="configs,curve,peers,reuters",
+                    help="what to run (comma-separated: configs (with the scanners), curve, "
+                         "peers, reuters); a partial run writes percolator_<parts>.json")
+    ap.add_argument("--output", type=Path, default=None)
     args = ap.parse_args(argv)
-    sizes = [int(x) for x in args.queries.split(",")]
-    curve = [int(x) for x in args.curve.split(",")] if args.do_curve else []
+    parts = [x for x in args.parts.split(",") if x]
+    unknown = sorted(set(parts) - {"configs", "curve", "peers", "reuters"})
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; known: configs, curve, peers, reuters")
+    if args.output is None:
+        full = {"configs", "curve", "peers", "reuters"} <= set(parts)
+        args.output = RESULTS if full else RESULTS.with_name(f"percolator_{'_'.join(parts)}.json")
+    sizes = [int(x) for x in args.queries.split(",")] if "configs" in parts else []
+    curve = ([int(x) for x in args.curve.split(",")]
+             if args.do_curve and "curve" in parts else [])
+    want_peers = args.peers  # (--no-peers) tantivy beside the Reuters run too
+    if "peers" not in parts:
+        args.peers = False
     if args.quick:
         sizes = [min(sizes)]
         args.single_docs = min(args.single_docs, 2000)
@@ -685,6 +794,8 @@ def main(argv: list[str] | None = None) -> int:
         curve = [n for n in curve if n <= 2_000]
         args.curve_single_docs = min(args.curve_single_docs, 1000)
         args.curve_batch_docs = min(args.curve_batch_docs, 2000)
+        args.reuters_docs = min(args.reuters_docs, 2000)
+        args.reuters_single_docs = min(args.reuters_single_docs, 300)
     load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     headlines = load_headlines()
@@ -694,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
         df.update(set(an.terms(d["headline_text"])))
     tf = {w: c / len(headlines) for w, c in df.items()}  # the presearcher's frequency table
     automata = available_automata()
-    configs = [("dict", "auto")] + [("aho", name) for name in automata]
+    configs = [("dict", "auto")] + ([] if args.default_only
+                                    else [("aho", name) for name in automata])
     results: list[dict[str, Any]] = []
     scanners: dict[str, Any] = {}
     for n in sizes:
@@ -706,15 +818,16 @@ def main(argv: list[str] | None = None) -> int:
                           i == 0)
             results.append(r)
             print(json.dumps(r), flush=True)
-        scanners[str(n)] = _in_child(bench_scanners, queries, headlines, args)
-        print(json.dumps({"scanners": scanners[str(n)]}), flush=True)
+        if not args.default_only:
+            scanners[str(n)] = _in_child(bench_scanners, queries, headlines, args)
+            print(json.dumps({"scanners": scanners[str(n)]}), flush=True)
     points: list[dict[str, Any]] = []
     for n in curve:
         points.append({"queries": n, **_in_child(bench_curve_point, n, headlines, tf, args)})
         print(json.dumps({"curve": points[-1]}), flush=True)
     peers: dict[str, Any] = {}
     if args.peers:
-        n = max(sizes)
+        n = max(sizes or [int(x) for x in args.queries.split(",")])
         queries = generate_queries(n, headlines, seed=args.seed)
         for name, fn, fn_args in (
             ("tantivy", bench_tantivy, (queries, headlines, tf, args)),
@@ -725,8 +838,17 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 peers[name] = _in_child(fn, *fn_args)
             print(json.dumps({name: peers[name]}), flush=True)
+    reuters: dict[str, Any] = {}
+    if "reuters" in parts:
+        if (DATA / "reuters21578.jsonl").exists():
+            reuters = _in_child(bench_reuters,
+                                argparse.Namespace(**{**vars(args), "peers": want_peers}))
+        else:
+            reuters = {"skipped": f"{DATA / 'reuters21578.jsonl'} is absent"}
+        print(json.dumps({"reuters": reuters}), flush=True)
     report = {
         "benchmark": "percolator",
+        "parts": parts,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
@@ -741,6 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         "scanners": scanners,
         "curve": points,
         "peers": peers,
+        "reuters": reuters,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from cep.percolator.config import PercolatorConfig
+from cep.percolator.tokens import _stream_of, _TokenStream
 from patterns.analysis import Analyzer, Token
 from patterns.lucene import parse_date_ms, parse_number
 
@@ -268,7 +269,7 @@ class _Batch:
     the few documents something must look at one by one (verification, highlighting, values
     that are not plain strings). Terms come out the same as ``_DocView.terms`` (tested)."""
 
-    __slots__ = ("docs", "ctx", "n", "_views", "_terms")
+    __slots__ = ("docs", "ctx", "n", "_views", "_terms", "_src", "_streams")
 
     def __init__(self, docs: list[Mapping[str, Any]], ctx: _Context) -> None:
         self.docs = docs
@@ -276,6 +277,8 @@ class _Batch:
         self.n = len(docs)
         self._views: list[_DocView | None] = [None] * self.n
         self._terms: dict[str | None, tuple[list[list[str]], np.ndarray, list[Any]]] = {}
+        self._src: dict[str | None, tuple[list[str], list[int], list[Any]]] = {}
+        self._streams: dict[str | None, tuple[_TokenStream, np.ndarray]] = {}
 
     def view(self, i: int) -> _DocView:
         v = self._views[i]
@@ -291,19 +294,26 @@ class _Batch:
             got = self._terms[fld] = self._analyse(fld)
         return got[0], got[1]
 
+    def single(self, fld: str | None) -> np.ndarray:
+        """Per document, whether ``fld`` holds exactly one value under plain analysis."""
+        return self.stream(fld)[1] if self.ctx.plain else self.terms(fld)[1]
+
     def sole_field(self) -> str | None:
         """The field every document's default fields consist of, when that is one plain string
         field in each (then its terms are the default fields' terms), else None."""
-        got = self._terms.get(None)
-        if got is None:
-            got = self._terms[None] = self._analyse(None)
-        sole = got[2]
+        sole = self._texts(None)[2]
         first = sole[0] if sole else None
         if first is None or any(k != first for k in sole):
             return None
         return first
 
-    def _analyse(self, fld: str | None) -> tuple[list[list[str]], np.ndarray, list[Any]]:
+    def _texts(self, fld: str | None) -> tuple[list[str], list[int], list[Any]]:
+        """The plain string texts of ``fld`` (None: the default fields) of every document, how
+        many each document holds (-1: read through its view) and, for the default fields, the
+        one field holding a document's text (None: not one)."""
+        got = self._src.get(fld)
+        if got is not None:
+            return got
         ctx = self.ctx
         docs = self.docs
         texts: list[str] = []
@@ -337,6 +347,49 @@ class _Batch:
                     counts.append(-1)
         else:
             counts = [-1] * self.n
+        got = self._src[fld] = (texts, counts, sole)
+        return got
+
+    def stream(self, fld: str | None) -> tuple[_TokenStream, np.ndarray]:
+        """Every document's terms of ``fld`` as one token stream (:mod:`tokens`), under plain
+        analysis only, and whether the field holds exactly one value (as :meth:`terms`)."""
+        got = self._streams.get(fld)
+        if got is None:
+            texts, counts, _ = self._texts(fld)
+            if len(texts) == self.n and counts.count(1) == self.n:  # one text each
+                got = self._streams[fld] = (
+                    _stream_of(texts, [True] * self.n, self.n, self.ctx.analyzer.terms),
+                    np.ones(self.n, dtype=bool))
+                return got
+            parts: list[str] = []
+            raw: list[bool] = []
+            single = np.zeros(self.n, dtype=bool)
+            at = 0
+            for i, c in enumerate(counts):
+                if c == 1:
+                    parts.append(texts[at])
+                    raw.append(True)
+                    single[i] = True
+                elif c == 0:
+                    parts.append("")
+                    raw.append(False)
+                elif c > 1:
+                    # a space between values: the terms of each, one after the other
+                    parts.append(" ".join(texts[at:at + c]))
+                    raw.append(True)
+                else:
+                    v = self.view(i)
+                    parts.append(" ".join(v.terms(fld)))
+                    raw.append(False)
+                    single[i] = v.single_terms(fld) is not None
+                at += max(c, 0)
+            got = self._streams[fld] = (
+                _stream_of(parts, raw, self.n, self.ctx.analyzer.terms), single)
+        return got
+
+    def _analyse(self, fld: str | None) -> tuple[list[list[str]], np.ndarray, list[Any]]:
+        ctx = self.ctx
+        texts, counts, sole = self._texts(fld)
         analysed = iter(ctx.analyzer.terms_many(texts))
         per_doc: list[list[str]] = []
         single = np.zeros(self.n, dtype=bool)

@@ -42,6 +42,24 @@ __all__ = ["Percolator"]
 
 
 _SETTLE_AT = 20_000  # queries in a freshly built segment worth one full collection
+_PART_DOCS = 2_000  # documents the vectorised path takes at once, at most
+_PART_CHARS = 200_000  # and characters of text (strings at the top of the documents)
+
+
+def _parts(docs: list[Mapping[str, Any]]) -> list[int]:
+    """Where to cut a batch into parts of at most ``_PART_DOCS`` documents and about
+    ``_PART_CHARS`` characters: ``[0, ..., len(docs)]``."""
+    cuts = [0]
+    chars = 0
+    for i, doc in enumerate(docs):
+        if i - cuts[-1] >= _PART_DOCS or chars >= _PART_CHARS:
+            cuts.append(i)
+            chars = 0
+        for v in doc.values():
+            if type(v) is str:
+                chars += len(v)
+    cuts.append(len(docs))
+    return cuts
 
 
 class Percolator(_QuerySet):
@@ -162,7 +180,23 @@ class Percolator(_QuerySet):
         if len(docs) < self.config.vector_threshold:
             return self._percolate_each(docs, highlight, metadata_filter)
         with _gc_paused(self.config.pause_gc):
-            return self._percolate_vectorised(docs, highlight, metadata_filter)
+            cuts = _parts(docs)
+            if len(cuts) == 2:
+                return self._percolate_vectorised(docs, highlight, metadata_filter)
+            # A large batch in parts: each part's arrays (a token per term, a code per key
+            # hit) stay small enough to be reused memory; fresh memory costs page faults
+            # (measured on Reuters articles: parts of about 250 articles ran 1.2-1.5x faster
+            # than 2,000 at once, and 10,000 at once slower still)
+            t0 = time.perf_counter()
+            snap = self.snapshot()  # one snapshot for every part
+            parts = [self._percolate_vectorised(docs[a:b], highlight, metadata_filter, snap)
+                     for a, b in zip(cuts, cuts[1:])]
+            results = [r for part in parts for r in part.results]
+            stats = BatchStats(len(docs), *(sum(getattr(part.stats, f) for part in parts)
+                                            for f in ("candidates", "verified", "matches",
+                                                      "errors")),
+                               time.perf_counter() - t0)
+            return BatchResult(results, stats)
 
     def percolate(
         self, doc: Mapping[str, Any], *, highlight: bool = False,
@@ -273,9 +307,10 @@ class Percolator(_QuerySet):
 
     def _percolate_vectorised(
         self, docs: list[Mapping[str, Any]], highlight: bool, metadata_filter: MetadataFilter,
+        snap: _Snapshot | None = None,
     ) -> BatchResult:
         t0 = time.perf_counter()
-        snap = self.snapshot()
+        snap = self.snapshot() if snap is None else snap
         n = len(docs)
         allowed_set = self._allowed(snap.by_slot.values(), metadata_filter)
         allowed = None

@@ -397,12 +397,18 @@ class _Segment:
         parts = []
         occ_codes: list[np.ndarray] = []
         occ_pos: list[np.ndarray] = []
+        plain = batch.ctx.plain
         for fld, lex in self._batch_lexicons(batch):
-            per_doc, single = batch.terms(fld)
-            flat = list(chain.from_iterable(per_doc))
-            lens = np.fromiter(map(len, per_doc), dtype=np.int64, count=n)
-            term_doc = np.repeat(np.arange(n, dtype=np.int64), lens)
-            tids, at, kids = lex.key_hits(flat)
+            if plain:  # the terms stay bytes in one buffer (see tokens.py)
+                stream, single = batch.stream(fld)
+                lens, term_doc = stream.lens, stream.doc
+                tids, at, kids = lex.key_hits_stream(stream)
+            else:
+                per_doc, single = batch.terms(fld)
+                flat = list(chain.from_iterable(per_doc))
+                lens = np.fromiter(map(len, per_doc), dtype=np.int64, count=n)
+                term_doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+                tids, at, kids = lex.key_hits(flat)
             if len(kids):
                 code = term_doc[at] * k + kids
                 parts.append(code)
@@ -557,7 +563,7 @@ class _Segment:
         unsure = np.zeros(m, dtype=bool)
         for f in set(fld.tolist()):  # by field: one document mask each
             sel = fld == f
-            unsure[sel] = ~batch.terms(fields[f])[1][s_doc[sel]]
+            unsure[sel] = ~batch.single(fields[f])[s_doc[sel]]
         k = self.nkeys
         lo_a = np.searchsorted(occ_code, s_doc * k + a, side="left")
         n_a = np.searchsorted(occ_code, s_doc * k + a, side="right") - lo_a

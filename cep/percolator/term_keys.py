@@ -14,6 +14,7 @@ import numpy as np
 
 from cep.percolator.arrays import _NONE, _isin_sorted
 from cep.percolator.presearcher import _literal_prefix
+from cep.percolator.tokens import _kernels, _TokenStream, _TokenTable
 from patterns.lucene import WildcardNode
 
 __all__ = ["_TermKeys"]
@@ -42,7 +43,7 @@ class _TermKeys:
 
     __slots__ = ("cache", "ids", "phrases", "_terms", "_prefixes", "_wildcards", "_ready",
                  "_leads", "_free", "_starts", "_limit", "_keys", "_csr", "_lock", "_nphrase",
-                 "_pair_codes", "_pair_ends")
+                 "_pair_codes", "_pair_ends", "_pair_arrays", "_table")
 
     def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
                  wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
@@ -54,6 +55,7 @@ class _TermKeys:
         self._leads: Callable[[str], Iterable[tuple[int, Any]]] | None = None
         self._free: list[tuple[str, Callable[[str], Any], int]] = []
         self._lock = threading.Lock()  # readers in several threads may remember new terms
+        self._table: _TokenTable | None = None  # made on the first token stream
         starts: dict[tuple[str, str], list[tuple[list[str], int]]] = defaultdict(list)
         for text, k in phrases:
             first, second, *rest = text.split(" ")
@@ -74,6 +76,16 @@ class _TermKeys:
         self._pair_ends = {ids[a] * p + ids[b]: tuple(([ids[w] for w in rest], k) for rest, k in v)
                            for (a, b), v in self._starts.items()}
         self._pair_codes = np.array(sorted(self._pair_ends), dtype=np.int64)
+        # the same as arrays, for the compiled loop (see tokens._phrases_loop)
+        entries = [self._pair_ends[c] for c in self._pair_codes.tolist()]
+        counts = [len(e) for e in entries]
+        e_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
+        np.cumsum(counts, out=e_ptr[1:])
+        flat = [x for e in entries for x in e]
+        r_ptr = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.cumsum([len(rest) for rest, _ in flat], out=r_ptr[1:])
+        self._pair_arrays = (e_ptr, np.array([k for _, k in flat], dtype=np.int64), r_ptr,
+                             np.array([t for rest, _ in flat for t in rest], dtype=np.int64))
         self._csr: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(1, dtype=np.int64), _NONE)
         self._freeze()
 
@@ -101,7 +113,7 @@ class _TermKeys:
     def __getstate__(self) -> dict[str, Any]:
         # a saved index keeps what was resolved; the automaton and regexes are made again
         return {name: getattr(self, name) for name in self.__slots__
-                if name not in ("_leads", "_free", "_ready", "_lock")}
+                if name not in ("_leads", "_free", "_ready", "_lock", "_table")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -110,6 +122,7 @@ class _TermKeys:
         self._leads = None
         self._free = []
         self._lock = threading.Lock()
+        self._table = None
 
     def _compute(self, term: str) -> tuple[int, ...]:
         if not self._ready:
@@ -151,6 +164,8 @@ class _TermKeys:
         for t in terms:
             resolve(t)
         self._freeze()
+        with self._lock:  # and the table batches read the terms' ids from (see tokens.py)
+            self._table = _TokenTable(self.ids)
 
     def resolve(self, term: str) -> tuple[int, ...]:
         """The key ids ``term`` holds (remembered).
@@ -186,38 +201,64 @@ class _TermKeys:
             >>> [x.tolist() for x in tk.key_hits(["police", "cat", "polka", "police"])]
             [[0, 1, 2, 0], [0, 0, 2, 3, 3], [0, 1, 1, 0, 1]]
         """
-        m = len(terms)
-        tids = np.fromiter(map(self.ids.get, terms, repeat(-1)), dtype=np.int64, count=m)
+        tids = np.fromiter(map(self.ids.get, terms, repeat(-1)), dtype=np.int64,
+                           count=len(terms))
+        return self._hits(tids, terms.__getitem__)
+
+    def key_hits_stream(self, stream: _TokenStream) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`key_hits` for a batch's token stream (:mod:`tokens`): term ids read from the
+        tokens' bytes, Python strings made only for tokens the table does not hold."""
+        with self._lock:
+            table = self._table
+            if table is None:
+                table = self._table = _TokenTable(self.ids)
+            tids = table.lookup(stream)
+        return self._hits(tids, stream.term, table)
+
+    def _hits(self, tids: np.ndarray, term_of: Callable[[int], str],
+              table: _TokenTable | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m = len(tids)
         lost: dict[int, tuple[int, ...]] = {}  # past the limit: keys by term index
         unknown = np.flatnonzero(tids < 0)
         if len(unknown):
             resolve, ids = self.resolve, self.ids
+            learnt: dict[str, int] = {}
             for i in unknown.tolist():
-                got = resolve(terms[i])
-                tid = ids.get(terms[i], -1)
+                term = term_of(i)
+                got = resolve(term)
+                tid = ids.get(term, -1)
                 if tid < 0:
                     if got:
                         lost[i] = got
                 else:
                     tids[i] = tid
+                    learnt[term] = tid
+            if table is not None and learnt:
+                with self._lock:
+                    table.add_many(learnt.items())
             frozen = self._csr[0]
             if len(self._keys) - frozen > max(1024, frozen >> 3):  # amortised: 1/8 growth
                 self._freeze()
         frozen, ptr, vals = self._csr
         slow: list[int] = []
-        inside = None  # every term's keys are in the arrays
         if len(unknown) or len(self._keys) > frozen:
-            inside = np.flatnonzero((tids >= 0) & (tids < frozen))
             slow = np.flatnonzero(tids >= frozen).tolist()
-        t = tids if inside is None else tids[inside]
-        starts = ptr[t]
-        counts = ptr[t + 1] - starts
-        total = int(counts.sum())
-        offsets = np.cumsum(counts) - counts
-        idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, counts)
-        rows = np.arange(m, dtype=np.int64) if inside is None else inside
-        at = np.repeat(rows, counts)
-        kids = vals[idx]
+        kernels = _kernels() if table is not None else None
+        if kernels is not None:
+            at, kids = kernels[3](tids, frozen, ptr, vals)
+        else:
+            inside = None  # every term's keys are in the arrays
+            if len(unknown) or len(self._keys) > frozen:
+                inside = np.flatnonzero((tids >= 0) & (tids < frozen))
+            t = tids if inside is None else tids[inside]
+            starts = ptr[t]
+            counts = ptr[t + 1] - starts
+            total = int(counts.sum())
+            offsets = np.cumsum(counts) - counts
+            idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, counts)
+            rows = np.arange(m, dtype=np.int64) if inside is None else inside
+            at = np.repeat(rows, counts)
+            kids = vals[idx]
         if slow or lost:
             keys = self._keys
             extra = [(i, keys[tids[i]]) for i in slow] + list(lost.items())
@@ -240,6 +281,10 @@ class _TermKeys:
         p = self._nphrase
         if not p or len(tids) < 2:
             return _NONE, _NONE, _NONE
+        kernels = _kernels()
+        if kernels is not None:
+            got = kernels[4](tids, p, self._pair_codes, *self._pair_arrays)
+            return got if len(got[0]) else (_NONE, _NONE, _NONE)
         word = tids.view(np.uint64) < p  # a phrase word (-1 is huge as unsigned)
         first = np.flatnonzero(word[:-1] & word[1:])
         if not len(first):
