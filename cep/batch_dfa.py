@@ -172,9 +172,10 @@ class BatchDFA:
         self.live_attempts = 0
         self.act_seq = 0
         ncols = len(automaton.columns)
-        self.cols: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(ncols)]
-        self.s_prev = np.zeros(0, dtype=np.int64)
-        self.s_mask = np.zeros(0, dtype=np.int64)
+        # never empty: reading index 0 for a missing row (then masked out) is always in bounds
+        self.cols: list[np.ndarray] = [np.zeros(4096, dtype=np.int64) for _ in range(ncols)]
+        self.s_prev = np.zeros(4096, dtype=np.int64)
+        self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
         self.compact_at = 1 << 16
         self._ids_now = np.zeros(0, dtype=np.int64)
