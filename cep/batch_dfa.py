@@ -50,8 +50,9 @@ class DfaTable:
     """
 
     def __init__(self, trans: np.ndarray, match_pc: np.ndarray, parent: np.ndarray, pos: np.ndarray,
-                 pc_vid: np.ndarray, start: int):
+                 pc_vid: np.ndarray, start: int, states: list[tuple[int, ...]]):
         self.trans, self.match_pc, self.parent, self.pos, self.pc_vid, self.start = trans, match_pc, parent, pos, pc_vid, start
+        self.states = states  # each state's program counters, in preference order
 
     @classmethod
     def build(cls, a: Any, max_states: int = MAX_STATES) -> DfaTable | None:
@@ -111,7 +112,7 @@ class DfaTable:
             for k, pc in enumerate(pcs):
                 pos[s, pc] = k
         pc_vid = np.array([x[1] if x[0] == 0 else -1 for x in ins], dtype=np.int64)
-        return cls(trans, match_pc, parent, pos, pc_vid, start)
+        return cls(trans, match_pc, parent, pos, pc_vid, start, states)
 
 
 def _numba_ok() -> bool:
@@ -404,6 +405,42 @@ class BatchDFA:
         values.append([rule] * nm)
         stats.rows_emitted += nm
         return [dict(zip(names, row)) for row in zip(*values)]
+
+    def key_states(self) -> dict[Any, Any]:
+        """The keys with rows or attempts as the automaton's :class:`cep.nfa.KeyState` (lazy-DFA
+        attempts with their paths), for views of the state (``cep state``); not used to step."""
+        from cep.nfa import Attempt, KeyState
+
+        a, t = self.a, self.table
+        k, pool = self.k, self.pool
+        lists = [c[: self.s_used].tolist() for c in self.cols]
+        masks = self.s_mask[: self.s_used].tolist()
+        out: dict[Any, Any] = {}
+        for kid, key in enumerate(self.key_list):
+            nrows, na, off = int(k[0, kid]), int(self.alen[kid]), int(k[5, kid])
+            need = a.max_back
+            if na:
+                need = max(need, nrows - int(pool[0, off]))
+            idxs: list[int] = []
+            idx = int(k[3, kid])
+            while idx >= 0 and len(idxs) < need:
+                idxs.append(idx)
+                idx = int(self.s_prev[idx])
+            idxs.reverse()
+            st = KeyState()
+            st.rows = [tuple(c[i] for c in lists) + (masks[i],) for i in idxs]
+            st.nrows, st.base = nrows, nrows - len(idxs)
+            st.resume, st.match_number = int(k[1, kid]), int(k[2, kid])
+            for q in range(na):
+                start, ts, sid, best, _ = (int(x) for x in pool[:, off + q])
+                path, cur = [], t.start
+                for r in st.rows[start - st.base :]:
+                    path.append(a._dfa_id(t.states[cur]))
+                    cur = int(t.trans[cur, r[-1]])
+                st.attempts.append(Attempt(start, ts, a._dfa_id(t.states[sid]), best if best >= 0 else None, path))
+            if st.rows or st.attempts:
+                out[key] = st
+        return out
 
     # ------------------------------------------------------------------ snapshot
     def state(self) -> dict[str, Any]:

@@ -227,3 +227,26 @@ def test_restore_without_numba_is_a_clear_error(monkeypatch):
     fresh = PatternOperator(parse_rule_text(sql).compiled, name="r")
     with pytest.raises(StateVersionError, match=r"batch DFA.s state .*\(is numba installed\?\)"):
         fresh.restore(data)
+
+
+def test_state_view_shows_the_partial_matches():
+    """``cep state`` of a batch-path rule shows the automaton's partial matches, rows and variables
+    (rows retained differ: the automaton keeps rows lazily, the batch path only what it needs)."""
+    from cep.state_view.pattern import pattern_view
+
+    sql = SHAPES["prev_two_back"][0]
+    events = _events(random.Random(2), 700, 6)
+    views = []
+    for use in (True, False):
+        old = batch_dfa.USE_BATCH_DFA
+        batch_dfa.USE_BATCH_DFA = use
+        try:
+            op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+            op.process(events[:350])
+            op.process(events[350:])
+            v = pattern_view(op)
+        finally:
+            batch_dfa.USE_BATCH_DFA = old
+        views.append(([{k: x for k, x in e.items() if k != "rows_retained"} for e in v.keys], v.totals))
+    assert views[0] == views[1]
+    assert views[0][1]["partial_matches"] > 0 and any(len(p["rows"]) > 1 for e in views[0][0] for p in e["partial_matches"])
