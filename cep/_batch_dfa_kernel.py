@@ -49,6 +49,14 @@ def _emit(key, start, best, bidx, num, s_prev, s_mask, trans, match_pc, parent, 
     for q in range(len(kinds)):
         kind = kinds[q]
         r = -1
+        if kind == 4:  # COUNT(*) / COUNT(var.*): the count itself, not a row
+            b = bits[q]
+            cnt = 0
+            for i in range(n):
+                if b == -1 or (b >> vids[i]) & 1:
+                    cnt += 1
+            o_meas[no, q] = cnt
+            continue
         if kind <= 1:
             b = bits[q]
             if b == -1:

@@ -13,7 +13,8 @@ with numba. The rows a match or ``PREV`` may still read wait in a column store, 
 same backward replay as :meth:`cep.nfa.PatternAutomaton._consumers`.
 
 It applies (:func:`batch_plan`) to lazy-DFA rules with the DFA's fast measures (ONE ROW PER
-MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER() or MATCH_NUMBER()),
+MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(), or
+COUNT(*) / COUNT(var.*)),
 ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``, no ``NEXT``, no ``WITH
 UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables and :data:`MAX_STATES` DFA
 states, and (the operator checks) no idle-state TTL, global cap, row ids, temporal join or
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from patterns import ast as A
 from patterns.compiler import OP_MATCH
 
 __all__ = ["BatchDFA", "DfaTable", "batch_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES"]
@@ -37,7 +39,7 @@ USE_BATCH_DFA = True
 MAX_VARS = 10  # the table has 2**nvars columns
 MAX_STATES = 512
 
-_KIND = {"LAST": 0, "FIRST": 1, "MN": 2, "CLS": 3}
+_KIND = {"LAST": 0, "FIRST": 1, "MN": 2, "CLS": 3, "COUNT": 4}
 
 
 class DfaTable:
@@ -123,9 +125,39 @@ def _numba_ok() -> bool:
     return True
 
 
+def measure_plan(a: Any) -> list[tuple[str, str, frozenset[int] | None, int]] | None:
+    """The automaton's fast measures (:meth:`cep.nfa.PatternAutomaton._fast_plan`), plus
+    ``COUNT(*)`` and ``COUNT(var.*)``: a count of the match's rows of those variables; or None."""
+    if a.fast_plan is not None:
+        return a.fast_plan
+    if a.track or a.all_rows or a.max_next or a.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
+        return None
+    if any(x.func != "COUNT" or x.arg is not None for x in a.aggs):
+        return None
+    plan: list[tuple[str, str, frozenset[int] | None, int]] = []
+    for m in a.mr.measures:
+        e = m.expr
+        if isinstance(e, A.MatchNumber):
+            plan.append((m.name, "MN", None, -1))
+        elif isinstance(e, A.Classifier) and e.var is None:
+            plan.append((m.name, "CLS", None, -1))
+        elif isinstance(e, A.Agg) and e.func == "COUNT" and e.arg is None:
+            plan.append((m.name, "COUNT", a.layout.var_set(e.var), -1))
+        elif isinstance(e, A.Column):
+            plan.append((m.name, "LAST", a.layout.var_set(e.var), a.layout.col_index[e.name]))
+        elif isinstance(e, A.Nav) and e.kind in ("FIRST", "LAST") and e.offset == 0 and isinstance(e.arg, A.Column):
+            plan.append((m.name, e.kind, a.layout.var_set(e.arg.var), a.layout.col_index[e.arg.name]))
+        else:
+            return None
+    return plan
+
+
 def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str, str, int, int]]] | None:
     """(table, measure kinds, measure variable bits, measures) when automaton ``a`` fits the path."""
-    if not (a.dfa and a.fast_plan is not None and a.within is None and not a.lookahead and not a.with_unmatched):
+    if not (a.dfa and a.within is None and not a.lookahead and not a.with_unmatched):
+        return None
+    fast_plan = measure_plan(a)
+    if fast_plan is None:
         return None
     if a.max_steps is not None or a.nvars > MAX_VARS or a.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
         return None
@@ -135,7 +167,7 @@ def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str
     if table is None:
         return None
     kinds, bits, measures = [], [], []
-    for name, kind, vs, ci in a.fast_plan:
+    for name, kind, vs, ci in fast_plan:
         kinds.append(_KIND[kind])
         b = -1
         if vs is not None:
@@ -392,6 +424,8 @@ class BatchDFA:
             names.append(name)
             if kind == "MN":
                 values.append(o_int[1, :nm].tolist())
+            elif kind == "COUNT":
+                values.append(o_meas[:nm, k].tolist())
             elif kind == "CLS":
                 vn = a.var_names
                 values.append([vn[v] for v in o_int[3, :nm].tolist()])
