@@ -16,9 +16,9 @@ It applies (:func:`batch_plan`) to lazy-DFA rules with the DFA's fast measures (
 MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(), or
 COUNT(*) / COUNT(var.*)),
 ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``, no ``NEXT``, no ``WITH
-UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables and :data:`MAX_STATES` DFA
-states, and (the operator checks) no idle-state TTL, global cap, row ids, temporal join or
-FIRST_SEEN/MATCHES. Its rows, their order, match numbers and counters are the automaton's
+UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables, :data:`MAX_STATES` DFA
+states and :data:`MAX_CELLS` table cells, and (the operator checks) no idle-state TTL, global
+cap, row ids, temporal join or FIRST_SEEN/MATCHES. Its rows, their order, match numbers and counters are the automaton's
 (``tests/cep/test_batch_dfa.py`` runs both on the same inputs); without numba the operator keeps
 the automaton, which stays the reference.
 """
@@ -32,12 +32,13 @@ import numpy as np
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
 
-__all__ = ["BatchDFA", "DfaTable", "batch_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES"]
+__all__ = ["BatchDFA", "DfaTable", "batch_plan", "measure_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES", "MAX_CELLS"]
 
 # a switch so tests and benchmarks can run the same rules through the per-key automaton instead
 USE_BATCH_DFA = True
 MAX_VARS = 10  # the table has 2**nvars columns
 MAX_STATES = 512
+MAX_CELLS = 1 << 16  # states x masks: the table is built in Python at a rule's first batch
 
 _KIND = {"LAST": 0, "FIRST": 1, "MN": 2, "CLS": 3, "COUNT": 4}
 
@@ -74,29 +75,29 @@ class DfaTable:
         start = sid_of(tuple(a.start_closure))
         i = 0
         while i < len(states):
-            if len(states) > max_states:
+            if len(states) > max_states or len(states) * nmask > MAX_CELLS:
                 return None
             row = []
             for m in range(nmask):
                 new: list[int] = []
                 parents: list[int] = []
                 seen: set[int] = set()
-                match_pc = -1
+                done_pc = -1
                 for pc in states[i]:
                     _, vid, nxt, _ = ins[pc]
                     if not (m >> vid) & 1:
                         continue
                     for q in closure[nxt]:
                         if ins[q][0] == OP_MATCH:
-                            match_pc = pc
+                            done_pc = pc
                             break
                         if q not in seen:
                             seen.add(q)
                             new.append(q)
                             parents.append(pc)
-                    if match_pc >= 0:
+                    if done_pc >= 0:
                         break
-                row.append((sid_of(tuple(new)), match_pc, tuple(parents)))
+                row.append((sid_of(tuple(new)), done_pc, tuple(parents)))
             rows.append(row)
             i += 1
         ns, npc = len(states), len(ins)

@@ -110,7 +110,7 @@ def test_same_rows_as_the_automaton_and_the_brute_force(shape, seed, keys, n, nc
     for e in events:
         by_key.setdefault(e["k"] if "PARTITION" in sql else (), []).append(e)
     expected = set()
-    for key, evs in by_key.items():
+    for evs in by_key.values():
         xs = [e["x"] for e in evs]
 
         def c(var: str, i: int, asg: tuple, xs: list = xs) -> bool:
