@@ -13,14 +13,13 @@ with numba. The rows a match or ``PREV`` may still read wait in a column store, 
 same backward replay as :meth:`cep.nfa.PatternAutomaton._consumers`.
 
 It applies (:func:`batch_plan`) to lazy-DFA rules with the DFA's fast measures (ONE ROW PER
-MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(), or
-COUNT(*) / COUNT(var.*)),
-``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``, no ``NEXT``, no ``WITH
-UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables, :data:`MAX_STATES` DFA
-states and :data:`MAX_CELLS` table cells, and (the operator checks) no idle-state TTL, global
-cap, row ids, temporal join or FIRST_SEEN/MATCHES. Its rows, their order, match numbers and counters are the automaton's
-(``tests/cep/test_batch_dfa.py`` runs both on the same inputs); without numba the operator keeps
-the automaton, which stays the reference.
+MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(),
+COUNT(*) or COUNT(var.*)), ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``,
+no ``NEXT``, no ``WITH UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables,
+:data:`MAX_STATES` DFA states and :data:`MAX_CELLS` table cells, and (the operator checks) no
+idle-state TTL, global cap, row ids, temporal join or FIRST_SEEN/MATCHES. Its rows, their order,
+match numbers and counters are the automaton's (``tests/cep/test_batch_dfa.py`` runs both on the
+same inputs); without numba the operator keeps the automaton, which stays the reference.
 """
 
 from __future__ import annotations
