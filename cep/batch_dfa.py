@@ -24,6 +24,7 @@ same inputs); without numba the operator keeps the automaton, which stays the re
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,10 @@ from patterns.compiler import OP_MATCH
 
 __all__ = ["BatchDFA", "DfaTable", "batch_plan", "measure_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES", "MAX_CELLS"]
 
-# a switch so tests and benchmarks can run the same rules through the per-key automaton instead
-USE_BATCH_DFA = True
+# a switch so tests and benchmarks can run the same rules through the per-key automaton instead;
+# CEP_BATCH_DFA=0 in the environment turns it off for a whole process (the test suite run on the
+# reference path)
+USE_BATCH_DFA = os.environ.get("CEP_BATCH_DFA", "1") != "0"
 MAX_VARS = 10  # the table has 2**nvars columns
 MAX_STATES = 512
 MAX_CELLS = 1 << 16  # states x masks: the table is built in Python at a rule's first batch

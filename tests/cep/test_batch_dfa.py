@@ -210,6 +210,7 @@ rules:
 
 def test_uncovered_rules_keep_the_automaton():
     """WITHIN, aggregates other than COUNT and back-referencing conditions are not planned for the batch path."""
+    assert batch_dfa.batch_plan(PatternOperator(parse_rule_text(SHAPES["v_shape"][0]).compiled).automaton) is not None
     for sql in (
         """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS t0
            PATTERN (A B) WITHIN INTERVAL '5' SECOND DEFINE A AS x > 1, B AS x < 1)""",
@@ -226,8 +227,10 @@ def test_uncovered_rules_keep_the_automaton():
 def test_restore_without_numba_is_a_clear_error(monkeypatch):
     """A snapshot holding the batch path's state cannot be resumed by the automaton: it says so."""
     sql = SHAPES["v_shape"][0]
+    monkeypatch.setattr(batch_dfa, "USE_BATCH_DFA", True)
     op = PatternOperator(parse_rule_text(sql).compiled, name="r")
     op.process(_events(random.Random(1), 100, 3))
+    assert op._keyed is not None
     data = op.snapshot()
     monkeypatch.setattr(batch_dfa, "_numba_ok", lambda: False)
     fresh = PatternOperator(parse_rule_text(sql).compiled, name="r")
