@@ -17,7 +17,7 @@ MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MA
 COUNT(*) or COUNT(var.*)), ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``,
 no ``NEXT``, no ``WITH UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables,
 :data:`MAX_STATES` DFA states and :data:`MAX_CELLS` table cells, and (the operator checks) no
-idle-state TTL, global cap, row ids, temporal join or FIRST_SEEN/MATCHES. Its rows, their order,
+idle-state TTL, global cap, temporal join or FIRST_SEEN/MATCHES. Its rows, their order,
 match numbers and counters are the automaton's (``tests/cep/test_batch_dfa.py`` runs both on the
 same inputs); without numba the operator keeps the automaton, which stays the reference.
 """
@@ -356,7 +356,7 @@ class BatchDFA:
 
     # ------------------------------------------------------------------ stepping
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
-             masks: np.ndarray, stats: Any, rule: str) -> list[dict[str, Any]]:
+             masks: np.ndarray, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """Advance every key of the batch (segments in order, ids from :meth:`bind`); the match rows."""
         from cep import nfa
         from cep._batch_dfa_kernel import step
@@ -391,9 +391,9 @@ class BatchDFA:
         stats.cap_hits += int(counters[4])
         stats.partial_matches_dropped += int(counters[5])
         self.live_attempts = int(counters[6])
-        return self._rows(o_int, o_meas, nm, stats, rule)
+        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
 
-    def flush(self, stats: Any, rule: str) -> list[dict[str, Any]]:
+    def flush(self, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """End of input: every attempt's best match is final; keys in the order they became live."""
         from cep._batch_dfa_kernel import flush
 
@@ -411,10 +411,12 @@ class BatchDFA:
                    self.kinds, self.bits, o_int, o_meas, counters)
         stats.matches += int(counters[3])
         self.live_attempts = 0
-        return self._rows(o_int, o_meas, nm, stats, rule)
+        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
 
-    def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, nm: int, stats: Any, rule: str) -> list[dict[str, Any]]:
-        """The output rows of ``nm`` matches, as :meth:`cep.nfa.PatternAutomaton._fast_row` writes them."""
+    def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, nm: int, stats: Any, rule: str,
+              row_ids: bool = False) -> list[dict[str, Any]]:
+        """The output rows of ``nm`` matches, as :meth:`cep.nfa.PatternAutomaton._fast_row` writes them
+        (with ``row_ids``, the ``_id`` of :meth:`cep.operator.PatternOperator._add_ids`)."""
         if not nm:
             return []
         a = self.a
@@ -440,6 +442,17 @@ class BatchDFA:
                 values.append(vals)
         names.append("rule")
         values.append([rule] * nm)
+        if row_ids:
+            import orjson
+
+            npart = a.npartition
+            times = self.cols[a.time_index][first].tolist()
+            ids = []
+            for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
+                key = orjson.dumps(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
+            names.append("_id")
+            values.append(ids)
         stats.rows_emitted += nm
         return [dict(zip(names, row)) for row in zip(*values)]
 

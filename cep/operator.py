@@ -588,7 +588,7 @@ class PatternOperator:
         if final:
             if self._keyed is not None:
                 t0 = time.perf_counter()
-                out.matches.extend(self._keyed.flush(self.stats, self.name))
+                out.matches.extend(self._keyed.flush(self.stats, self.name, self.row_ids))
                 self.stats.seconds_automaton += time.perf_counter() - t0
             end = self.watermark
             for key in list(self.active):
@@ -951,7 +951,7 @@ class PatternOperator:
             masks = self._masks(cols, starts, ends, [], seg_keys, ko)
             t1 = time.perf_counter()
             self.stats.seconds_predicates += t1 - t0
-            out.matches.extend(self._keyed.step(starts, ends, ts, cols, masks, self.stats, self.name))
+            out.matches.extend(self._keyed.step(starts, ends, ts, cols, masks, self.stats, self.name, self.row_ids))
             self.stats.seconds_automaton += time.perf_counter() - t1
             return
         states_map = self.states
@@ -1059,11 +1059,11 @@ class PatternOperator:
     def _batch_ok(self) -> bool:
         """Whether this rule steps its keys with :class:`cep.batch_dfa.BatchDFA` from now on: it fits
         (:func:`cep.batch_dfa.batch_plan`), no key has automaton state yet, and nothing the batch
-        path does not keep is asked for (idle TTL, global cap, row ids, temporal join, FIRST_SEEN
-        or MATCHES in DEFINE)."""
+        path does not keep is asked for (idle TTL, global cap, temporal join, FIRST_SEEN or MATCHES
+        in DEFINE)."""
         if not batch_dfa.USE_BATCH_DFA or self.states or self.idle_state_ttl_ms is not None:
             return False
-        if self.max_partial_matches_total is not None or self.row_ids or self.join is not None or self.derived:
+        if self.max_partial_matches_total is not None or self.join is not None or self.derived:
             return False
         if self._batch_plan is False:
             self._batch_plan = batch_dfa.batch_plan(self.automaton)

@@ -60,7 +60,8 @@ def _events(rnd: random.Random, n: int, keys: int) -> list[dict]:
     return [{"k": rnd.randrange(keys), "ts": i, "x": rnd.randrange(10)} for i in range(n)]
 
 
-def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use: bool, **opts) -> tuple[list, Any]:
+def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use: bool, row_ids: bool = False,
+         **opts) -> tuple[list, Any]:
     """Rows of the rule over ``events`` cut into batches at ``cuts``; snapshot and restore into a
     fresh operator after batch ``snap_at``."""
     old = batch_dfa.USE_BATCH_DFA
@@ -68,6 +69,7 @@ def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use
     try:
         compiled = parse_rule_text(sql).compiled
         op = PatternOperator(compiled, name="r", **opts)
+        op.row_ids = row_ids
         rows: list = []
         bounds = [0] + sorted(set(cuts)) + [len(events)]
         for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -75,6 +77,7 @@ def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use
             if b == snap_at:
                 data = op.snapshot()
                 op = PatternOperator(compiled, name="r", **opts)
+                op.row_ids = row_ids
                 op.restore(data)
         rows += op.finish().matches
         assert (op._keyed is not None) == use
@@ -125,14 +128,16 @@ def test_same_rows_as_the_automaton_and_the_brute_force(shape, seed, keys, n, nc
 
 
 def test_many_keys_per_batch():
-    """Thousands of keys with a few rows each per batch, over many batches."""
+    """Thousands of keys with a few rows each per batch, over many batches; with row ids (``_id``,
+    as durable runs write them)."""
     sql = SHAPES["v_shape"][0]
     rnd = random.Random(15)
     events = _events(rnd, 30_000, 3_000)
     cuts = list(range(2048, 30_000, 2048))
-    fast, op_fast = _run(sql, events, cuts, 7, True)
-    slow, op_slow = _run(sql, events, cuts, None, False)
+    fast, op_fast = _run(sql, events, cuts, 7, True, row_ids=True)
+    slow, op_slow = _run(sql, events, cuts, None, False, row_ids=True)
     assert fast == slow and len(fast) > 1000
+    assert len({r["_id"] for r in fast}) == len(fast)
     assert _counters(op_fast) == _counters(op_slow)
 
 
