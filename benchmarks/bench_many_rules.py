@@ -20,6 +20,7 @@ path) and on, interleaved, ``--repeat`` times; the best CPU time of each counts.
 reported next to its baselines measured in the same run: the ratio of N rules' CPU time to one
 rule's (how the cost grows with N) and the speedup over the old path. Both paths must give the
 same rows, late rows, errors and counters: the benchmark checks itself as it measures.
+``--old-path no-batch-dfa`` compares with the per-key automaton instead (``cep.batch_dfa.USE_BATCH_DFA`` off).
 ``--cli`` also times ``cep run`` end to end (the children's CPU time) over a JSON-lines copy of
 the events for the largest N and one rule. Writes ``benchmarks/results/many_rules.json``.
 """
@@ -43,6 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import cep.batch_dfa as batch_dfa  # noqa: E402
 import cep.engine as engine_mod  # noqa: E402
 from cep.engine import Engine  # noqa: E402
 from cep.events import EventBatch, batch_from_pandas, read_events  # noqa: E402
@@ -156,9 +158,11 @@ def _key(r: dict) -> str:
     return json.dumps(r, sort_keys=True, default=str)
 
 
-def run(rules: list[Rule], batches: list[EventBatch], share: bool) -> tuple[float, dict[str, Any]]:
-    """CPU seconds of ``process`` over every batch then ``finish``, and what came out."""
+def run(rules: list[Rule], batches: list[EventBatch], share: bool, batch_path: bool = True) -> tuple[float, dict[str, Any]]:
+    """CPU seconds of ``process`` over every batch then ``finish``, and what came out (``batch_path``
+    False: every key stepped by the automaton, ``cep.batch_dfa.USE_BATCH_DFA`` off)."""
     engine_mod.SHARE_WORK = share
+    batch_dfa.USE_BATCH_DFA = batch_path
     try:
         eng = Engine(rules)
         outs = []
@@ -169,6 +173,7 @@ def run(rules: list[Rule], batches: list[EventBatch], share: bool) -> tuple[floa
         cpu = time.process_time() - c0
     finally:
         engine_mod.SHARE_WORK = True
+        batch_dfa.USE_BATCH_DFA = True
     got = {
         "matches": [_key(r) for o in outs for r in o.matches],
         "late": [_key(r) for o in outs for r in o.late],
@@ -189,26 +194,29 @@ def run(rules: list[Rule], batches: list[EventBatch], share: bool) -> tuple[floa
     return cpu, got
 
 
-def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool) -> dict[str, Any]:
+def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool, old_path: str = "no-sharing") -> dict[str, Any]:
     rules = rule_set(n)
     events = sum(b.n for b in batches)
     cpu_new, cpu_old = [], []
     ref = None
     timers: dict[str, Any] = {}
+    # the old path: sharing off (the engine before cep/sharing.py), or the per-key automaton
+    # instead of cep/batch_dfa.py
+    old_args = (False, True) if old_path == "no-sharing" else (True, False)
     run(rules, batches[:1], True)  # warm-up (lazy imports, caches) of both paths, untimed
     if old:
-        run(rules, batches[:1], False)
+        run(rules, batches[:1], *old_args)
     for _ in range(repeat):
         c, got = run(rules, batches, True)
         cpu_new.append(c)
         timers = got.pop("_timers")
         if old:
-            c, ref = run(rules, batches, False)
+            c, ref = run(rules, batches, *old_args)
             cpu_old.append(c)
             ref.pop("_timers")
             if got != ref:
                 diff = [k for k in got if got[k] != ref[k]]
-                raise SystemExit(f"{n} rules: sharing changed the output ({', '.join(diff)})")
+                raise SystemExit(f"{n} rules: the old path ({old_path}) gave other output ({', '.join(diff)})")
     res: dict[str, Any] = {
         "rules": n,
         "shapes": {s: sum(1 for r in rules if r.name.startswith(s)) for s in SHAPES},
@@ -217,13 +225,22 @@ def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool) -> dict[s
         "events_per_cpu_s": round(events / min(cpu_new)),
         "seconds_wall_by_part": timers["parts"],
         "seconds_wall_stepping_by_shape": timers["automaton_by_shape"],
+        "rules_on_batch_dfa_path": batch_rules(rules, batches[0]),
     }
     if old:
+        res["old_path"] = old_path
         res["old_seconds_cpu"] = round(min(cpu_old), 4)
         res["old_events_per_cpu_s"] = round(events / min(cpu_old))
         res["speedup_vs_old"] = round(min(cpu_old) / min(cpu_new), 2)
         res["same_output_as_old"] = True
     return res
+
+
+def batch_rules(rules: list[Rule], batch: EventBatch) -> int:
+    """How many of the rules step their keys with cep/batch_dfa.py (chosen at the first batch)."""
+    eng = Engine(rules)
+    eng.process(batch)
+    return sum(1 for op in eng.operators.values() if getattr(op, "_keyed", None) is not None)
 
 
 def bench_cli(rules: list[Rule], batches: list[EventBatch], sizes: list[int]) -> list[dict[str, Any]]:
@@ -257,6 +274,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sample", action="store_true", help="the bundled sample even when the full data is present")
     ap.add_argument("--no-old", action="store_true", help="skip the old path (no speedup, no output check)")
+    ap.add_argument("--old-path", choices=["no-sharing", "no-batch-dfa"], default="no-sharing",
+                    help="what the old path is: sharing off (default), or the per-key automaton instead of the batch DFA")
     ap.add_argument("--cli", action="store_true", help="also time `cep run` end to end")
     ap.add_argument("--out", type=Path, default=RESULTS / "many_rules.json")
     args = ap.parse_args()
@@ -266,7 +285,7 @@ def main() -> None:
     print(f"{data}: {events:,} events in batches of {args.batch}", flush=True)
     points = []
     for n in sizes:
-        r = bench_n(n, batches, args.repeat, not args.no_old)
+        r = bench_n(n, batches, args.repeat, not args.no_old, args.old_path)
         points.append(r)
     one = next((p for p in points if p["rules"] == 1), None)
     for p in points:
@@ -286,6 +305,7 @@ def main() -> None:
         "events": events,
         "batch": args.batch,
         "repeat": args.repeat,
+        "old_path": args.old_path,
         "points": points,
     }
     if args.cli:

@@ -45,6 +45,7 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import cep.batch_dfa as batch_dfa  # noqa: E402
 from cep.operator import PatternOperator  # noqa: E402
 from patterns.rules import parse_rule_text  # noqa: E402
 from tests.reference import reference_matches  # noqa: E402
@@ -71,6 +72,7 @@ class Timed(NamedTuple):
     cpu: float
     matches: int
     peak_live: int = 0
+    batch_path: bool = False  # every rule stepped its keys with cep/batch_dfa.py
 
 
 # ------------------------------------------------------------------ workloads
@@ -97,6 +99,10 @@ V_SHAPE_COND: dict[str, Cond] = {
     "C": lambda x, i, a: i > 0 and x[i] > x[i - 1],
 }
 
+KEYS_SQL = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+              MEASURES A.ts AS t0, C.ts AS t1 PATTERN (A B+ C)
+              DEFINE B AS price < PREV(price), C AS price > PREV(price))"""
+
 SHAPES: dict[str, dict[str, Any]] = {
     "selective_first_step": dict(
         doc="A B C over 100 keys; A's condition holds for ~1% of events",
@@ -122,10 +128,15 @@ SHAPES: dict[str, dict[str, Any]] = {
     ),
     "keys_10k": dict(
         doc="the V-shape over 10,000 keys",
-        sql="""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
-              MEASURES A.ts AS t0, C.ts AS t1 PATTERN (A B+ C)
-              DEFINE B AS price < PREV(price), C AS price > PREV(price))""",
+        sql=KEYS_SQL,
         keys=10_000,
+        cond=V_SHAPE_COND,
+    ),
+    "keys_1m": dict(
+        doc="the V-shape over 1,000,000 keys, 3 events per key on average (3,000,000 events)",
+        sql=KEYS_SQL,
+        keys=1_000_000,
+        events_per_key=3,
         cond=V_SHAPE_COND,
     ),
     "history_within": dict(
@@ -228,7 +239,24 @@ def run_engine(sqls: list[str], table: pa.Table, batch: int = 8192, live: bool =
         matches += len(op.finish().matches)
     wall += time.perf_counter() - w0
     cpu += time.process_time() - c0
-    return Timed(wall, cpu, matches, peak)
+    return Timed(wall, cpu, matches, peak, all(op._keyed is not None for op in ops))
+
+
+def run_automaton(sqls: list[str], table: pa.Table) -> Timed:
+    """:func:`run_engine` with the batch DFA path switched off: every key stepped by the automaton."""
+    batch_dfa.USE_BATCH_DFA = False
+    try:
+        return run_engine(sqls, table)
+    finally:
+        batch_dfa.USE_BATCH_DFA = True
+
+
+def warm_up() -> float:
+    """Load numba and the batch path's compiled loops (from numba's cache, or compile them) once,
+    untimed, as a long-running engine does at its first batch; its CPU seconds."""
+    c0 = time.process_time()
+    run_engine([V_SHAPE_SQL], random_walk(2000, 10, seed=1))
+    return time.process_time() - c0
 
 
 def run_baseline(sql: str, table: pa.Table, cond: dict[str, Cond], within_ms: int | None = None) -> Timed:
@@ -271,7 +299,7 @@ def _rate(events: int, seconds: float) -> float:
 
 
 def measure(sqls: list[str], table: pa.Table, base_n: int, baseline: list[Baseline] | None,
-            live: bool = False) -> dict[str, Any]:
+            live: bool = False, compare_automaton: bool = False) -> dict[str, Any]:
     """The engine over the whole table, and, when there is a baseline, both on a prefix of it."""
     n = table.num_rows
     e = run_engine(sqls, table, live=live)
@@ -286,6 +314,12 @@ def measure(sqls: list[str], table: pa.Table, base_n: int, baseline: list[Baseli
     }
     if live:
         res["peak_live_partial_matches"] = e.peak_live
+    res["batch_dfa_path"] = e.batch_path
+    if e.batch_path and compare_automaton:
+        # the same events through the per-key automaton (the path before cep/batch_dfa.py), same run
+        au = run_automaton(sqls, table)
+        res.update(automaton_cpu_seconds=au.cpu, automaton_events_per_cpu_s=_rate(n, au.cpu),
+                   speedup_vs_automaton=au.cpu / max(e.cpu, 1e-9), same_matches_as_automaton=au.matches == e.matches)
     if baseline:
         m = min(base_n, n)
         sub = table.slice(0, m)
@@ -326,9 +360,13 @@ def bench_shape(name: str, n: int, base_n: int) -> dict[str, Any]:
         spec = SHAPES[name]
         rules = [Baseline(spec["sql"], spec["cond"], spec.get("within_ms"))]
     sqls = [r.sql for r in rules]
-    table = random_walk(n, spec["keys"], seed=42)
-    res = {"shape": name, "doc": spec["doc"]}
-    res.update(measure(sqls, table, base_n, rules))
+    keys = spec["keys"]
+    if "events_per_key" in spec:
+        keys = keys if n >= 1_000_000 else max(1000, n // 10)  # --quick: the same shape, smaller
+        n = keys * spec["events_per_key"]
+    table = random_walk(n, keys, seed=42)
+    res = {"shape": name, "doc": spec["doc"], "keys": keys}
+    res.update(measure(sqls, table, base_n, rules, compare_automaton=True))
     res["peak_python_bytes"] = peak_memory(sqls, table.slice(0, min(n, 200_000)))
     return res
 
@@ -640,6 +678,27 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], path: Path) -> None:
 # ------------------------------------------------------------------ main
 
 
+def merge_shapes(results: dict[str, Any]) -> None:
+    """Put the shapes of a ``--shapes`` run into patterns.json in place of their old entries
+    (new shapes after the last one measured by a full run), noting when each was measured."""
+    path = RESULTS / "patterns.json"
+    old = json.loads(path.read_text()) if path.exists() else {"shapes": []}
+    for r in results["shapes"]:
+        r["measured"] = f"{results['date']} (--shapes run, load average {results['load_average_before'][0]:.2f})"
+        r["warm_up_cpu_seconds"] = results["warm_up_cpu_seconds"]
+        names = [x["shape"] for x in old["shapes"]]
+        if r["shape"] in names:
+            old["shapes"][names.index(r["shape"])] = r
+        else:
+            at = max((i for i, x in enumerate(old["shapes"]) if x["shape"] in SHAPES or x["shape"].startswith("many_rules")),
+                     default=len(old["shapes"]) - 1)
+            old["shapes"].insert(at + 1, r)
+    path.write_text(json.dumps(old, indent=2) + "\n")
+    plot(old, RESULTS / "patterns.png")
+    print(f"merged {', '.join(r['shape'] for r in results['shapes'])} into {path}")
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small inputs (a smoke run)")
@@ -649,6 +708,8 @@ def main() -> None:
     ap.add_argument("--soak-events", type=int, default=10_000_000, help="events in the memory run (default 10,000,000)")
     ap.add_argument("--soak-every", type=int, default=100_000, help="events between memory samples (default 100,000)")
     ap.add_argument("--soak-only", action="store_true", help=argparse.SUPPRESS)  # the memory run's own process
+    ap.add_argument("--shapes", default="", help="only these shapes (comma-separated), merged into the existing "
+                    "patterns.json (no CLI run, curves or memory run)")
     args = ap.parse_args()
     if args.soak_only:
         sys.stdout.write(SOAK_MARK + json.dumps(bench_soak(args.soak_events, args.soak_every)))
@@ -665,14 +726,21 @@ def main() -> None:
         "load_average_before": os.getloadavg(),
         "shapes": [],
     }
-    for name in list(SHAPES) + ["many_rules_50"]:
+    results["warm_up_cpu_seconds"] = warm_up()
+    chosen = [x for x in args.shapes.split(",") if x]
+    for name in chosen or list(SHAPES) + ["many_rules_50"]:
         r = bench_shape(name, n if name != "many_rules_50" else n // 5, base_n)
         results["shapes"].append(r)
         extra = f", baseline x{r['speedup_vs_baseline']:.1f} (cpu)" if "speedup_vs_baseline" in r else ""
         if not r.get("same_matches_as_baseline", True):
             extra += " MATCH COUNTS DIFFER"
+        if "speedup_vs_automaton" in r:
+            extra += f", automaton {r['automaton_events_per_cpu_s']:,.0f} (x{r['speedup_vs_automaton']:.1f})"
         print(f"{name:24s} {r['events_per_cpu_s']:>12,.0f} events/cpu-s ({r['events_per_s']:,.0f}/s wall)"
               f"  {r['matches']:>8,} matches{extra}", flush=True)
+    if chosen:
+        merge_shapes(results)
+        return
     results["shapes"].append(bench_cli(n // 5))
     cli = results["shapes"][-1]
     print(f"{'cli_jsonl_end_to_end':24s} {cli['events_per_cpu_s']:>12,.0f} events/cpu-s ({cli['events_per_s']:,.0f}/s wall)",

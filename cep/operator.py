@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import cep.absence as absence_path
+import cep.batch_dfa as batch_dfa
 from cep.events import (
     DEFAULT_MAX_FUTURE_SKEW_MS,
     Clock,
@@ -185,6 +186,10 @@ class PatternOperator:
         # chosen at the first batch, when no idle-state TTL or global cap asks for the automaton
         self._absence_plan = absence_path.absence_plan(a)
         self._fast: absence_path.AbsencePath | None = None
+        # lazy-DFA rules over many keys: every key of a batch stepped by one compiled loop
+        # (cep/batch_dfa.py); planned at the first batch, chosen under the same conditions
+        self._batch_plan: Any = False  # False: not planned yet; None: the rule does not fit
+        self._keyed: batch_dfa.BatchDFA | None = None
         self.pending = _Pending(len(self.columns))
         self.counts = OperatorCounts()
         self.stats = StepStats()
@@ -435,11 +440,14 @@ class PatternOperator:
 
     def key_count(self) -> int:
         """Keys with runtime state (idle keys included)."""
-        return len(self.states) + (self._fast.keys() if self._fast is not None else 0)
+        return (len(self.states) + (self._fast.keys() if self._fast is not None else 0)
+                + (self._keyed.keys() if self._keyed is not None else 0))
 
     def live_partial_matches(self) -> int:
         """Partial matches alive now, over every key."""
         total = self._fast.live() if self._fast is not None else 0
+        if self._keyed is not None:
+            total += self._keyed.live()
         for key in self.active:
             for a in self.states[key].attempts:
                 total += len(a.threads) if isinstance(a.threads, list) else (1 if a.threads else 0)
@@ -578,6 +586,10 @@ class PatternOperator:
         if self._fast is not None and (final or watermark is not None):
             self._fast.fire(None if final else watermark, self._absence_row(out), self.stats)
         if final:
+            if self._keyed is not None:
+                t0 = time.perf_counter()
+                out.matches.extend(self._keyed.flush(self.stats, self.name, self.row_ids))
+                self.stats.seconds_automaton += time.perf_counter() - t0
             end = self.watermark
             for key in list(self.active):
                 self._close_key(self.states[key], emit, end)
@@ -931,6 +943,17 @@ class PatternOperator:
             self._fast.step(codes, uniques, ts, cols, masks, self.stats)
             self.stats.seconds_automaton += time.perf_counter() - t1
             return
+        if self._keyed is None and self._batch_ok():
+            self._keyed = batch_dfa.BatchDFA(self.automaton, self._batch_plan)
+        if self._keyed is not None:
+            self._keyed.bind(seg_keys)
+            t0 = time.perf_counter()
+            masks = self._masks(cols, starts, ends, [], seg_keys, ko)
+            t1 = time.perf_counter()
+            self.stats.seconds_predicates += t1 - t0
+            out.matches.extend(self._keyed.step(starts, ends, ts, cols, masks, self.stats, self.name, self.row_ids))
+            self.stats.seconds_automaton += time.perf_counter() - t1
+            return
         states_map = self.states
         states = list(map(states_map.get, seg_keys))
         for i in [i for i, st in enumerate(states) if st is None]:
@@ -1033,6 +1056,19 @@ class PatternOperator:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
+    def _batch_ok(self) -> bool:
+        """Whether this rule steps its keys with :class:`cep.batch_dfa.BatchDFA` from now on: it fits
+        (:func:`cep.batch_dfa.batch_plan`), no key has automaton state yet, and nothing the batch
+        path does not keep is asked for (idle TTL, global cap, temporal join, FIRST_SEEN or MATCHES
+        in DEFINE)."""
+        if not batch_dfa.USE_BATCH_DFA or self.states or self.idle_state_ttl_ms is not None:
+            return False
+        if self.max_partial_matches_total is not None or self.join is not None or self.derived:
+            return False
+        if self._batch_plan is False:
+            self._batch_plan = batch_dfa.batch_plan(self.automaton)
+        return self._batch_plan is not None
+
     def _quiet_keys(self, cand_all: np.ndarray, starts: np.ndarray, ends: np.ndarray, states: list[KeyState],
                     seg_keys: list, cols: list[np.ndarray], masks: np.ndarray, ts: np.ndarray,
                     records: np.ndarray | None) -> list[int]:
@@ -1120,7 +1156,13 @@ class PatternOperator:
             ci = col_index[name]
             base = cols[ci]
             fills: list[list] = []
-            if lag:
+            direct = None  # the batch path's PREV values, as numbers (no Python list per row)
+            if lag and self._keyed is not None and not states:
+                if not share and base.dtype.kind in "iuf":
+                    direct = self._keyed.fill_numbers(ci, lag, ends - starts)
+                if direct is None:
+                    fills = self._keyed.fills(ci, lag, ends - starts)
+            elif lag:
                 # rows whose lagged row lies before this batch's segment: read the key's history
                 seg_len = ends - starts
                 for o in range(lag):
@@ -1149,6 +1191,11 @@ class PatternOperator:
                         return got
             if lag == 0:
                 vals = base
+            elif direct is not None:
+                vals = np.full(n, np.nan)
+                vals[lag:] = base[: n - lag] if lag < n else base[:0]
+                for o, (sel, got) in enumerate(direct):
+                    vals[starts[sel] + o] = got
             else:
                 numeric = base.dtype.kind in "iuf"
                 vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
@@ -1301,6 +1348,7 @@ class PatternOperator:
             "floor": self.floor,
             "next_sweep": self._next_sweep,
             "absence": self._fast.state() if self._fast is not None else None,
+            "batch_dfa": self._keyed.state() if self._keyed is not None else None,
             # the heap's live entries with their sequence numbers: keys whose deadlines tie fire in
             # the same order after a restore as in an uninterrupted run
             "deadlines": (self._deadline_seq, self._live_deadlines()),
@@ -1371,6 +1419,17 @@ class PatternOperator:
             self._deadlines = [(d, n, k) for d, n, k in entries]
             heapq.heapify(self._deadlines)
             self._deadline_of = {k: d for d, _, k in entries}
+        self._keyed = None
+        if state.get("batch_dfa") is not None:
+            if self._batch_plan is False:
+                self._batch_plan = batch_dfa.batch_plan(self.automaton)
+            if self._batch_plan is None:
+                raise StateVersionError(
+                    f"rule {self.name!r}: the snapshot holds the batch DFA's state (cep/batch_dfa.py) "
+                    "and this engine cannot run it (is numba installed?); restore with the engine that wrote it"
+                )
+            self._keyed = batch_dfa.BatchDFA(self.automaton, self._batch_plan)
+            self._keyed.load(state["batch_dfa"])
         self._fast = None
         if state.get("absence") is not None and self._absence_plan is not None:
             self._fast = absence_path.AbsencePath(self.automaton, self._absence_plan)

@@ -606,6 +606,7 @@ class ExplainOperator(PatternOperator):
             max_steps_per_event=getattr(rule, "max_steps_per_event", None),
         )
         self._absence_plan = None  # the automaton, not the column-wise absence path: it has nodes
+        self._batch_plan = None  # nor the batch DFA path (cep/batch_dfa.py): it steps every key in one loop
         trace.op = self
         assert isinstance(self.automaton, TracingAutomaton)
         self.automaton.bind(trace)

@@ -49,7 +49,9 @@ def pattern_view(op: PatternOperator) -> RuleView:
         return got
 
     runs_total = 0
-    for key, st in op.states.items():
+    # the batch DFA path (cep/batch_dfa.py) keeps its keys in arrays: shown as the automaton's
+    states = op._keyed.key_states() if op._keyed is not None else op.states
+    for key, st in states.items():
         pms = [_attempt_view(a, st, att, cols) for att in st.attempts if att.threads]
         if not pms and not st.deferred and key not in op.active:
             continue  # an idle key: only rows kept for PREV

@@ -29,6 +29,9 @@ LONG = "WITHIN INTERVAL '1' HOUR"
 def live(engine: Engine) -> tuple[int, int]:
     """(most start rows alive for one key, most partial matches alive for one key)."""
     op = engine.operators["r"]
+    if op._keyed is not None:  # the batch DFA path (cep/batch_dfa.py): one run per start row
+        most = int(op._keyed.alen[: op._keyed.keys()].max(initial=0))
+        return most, most
     attempts = max((len(st.attempts) for st in op.states.values()), default=0)
     threads = max(
         (sum(len(a.threads) if isinstance(a.threads, list) else 1 for a in st.attempts) for st in op.states.values()),

@@ -1,0 +1,269 @@
+"""The compiled loops of :mod:`cep.batch_dfa` (numba): step a batch of keys, flush at the end, compact.
+
+Imported only when a rule takes that path, so the engine loads without numba and a rule that
+does not fit never compiles anything. The loops mirror :meth:`cep.nfa.PatternAutomaton._step_key_dfa`,
+``_resolve``, ``_over_cap``, ``flush`` and ``_consumers`` statement by statement over integer
+arrays; see :class:`cep.batch_dfa.BatchDFA` for the layout of the arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["step", "flush", "compact"]
+
+# key rows: rows stepped, resume row, match number, store index of the last row, live order, pool offset
+_NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
+# attempt rows: start row, start time, DFA state, best match's last row (-1 none), its store index
+_START, _TS, _SID, _BEST, _BIDX = 0, 1, 2, 3, 4
+
+
+@njit(cache=True)
+def _emit(key, start, best, bidx, num, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid, start_sid,
+          kinds, bits, o_int, o_meas, no):  # pragma: no cover - compiled
+    n = best - start + 1
+    chain = np.empty(n, np.int64)
+    idx = bidx
+    for i in range(n - 1, -1, -1):
+        chain[i] = idx
+        idx = s_prev[idx]
+    # the DFA state before each row (the attempt's path), replayed from its start
+    path = np.empty(n, np.int64)
+    sid = start_sid
+    for i in range(n):
+        path[i] = sid
+        sid = trans[sid, s_mask[chain[i]]]
+    # the program counter that consumed each row, walked back from the one that completed the match
+    vids = np.empty(n, np.int64)
+    c = match_pc[path[n - 1], s_mask[chain[n - 1]]]
+    vids[n - 1] = pc_vid[c]
+    for i in range(n - 1, 0, -1):
+        p = path[i - 1]
+        c = parent[p, s_mask[chain[i - 1]], pos[path[i], c]]
+        vids[i - 1] = pc_vid[c]
+    o_int[0, no] = key
+    o_int[1, no] = num
+    o_int[2, no] = chain[0]
+    o_int[3, no] = vids[n - 1]
+    for q in range(len(kinds)):
+        kind = kinds[q]
+        r = -1
+        if kind == 4:  # COUNT(*) / COUNT(var.*): the count itself, not a row
+            b = bits[q]
+            cnt = 0
+            for i in range(n):
+                if b == -1 or (b >> vids[i]) & 1:
+                    cnt += 1
+            o_meas[no, q] = cnt
+            continue
+        if kind <= 1:
+            b = bits[q]
+            if b == -1:
+                r = n - 1 if kind == 0 else 0
+            elif kind == 0:
+                for i in range(n - 1, -1, -1):
+                    if (b >> vids[i]) & 1:
+                        r = i
+                        break
+            else:
+                for i in range(n):
+                    if (b >> vids[i]) & 1:
+                        r = i
+                        break
+        o_meas[no, q] = chain[r] if r >= 0 else -1
+
+
+@njit(cache=True)
+def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid, start_sid,
+             kinds, bits, o_int, o_meas, no, counters):  # pragma: no cover - compiled
+    """The automaton's _resolve over attempts sc[:, h:t]: returns the new head and output count."""
+    while h < t:
+        if sc[_SID, h] != 0:
+            if past_last and sc[_BEST, h] >= 0:
+                end = sc[_BEST, h]
+                while t - h > 1 and sc[_START, h + 1] <= end:
+                    for f in range(5):  # delete attempts[1]: the head moves up one slot
+                        sc[f, h + 1] = sc[f, h]
+                    h += 1
+            return h, no
+        start = sc[_START, h]
+        best = sc[_BEST, h]
+        bidx = sc[_BIDX, h]
+        h += 1
+        if best < 0:
+            continue
+        k[_MNUM, key] += 1
+        counters[3] += 1
+        _emit(key, start, best, bidx, k[_MNUM, key], s_prev, s_mask, trans, match_pc, parent, pos, pc_vid,
+              start_sid, kinds, bits, o_int, o_meas, no)
+        no += 1
+        resume = best + 1 if past_last else start + 1
+        k[_RESUME, key] = resume
+        while h < t and sc[_START, h] < resume:
+            h += 1
+    return h, no
+
+
+@njit(cache=True)
+def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
+         pc_vid, start_sid, start_bits, past_last, merge, max_pm, skip_key, kinds, bits, o_int, o_meas,
+         counters):  # pragma: no cover - compiled
+    """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa."""
+    nseg = len(starts)
+    width = 2
+    for i in range(nseg):
+        w = alen[ids[i]] + ends[i] - starts[i] + 2
+        if w > width:
+            width = w
+    sc = np.empty((5, width), np.int64)
+    pool_used = counters[0]
+    act_seq = counters[1]
+    peak = counters[2]
+    total = counters[6]
+    no = 0
+    for i in range(nseg):
+        key = ids[i]
+        s = starts[i]
+        e = ends[i]
+        na = alen[key]
+        off = k[_AOFF, key]
+        for q in range(na):
+            for f in range(5):
+                sc[f, q] = pool[f, off + q]
+        total -= na
+        h = 0
+        t = na
+        start_rno = k[_NROWS, key] - s
+        k[_NROWS, key] += e - s
+        last = k[_LAST, key]
+        for j in range(s, e):
+            sidx = base + j
+            s_prev[sidx] = last
+            last = sidx
+            m = masks[j]
+            rno = start_rno + j
+            for q in range(h, t):
+                sid = sc[_SID, q]
+                if sid == 0:
+                    continue
+                if match_pc[sid, m] >= 0:
+                    sc[_BEST, q] = rno
+                    sc[_BIDX, q] = sidx
+                sc[_SID, q] = trans[sid, m]
+            if (m & start_bits) != 0 and rno >= k[_RESUME, key]:
+                if not (past_last and t > h and sc[_BEST, h] >= rno):
+                    r = trans[start_sid, m]
+                    mp = match_pc[start_sid, m]
+                    if r != 0 or mp >= 0:
+                        sc[_START, t] = rno
+                        sc[_TS, t] = ts[j]
+                        sc[_SID, t] = r
+                        sc[_BEST, t] = rno if mp >= 0 else -1
+                        sc[_BIDX, t] = sidx if mp >= 0 else -1
+                        t += 1
+                        if t - h > max_pm:
+                            counters[4] += 1
+                            if skip_key:
+                                counters[5] += t - h
+                                h = t
+                            else:
+                                while t - h > max_pm and t - h > 1:
+                                    h += 1
+                                    counters[5] += 1
+            if merge and t - h > 1:
+                # a later attempt in the head's state has the head's future: see _step_key_dfa
+                hs = sc[_SID, h]
+                if hs != 0:
+                    hb = sc[_BEST, h]
+                    found = False
+                    for q in range(h + 1, t):
+                        if sc[_SID, q] == hs and sc[_BEST, q] < 0 and (hb < 0 or hb >= sc[_START, q]):
+                            found = True
+                            break
+                    if found:
+                        w = h + 1
+                        for q in range(h + 1, t):
+                            if sc[_SID, q] != hs or sc[_BEST, q] >= 0 or (hb >= 0 and hb < sc[_START, q]):
+                                if w != q:
+                                    for f in range(5):
+                                        sc[f, w] = sc[f, q]
+                                w += 1
+                        t = w
+            if t > h:
+                if sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1):
+                    h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos,
+                                     pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
+                if t - h > peak:
+                    peak = t - h
+        k[_LAST, key] = last
+        na = t - h
+        if na > 0:
+            k[_AOFF, key] = pool_used
+            for q in range(na):
+                for f in range(5):
+                    pool[f, pool_used + q] = sc[f, h + q]
+            pool_used += na
+            if k[_ACT, key] < 0:
+                k[_ACT, key] = act_seq
+                act_seq += 1
+        else:
+            k[_ACT, key] = -1
+        alen[key] = na
+        total += na
+    counters[0] = pool_used
+    counters[1] = act_seq
+    counters[2] = peak
+    counters[6] = total
+    return no
+
+
+@njit(cache=True)
+def flush(order, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos, pc_vid, start_sid, past_last,
+          kinds, bits, o_int, o_meas, counters):  # pragma: no cover - compiled
+    """End of input for the keys in ``order``: every run ends, each attempt's best match is final."""
+    width = 2
+    for key in order:
+        if alen[key] + 1 > width:
+            width = alen[key] + 1
+    sc = np.empty((5, width), np.int64)
+    no = 0
+    for key in order:
+        na = alen[key]
+        off = k[_AOFF, key]
+        for q in range(na):
+            for f in range(5):
+                sc[f, q] = pool[f, off + q]
+            sc[_SID, q] = 0
+        h, no = _resolve(key, sc, 0, na, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid,
+                         start_sid, kinds, bits, o_int, o_meas, no, counters)
+        alen[key] = 0
+        k[_ACT, key] = -1
+    return no
+
+
+@njit(cache=True)
+def compact(k, alen, nk, pool, newpool, s_prev, s_used, keep, max_back):  # pragma: no cover - compiled
+    """Mark the store rows still needed (each key's last ``max_back`` rows, and every row from its
+    earliest live attempt's start on) and move the live attempts to ``newpool``; its used size."""
+    used = 0
+    for key in range(nk):
+        na = alen[key]
+        need = max_back
+        if na > 0:
+            off = k[_AOFF, key]
+            d = k[_NROWS, key] - pool[_START, off]
+            if d > need:
+                need = d
+            for q in range(na):
+                for f in range(5):
+                    newpool[f, used + q] = pool[f, off + q]
+            k[_AOFF, key] = used
+            used += na
+        idx = k[_LAST, key]
+        c = 0
+        while idx >= 0 and c < need:
+            keep[idx] = True
+            idx = s_prev[idx]
+            c += 1
+    return used

@@ -1,0 +1,546 @@
+"""Every key of a batch stepped together: the lazy DFA's transitions as a table, run by one compiled loop.
+
+Over many keys, the automaton's per-key stepping (:meth:`cep.nfa.PatternAutomaton.step_key`) pays
+a few microseconds of Python per key and per row: at 10,000 keys a batch of 8,192 rows is about
+6,000 calls, each for one or two rows. For rules whose conditions never look back at the match
+(the lazy-DFA rules of :mod:`cep.nfa`) a key's whole runtime state is small integers: its row
+count, where a match may resume, its match number, and per live start row (attempt) the start
+row, the DFA state and the last row of the best match so far. :class:`BatchDFA` keeps those for
+every key in flat arrays, builds the DFA's full transition table once (every state and every
+mask), and steps a batch (keys sorted, each key's rows in event-time order) in one loop compiled
+with numba. The rows a match or ``PREV`` may still read wait in a column store, linked per key
+(each row points to its key's row before it), and a match's rows are mapped to variables by the
+same backward replay as :meth:`cep.nfa.PatternAutomaton._consumers`.
+
+It applies (:func:`batch_plan`) to lazy-DFA rules with the DFA's fast measures (ONE ROW PER
+MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(),
+COUNT(*) or COUNT(var.*)), ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``,
+no ``NEXT``, no ``WITH UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables,
+:data:`MAX_STATES` DFA states and :data:`MAX_CELLS` table cells, and (the operator checks) no
+idle-state TTL, global cap, temporal join or FIRST_SEEN/MATCHES. Its rows, their order,
+match numbers and counters are the automaton's (``tests/cep/test_batch_dfa.py`` runs both on the
+same inputs); without numba the operator keeps the automaton, which stays the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from patterns import ast as A
+from patterns.compiler import OP_MATCH
+
+__all__ = ["BatchDFA", "DfaTable", "batch_plan", "measure_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES", "MAX_CELLS"]
+
+# a switch so tests and benchmarks can run the same rules through the per-key automaton instead;
+# CEP_BATCH_DFA=0 in the environment turns it off for a whole process (the test suite run on the
+# reference path)
+USE_BATCH_DFA = os.environ.get("CEP_BATCH_DFA", "1") != "0"
+MAX_VARS = 10  # the table has 2**nvars columns
+MAX_STATES = 512
+MAX_CELLS = 1 << 16  # states x masks: the table is built in Python at a rule's first batch
+
+_KIND = {"LAST": 0, "FIRST": 1, "MN": 2, "CLS": 3, "COUNT": 4}
+
+
+class DfaTable:
+    """The lazy DFA of :mod:`cep.nfa` built out: every state reachable from the start on any mask.
+
+    ``trans[s, m]`` is the state after mask ``m``, ``match_pc[s, m]`` the program counter whose
+    step completed a match (-1: none), ``parent[s, m, i]`` the program counter the ``i``-th run of
+    ``trans[s, m]`` came from, ``pos[s, pc]`` where ``pc`` sits in state ``s`` (-1: absent).
+    Built as :meth:`cep.nfa.PatternAutomaton._dfa_step` builds one transition.
+    """
+
+    def __init__(self, trans: np.ndarray, match_pc: np.ndarray, parent: np.ndarray, pos: np.ndarray,
+                 pc_vid: np.ndarray, start: int, states: list[tuple[int, ...]]):
+        self.trans, self.match_pc, self.parent, self.pos, self.pc_vid, self.start = trans, match_pc, parent, pos, pc_vid, start
+        self.states = states  # each state's program counters, in preference order
+
+    @classmethod
+    def build(cls, a: Any, max_states: int = MAX_STATES) -> DfaTable | None:
+        """The table of automaton ``a`` (None when it has more than ``max_states`` states)."""
+        ins, closure = a.ins, a.closure
+        nmask = 1 << a.nvars
+        states: list[tuple[int, ...]] = [()]
+        ids: dict[tuple[int, ...], int] = {(): 0}
+        rows: list[list[tuple[int, int, tuple[int, ...]]]] = []
+
+        def sid_of(pcs: tuple[int, ...]) -> int:
+            if pcs not in ids:
+                ids[pcs] = len(states)
+                states.append(pcs)
+            return ids[pcs]
+
+        start = sid_of(tuple(a.start_closure))
+        i = 0
+        while i < len(states):
+            if len(states) > max_states or len(states) * nmask > MAX_CELLS:
+                return None
+            row = []
+            for m in range(nmask):
+                new: list[int] = []
+                parents: list[int] = []
+                seen: set[int] = set()
+                done_pc = -1
+                for pc in states[i]:
+                    _, vid, nxt, _ = ins[pc]
+                    if not (m >> vid) & 1:
+                        continue
+                    for q in closure[nxt]:
+                        if ins[q][0] == OP_MATCH:
+                            done_pc = pc
+                            break
+                        if q not in seen:
+                            seen.add(q)
+                            new.append(q)
+                            parents.append(pc)
+                    if done_pc >= 0:
+                        break
+                row.append((sid_of(tuple(new)), done_pc, tuple(parents)))
+            rows.append(row)
+            i += 1
+        ns, npc = len(states), len(ins)
+        width = max(1, max(len(s) for s in states))
+        trans = np.zeros((ns, nmask), dtype=np.int64)
+        match_pc = np.full((ns, nmask), -1, dtype=np.int64)
+        parent = np.full((ns, nmask, width), -1, dtype=np.int64)
+        pos = np.full((ns, npc), -1, dtype=np.int64)
+        for s, row in enumerate(rows):
+            for m, (t, mpc, par) in enumerate(row):
+                trans[s, m] = t
+                match_pc[s, m] = mpc
+                parent[s, m, : len(par)] = par
+        for s, pcs in enumerate(states):
+            for k, pc in enumerate(pcs):
+                pos[s, pc] = k
+        pc_vid = np.array([x[1] if x[0] == 0 else -1 for x in ins], dtype=np.int64)
+        return cls(trans, match_pc, parent, pos, pc_vid, start, states)
+
+
+def _numba_ok() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # the automaton steps every key (the reference path)
+        return False
+    return True
+
+
+def measure_plan(a: Any) -> list[tuple[str, str, frozenset[int] | None, int]] | None:
+    """The automaton's fast measures (:meth:`cep.nfa.PatternAutomaton._fast_plan`), plus
+    ``COUNT(*)`` and ``COUNT(var.*)``: a count of the match's rows of those variables; or None."""
+    if a.fast_plan is not None:
+        return a.fast_plan
+    if a.track or a.all_rows or a.max_next or a.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
+        return None
+    if any(x.func != "COUNT" or x.arg is not None for x in a.aggs):
+        return None
+    plan: list[tuple[str, str, frozenset[int] | None, int]] = []
+    for m in a.mr.measures:
+        e = m.expr
+        if isinstance(e, A.MatchNumber):
+            plan.append((m.name, "MN", None, -1))
+        elif isinstance(e, A.Classifier) and e.var is None:
+            plan.append((m.name, "CLS", None, -1))
+        elif isinstance(e, A.Agg) and e.func == "COUNT" and e.arg is None:
+            plan.append((m.name, "COUNT", a.layout.var_set(e.var), -1))
+        elif isinstance(e, A.Column):
+            plan.append((m.name, "LAST", a.layout.var_set(e.var), a.layout.col_index[e.name]))
+        elif isinstance(e, A.Nav) and e.kind in ("FIRST", "LAST") and e.offset == 0 and isinstance(e.arg, A.Column):
+            plan.append((m.name, e.kind, a.layout.var_set(e.arg.var), a.layout.col_index[e.arg.name]))
+        else:
+            return None
+    return plan
+
+
+def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str, str, int, int]]] | None:
+    """(table, measure kinds, measure variable bits, measures) when automaton ``a`` fits the path."""
+    if not (a.dfa and a.within is None and not a.lookahead and not a.with_unmatched):
+        return None
+    fast_plan = measure_plan(a)
+    if fast_plan is None:
+        return None
+    if a.max_steps is not None or a.nvars > MAX_VARS or a.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
+        return None
+    if not _numba_ok():
+        return None
+    table = DfaTable.build(a)
+    if table is None:
+        return None
+    kinds, bits, measures = [], [], []
+    for name, kind, vs, ci in fast_plan:
+        kinds.append(_KIND[kind])
+        b = -1
+        if vs is not None:
+            b = 0
+            for v in vs:
+                b |= 1 << v
+        bits.append(b)
+        measures.append((name, kind, ci, b))
+    return table, np.array(kinds, dtype=np.int64), np.array(bits, dtype=np.int64), measures
+
+
+class BatchDFA:
+    """The partial matches of every key of one rule, in arrays, stepped a batch at a time.
+
+    Per key id (``ids`` maps a partition key to it): rows stepped, the first row a match may
+    start at, matches so far, the store index of its last row, its place in the order keys became
+    live (-1: nothing alive), and its attempts (``aoff``/``alen`` into the attempt pool, start row
+    order). The pool holds each attempt's start row, start time, DFA state, best match's last row
+    (-1: none) and that row's store index. The column store holds each row's columns, mask and
+    the store index of its key's previous row.
+    """
+
+    def __init__(self, automaton: Any, plan: tuple):
+        self.a = automaton
+        self.table, self.kinds, self.bits, self.measures = plan
+        self.past_last = automaton.skip.mode == "PAST_LAST_ROW"
+        self.ids: dict[Any, int] = {}
+        self.key_list: list[Any] = []
+        nk = 1024
+        self.k = np.zeros((6, nk), dtype=np.int64)  # nrows, resume, mnum, last, act, aoff
+        self.k[3:5] = -1
+        self.alen = np.zeros(nk, dtype=np.int64)
+        self.pool = np.zeros((5, 4096), dtype=np.int64)  # start, start_ts, sid, best, best store index
+        self.pool_used = 0
+        self.live_attempts = 0
+        self.act_seq = 0
+        ncols = len(automaton.columns)
+        # never empty: reading index 0 for a missing row (then masked out) is always in bounds
+        self.cols: list[np.ndarray] = [np.zeros(4096, dtype=np.int64) for _ in range(ncols)]
+        self.s_prev = np.zeros(4096, dtype=np.int64)
+        self.s_mask = np.zeros(4096, dtype=np.int64)
+        self.s_used = 0
+        self.compact_at = 1 << 16
+        self._ids_now = np.zeros(0, dtype=np.int64)
+
+    # ------------------------------------------------------------------ sizes
+    def keys(self) -> int:
+        return len(self.key_list)
+
+    def live(self) -> int:
+        """Attempts with a run alive (as the automaton counts them for live_partial_matches)."""
+        n = self.pool_used
+        if not n:
+            return 0
+        lens = self.alen[: len(self.key_list)]
+        owned = np.repeat(self.k[5, : len(self.key_list)], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        return int(np.count_nonzero(self.pool[2, owned]))
+
+    # ------------------------------------------------------------------ keys and history
+    def bind(self, seg_keys: list) -> np.ndarray:
+        """Key ids of a batch's segments (new keys get the next ids); kept for :meth:`fills`."""
+        ids = self.ids
+        got = np.fromiter(map(ids.get, seg_keys, [-1] * len(seg_keys)), dtype=np.int64, count=len(seg_keys))
+        new = np.flatnonzero(got < 0)
+        if len(new):
+            first = len(self.key_list)
+            for j, i in enumerate(new.tolist()):
+                key = seg_keys[i]
+                ids[key] = first + j
+                self.key_list.append(key)
+            got[new] = np.arange(first, first + len(new))
+            self._grow_keys(len(self.key_list))
+        self._ids_now = got
+        return got
+
+    def fills(self, ci: int, lag: int, seg_len: np.ndarray) -> list[list]:
+        """PREV(col, lag) of each segment's first ``lag`` rows, read from the key's earlier rows:
+        the lists :meth:`cep.operator.PatternOperator._masks` builds from the keys' retained rows."""
+        out = []
+        last = self.k[3][self._ids_now]
+        col = self.cols[ci]
+        prev = self.s_prev
+        for o in range(lag):
+            sel = np.flatnonzero(seg_len > o)
+            if not len(sel):
+                break
+            idx = last[sel]
+            for _ in range(lag - o - 1):
+                idx = np.where(idx >= 0, prev[np.maximum(idx, 0)], -1)
+            vals = col[np.maximum(idx, 0)].tolist() if self.s_used else [None] * len(idx)
+            for i in np.flatnonzero(idx < 0).tolist():
+                vals[i] = None
+            out.append(vals)
+        return out
+
+    def fill_numbers(self, ci: int, lag: int, seg_len: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """What :meth:`fills` reads, as (segments, float values with NaN for none) per offset; None
+        when the stored column is not numeric (the caller then builds the lists)."""
+        col = self.cols[ci]
+        if col.dtype.kind not in "iuf" and self.s_used:
+            return None
+        out = []
+        last = self.k[3][self._ids_now]
+        prev = self.s_prev
+        for o in range(lag):
+            sel = np.flatnonzero(seg_len > o)
+            if not len(sel):
+                break
+            idx = last[sel]
+            for _ in range(lag - o - 1):
+                idx = np.where(idx >= 0, prev[np.maximum(idx, 0)], -1)
+            if self.s_used:
+                got = np.where(idx >= 0, col[np.maximum(idx, 0)].astype(np.float64), np.nan)
+            else:
+                got = np.full(len(idx), np.nan)
+            out.append((sel, got))
+        return out
+
+    def _grow_keys(self, n: int) -> None:
+        cap = self.k.shape[1]
+        if n <= cap:
+            return
+        new = max(n, cap * 2)
+        k = np.zeros((6, new), dtype=np.int64)
+        k[3:5] = -1
+        k[:, :cap] = self.k
+        self.k = k
+        alen = np.zeros(new, dtype=np.int64)
+        alen[:cap] = self.alen
+        self.alen = alen
+
+    # ------------------------------------------------------------------ the column store
+    def _append_rows(self, cols: list[np.ndarray], masks: np.ndarray) -> int:
+        """Put a batch's rows in the store (links are set while stepping); their first index."""
+        n = len(masks)
+        base = self.s_used
+        need = base + n
+        cap = len(self.s_mask)
+        if need > cap:
+            new = max(need, cap * 2, 4096)
+            self.s_prev = _grown(self.s_prev, new)
+            self.s_mask = _grown(self.s_mask, new)
+            self.cols = [_grown(c, new) for c in self.cols]
+        self.s_mask[base:need] = masks
+        for i, c in enumerate(cols):
+            store = self.cols[i]
+            if base == 0 and store.dtype != c.dtype:
+                store = self.cols[i] = np.zeros(len(self.s_mask), dtype=c.dtype)
+            if store.dtype == c.dtype:
+                store[base:need] = c
+                continue
+            if store.dtype != object:
+                # another type than the rows before: keep Python values, as the automaton's rows do
+                obj = np.empty(len(store), dtype=object)
+                obj[:base] = np.fromiter(store[:base].tolist(), dtype=object, count=base)
+                store = self.cols[i] = obj
+            store[base:need] = c if c.dtype == object else np.fromiter(c.tolist(), dtype=object, count=n)
+        self.s_used = need
+        return base
+
+    def _compact(self) -> None:
+        """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
+        from cep._batch_dfa_kernel import compact
+
+        nk = len(self.key_list)
+        keep = np.zeros(self.s_used, dtype=np.bool_)
+        pool = np.zeros((5, max(4096, 2 * self.live_attempts + 16)), dtype=np.int64)
+        used = compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
+        self.pool, self.pool_used = pool, used
+        idx = np.flatnonzero(keep)
+        remap = np.full(self.s_used + 1, -1, dtype=np.int64)
+        remap[idx] = np.arange(len(idx))
+        m = len(idx)
+        prev = remap[self.s_prev[idx]]  # -1 maps to remap[-1] == -1
+        cap = max(4096, 2 * m)
+        self.s_prev = _grown(prev, cap)
+        self.s_mask = _grown(self.s_mask[idx], cap)
+        self.cols = [_grown(c[idx], cap) for c in self.cols]
+        self.k[3, :nk] = remap[self.k[3, :nk]]
+        self.pool[4, :used] = remap[self.pool[4, :used]]
+        self.s_used = m
+        self.compact_at = max(1 << 16, 3 * m)
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
+             masks: np.ndarray, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
+        """Advance every key of the batch (segments in order, ids from :meth:`bind`); the match rows."""
+        from cep import nfa
+        from cep._batch_dfa_kernel import step
+
+        n = len(masks)
+        cap = self.pool_used + self.live_attempts + n + 1
+        if self.s_used + n > self.compact_at or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
+            self._compact()  # before this batch's rows go in: they are linked while stepping
+            cap = self.pool_used + self.live_attempts + n + 1
+        if cap > self.pool.shape[1]:
+            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
+        base = self._append_rows(cols, masks)
+        t = self.table
+        nout = self.live_attempts + n + 1
+        o_int = np.zeros((4, nout), dtype=np.int64)  # key id, number, first row, classifier
+        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        counters = np.zeros(8, dtype=np.int64)
+        counters[0] = self.pool_used
+        counters[1] = self.act_seq
+        counters[2] = stats.partial_matches_peak
+        counters[6] = self.live_attempts
+        merge = self.past_last and nfa.MERGE_EQUIVALENT_ATTEMPTS
+        nm = step(self._ids_now, starts.astype(np.int64), ends.astype(np.int64), ts.astype(np.int64),
+                  masks.astype(np.int64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+                  t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
+                  self.past_last, merge, self.a.max_partial_matches, self.a.on_cap == "skip_key",
+                  self.kinds, self.bits, o_int, o_meas, counters)
+        self.pool_used = int(counters[0])
+        self.act_seq = int(counters[1])
+        stats.partial_matches_peak = int(counters[2])
+        stats.matches += int(counters[3])
+        stats.cap_hits += int(counters[4])
+        stats.partial_matches_dropped += int(counters[5])
+        self.live_attempts = int(counters[6])
+        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+
+    def flush(self, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
+        """End of input: every attempt's best match is final; keys in the order they became live."""
+        from cep._batch_dfa_kernel import flush
+
+        nk = len(self.key_list)
+        act = self.k[4, :nk]
+        live = np.flatnonzero(act >= 0)
+        order = live[np.argsort(act[live], kind="stable")]
+        t = self.table
+        nout = self.live_attempts + 1
+        o_int = np.zeros((4, nout), dtype=np.int64)
+        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        counters = np.zeros(8, dtype=np.int64)
+        nm = flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
+                   self.kinds, self.bits, o_int, o_meas, counters)
+        stats.matches += int(counters[3])
+        self.live_attempts = 0
+        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+
+    def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, nm: int, stats: Any, rule: str,
+              row_ids: bool = False) -> list[dict[str, Any]]:
+        """The output rows of ``nm`` matches, as :meth:`cep.nfa.PatternAutomaton._fast_row` writes them
+        (with ``row_ids``, the ``_id`` of :meth:`cep.operator.PatternOperator._add_ids`)."""
+        if not nm:
+            return []
+        a = self.a
+        names = list(a.mr.partition_by)
+        values: list[list] = []
+        first = o_int[2, :nm]
+        for i in range(len(names)):
+            values.append(self.cols[i][first].tolist())
+        for k, (name, kind, ci, _) in enumerate(self.measures):
+            names.append(name)
+            if kind == "MN":
+                values.append(o_int[1, :nm].tolist())
+            elif kind == "COUNT":
+                values.append(o_meas[:nm, k].tolist())
+            elif kind == "CLS":
+                vn = a.var_names
+                values.append([vn[v] for v in o_int[3, :nm].tolist()])
+            else:
+                idx = o_meas[:nm, k]
+                vals = self.cols[ci][np.maximum(idx, 0)].tolist()
+                for i in np.flatnonzero(idx < 0).tolist():
+                    vals[i] = None
+                values.append(vals)
+        names.append("rule")
+        values.append([rule] * nm)
+        if row_ids:
+            import orjson
+
+            npart = a.npartition
+            times = self.cols[a.time_index][first].tolist()
+            ids = []
+            for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
+                key = orjson.dumps(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
+            names.append("_id")
+            values.append(ids)
+        stats.rows_emitted += nm
+        return [dict(zip(names, row)) for row in zip(*values)]
+
+    def key_states(self) -> dict[Any, Any]:
+        """The keys with rows or attempts as the automaton's :class:`cep.nfa.KeyState` (lazy-DFA
+        attempts with their paths), for views of the state (``cep state``); not used to step."""
+        from cep.nfa import Attempt, KeyState
+
+        a, t = self.a, self.table
+        k, pool = self.k, self.pool
+        lists = [c[: self.s_used].tolist() for c in self.cols]
+        masks = self.s_mask[: self.s_used].tolist()
+        out: dict[Any, Any] = {}
+        for kid, key in enumerate(self.key_list):
+            nrows, na, off = int(k[0, kid]), int(self.alen[kid]), int(k[5, kid])
+            need = a.max_back
+            if na:
+                need = max(need, nrows - int(pool[0, off]))
+            idxs: list[int] = []
+            idx = int(k[3, kid])
+            while idx >= 0 and len(idxs) < need:
+                idxs.append(idx)
+                idx = int(self.s_prev[idx])
+            idxs.reverse()
+            st = KeyState()
+            st.rows = [tuple(c[i] for c in lists) + (masks[i],) for i in idxs]
+            st.nrows, st.base = nrows, nrows - len(idxs)
+            st.resume, st.match_number = int(k[1, kid]), int(k[2, kid])
+            for q in range(na):
+                start, ts, sid, best, _ = (int(x) for x in pool[:, off + q])
+                path, cur = [], t.start
+                for r in st.rows[start - st.base :]:
+                    path.append(a._dfa_id(t.states[cur]))
+                    cur = int(t.trans[cur, r[-1]])
+                st.attempts.append(Attempt(start, ts, a._dfa_id(t.states[sid]), best if best >= 0 else None, path))
+            if st.rows or st.attempts:
+                out[key] = st
+        return out
+
+    # ------------------------------------------------------------------ snapshot
+    def state(self) -> dict[str, Any]:
+        self._compact()
+        nk = len(self.key_list)
+        m = self.s_used
+        return {
+            "keys": list(self.key_list),
+            "k": self.k[:, :nk].copy(),
+            "alen": self.alen[:nk].copy(),
+            "pool": self.pool[:, : self.pool_used].copy(),
+            "live_attempts": self.live_attempts,
+            "act_seq": self.act_seq,
+            "cols": [c[:m].copy() for c in self.cols],
+            "prev": self.s_prev[:m].copy(),
+            "mask": self.s_mask[:m].copy(),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.key_list = list(state["keys"])
+        self.ids = {k: i for i, k in enumerate(self.key_list)}
+        nk = len(self.key_list)
+        self.k = np.zeros((6, max(1024, nk)), dtype=np.int64)
+        self.k[3:5] = -1
+        self.k[:, :nk] = state["k"]
+        self.alen = np.zeros(self.k.shape[1], dtype=np.int64)
+        self.alen[:nk] = state["alen"]
+        pool = state["pool"]
+        self.pool_used = pool.shape[1]
+        self.pool = _grown2(pool, max(4096, 2 * self.pool_used))
+        self.live_attempts = int(state["live_attempts"])
+        self.act_seq = int(state["act_seq"])
+        m = len(state["mask"])
+        cap = max(4096, 2 * m)
+        self.s_used = m
+        self.s_prev = _grown(state["prev"], cap)
+        self.s_mask = _grown(state["mask"], cap)
+        self.cols = [_grown(c, cap) for c in state["cols"]]
+        self.compact_at = max(1 << 16, 3 * m)
+
+
+def _grown(x: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=x.dtype) if x.dtype != object else np.empty(n, dtype=object)
+    k = min(len(x), n)
+    out[:k] = x[:k]
+    return out
+
+
+def _grown2(x: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((x.shape[0], n), dtype=x.dtype)
+    k = min(x.shape[1], n)
+    out[:, :k] = x[:, :k]
+    return out
