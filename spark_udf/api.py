@@ -241,6 +241,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     cfg = config or SparkRunConfig()
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
+    tables = dict(getattr(rules, "tables", None) or {})
     rules = list(rules)
     if not rules:
         raise CepError("the rule set is empty: nothing to run")
@@ -255,11 +256,16 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
             known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
         joined = _joined_table(r)
-        if joined is not None:
-            raise CepError(f"rule {r.name!r} joins table {joined!r}: temporal joins with tables cannot run on Spark "
-                           "yet (docs/tables.md); run the rule in the embedded engine (cep run)")
+        if joined is not None and k not in KEYED_KINDS:
+            raise CepError(f"rule {r.name!r} joins table {joined!r}: a {k} rule's temporal join cannot run on Spark "
+                           "yet (its groups keep no state to hold the table; docs/spark.md, \"Tables\"); run it in the "
+                           "embedded engine (cep run), or join the table in a pattern or analytics rule")
+        if joined is not None and joined not in tables:
+            raise CepError(f"rule {r.name!r} joins table {joined!r}, which the rules do not declare (tables:); pass "
+                           "the whole rule file (its RuleSet), not a list of its rules")
 
     frame, layout = _inputs(frame, cfg)
+    bindings = _table_bindings(rules, tables, layout, STREAM_COL in frame.columns)
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
     if corrupt:
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
@@ -292,7 +298,8 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     parts: list[DataFrame] = []
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
-        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout))
+        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout,
+                                     bindings))
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
     if corrupt and not (keyed or staged):
@@ -590,7 +597,7 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
-                    layout: InputLayout) -> DataFrame:
+                    layout: InputLayout, bindings: dict[str, Any] | None = None) -> DataFrame:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules.
 
     Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
@@ -601,8 +608,9 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     time_col = _stage_time_column(keyed, kinds, staged)
     columns = set(frame.columns)
     shown = ", ".join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))
+    bindings = bindings or {}
     for k, r in zip(kinds, keyed):
-        for c in (*k.key_columns(r), k.time_column(r)):
+        for c in (*_bucket_columns(k, r), k.time_column(r)):
             if c not in columns:
                 raise CepError(
                     f"rule {r.name!r}: column {c!r} ({getattr(k, 'clause', 'key / event time')}) is not in the input; "
@@ -618,13 +626,16 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                     f"a stream's watermark is read from it; input columns: {shown}"
                 )
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
+    for name, binding in bindings.items():
+        specs[name].table = binding
     unit, skew = _stage_reading(keyed, staged)
     # a backfill reads the wall clock once, here, for every task and both arrival passes
     clock = cfg.clock if frame.isStreaming else FixedClock((cfg.clock or wall_clock_ms)())
     core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version,
                      clock)
     schema = envelope_schema(env, by_type)
-    key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
+    key_sets = sorted({_bucket_columns(k, r) for k, r in zip(kinds, keyed)})
+    live = sorted({b.spec.stream for b in bindings.values() if not b.static})
 
     if frame.isStreaming:
         joined: dict[int, Any] = {}
@@ -638,9 +649,12 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
             routes = [layout.route(r) for r in group]
             reads = None if None in routes else _any_stream(sorted(set(routes)))  # type: ignore[arg-type]
             extra.append((-1 - i, row_bucket, reads))
-        x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types, unit, skew, clock)))
+        event_ms = _time_ms(frame, time_col, engine_types, unit, skew, clock)
+        if live:  # changelog rows move no watermark of the rules (a table has its own, in each group)
+            event_ms = F.when(~_any_stream(live), event_ms)
+        x = frame.withColumn(TIME_COL, F.timestamp_millis(event_ms))
         x = x.withWatermark(TIME_COL, "0 seconds")
-        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra)
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
         # Spark drops rows behind the watermark before a stage with one. A NULL column that
         # carries the watermark marker satisfies the first and is never "behind", so late rows
@@ -683,7 +697,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
-    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [])
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings)
 
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
@@ -698,16 +712,19 @@ def _any_stream(streams: list[str]) -> Column:
 
 def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
                    prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool, layout: InputLayout,
-                   extra: list[tuple[int, Column, Column | None]]) -> DataFrame:
+                   extra: list[tuple[int, Column, Column | None]],
+                   bindings: dict[str, Any] | None = None) -> DataFrame:
     """Add the group key (rule, bucket); one row per rule (or staged kind) that reads the row.
 
     A rule whose FROM names one of the input streams reads that stream's rows; ``extra`` are
     the staged stateless kinds' groups: (group key, bucket, which rows or None for all). A
     malformed record goes once, to bucket -1 of the first group, which reports it.
     """
+    bindings = bindings or {}
+    live = sorted({b.spec.stream for b in bindings.values() if not b.static})
     entries: list[tuple[Column, Column | None]] = []
     for k, r in zip(kinds, keyed):
-        keys = k.key_columns(r)
+        keys = _bucket_columns(k, r)
         bucket = (
             F.pmod(F.xxhash64(*[F.col(_q(c)) for c in keys]), F.lit(cfg.buckets)).cast("int") if keys else F.lit(0)
         )
@@ -715,7 +732,19 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
         if prior_cols is not None:
             fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
         route = layout.route(r)
-        entries.append((F.struct(*fields), None if route is None else F.col(STREAM_COL) == F.lit(route)))
+        # a changelog's rows go to its table, not to rules that read every stream (as embedded)
+        reads = (F.col(STREAM_COL) == F.lit(route) if route is not None
+                 else ~_any_stream(live) if live else None)
+        entries.append((F.struct(*fields), reads))
+        binding = bindings.get(r.name)
+        if binding is not None and not binding.static:
+            # every group of a joined rule gets every change row once: its replica of the table
+            changes = F.col(STREAM_COL) == F.lit(binding.spec.stream)
+            for b in range(cfg.buckets if keys else 1):
+                fields = [F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b")]
+                if prior_cols is not None:
+                    fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
+                entries.append((F.struct(*fields), changes))
     for group, bucket, reads in extra:
         entries.append((F.struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
     drop = list(prior_cols.values()) if prior_cols else []
@@ -777,6 +806,40 @@ class ProgressCounts:
         for p in query.recentProgress:
             metrics = (p.get("observedMetrics") or {}).get(METRICS_NAME)
             self.add(str(p["runId"]), p["batchId"], p["numInputRows"], metrics)
+
+
+def _bucket_columns(kind: Any, rule: Any) -> tuple[str, ...]:
+    """The key columns a keyed rule's events are bucketed by: its key's event columns (not a joined one)."""
+    from spark_udf.tables import bucket_columns, rule_join
+
+    return bucket_columns(tuple(kind.key_columns(rule)), rule_join(rule))
+
+
+def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout,
+                    tagged: bool) -> dict[str, Any]:
+    """Per joined keyed rule, its table's replica: the snapshot file read here, once.
+
+    A table is fed by its changelog when its ``from`` is one of the named inputs, or (one input)
+    when the input has a ``stream`` column naming each row's stream; otherwise it is static (its
+    snapshot), and joins do not wait, as ``cep run`` without the changelog among its inputs.
+    """
+    from spark_udf.tables import TableBinding
+
+    joined = sorted((r.name, _joined_table(r)) for r in rules
+                    if kind_of(r) in KEYED_KINDS and _joined_table(r) is not None)
+    out: dict[str, Any] = {}
+    first: dict[str, str] = {}
+    built: dict[str, Any] = {}
+    for name, table in joined:
+        assert table is not None
+        spec = tables[table]
+        live = spec.stream in layout.streams if layout.streams else tagged
+        first.setdefault(table, name)
+        if table not in built:
+            built[table] = TableBinding.build(spec, static=not live, reporter=False)
+        b = built[table]
+        out[name] = TableBinding(b.spec, b.initial, b.static, first[table] == name, b.snapshot_errors)
+    return out
 
 
 def _joined_table(rule: Any) -> str | None:

@@ -1,0 +1,210 @@
+"""Temporal joins on Spark: each group of a joined rule keeps a replica of the table beside the rule's state.
+
+A joined rule (``FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF s.ts ON ...``) runs in the shared
+stateful stage like any keyed rule; the table's changelog is a second input whose rows reach
+**every** group of the rule (each ``(rule, bucket)`` group gets each change row once). The group's
+state blob holds the rule's operator snapshot *and* the table (:class:`JoinedOperator`), so:
+
+* every group sees every change in arrival order: its table, its watermark (largest change time
+  minus the table's lateness) and its late changes are those of the embedded engine's table,
+  whichever keys the group holds; and a rule partitioned by a joined column (the key is known only
+  after the lookup) is sound as long as its events are bucketed by event columns alone
+  (:func:`bucket_columns`; none: one group);
+* the operator is the embedded one, bound to the replica exactly as the engine binds it to its table
+  (:class:`cep.tables.join.TableJoin`, :meth:`cep.analytics.WindowOperator.bind_table`), so events are
+  released once both the rule's (Spark's) watermark and the table's have passed them;
+* a restart from a checkpoint restores both from the blob.
+
+The price is the replication: the table is held (and its changes shuffled) once per group of each
+joined rule (docs/spark.md, "Tables"). Only one group per table (:attr:`TableBinding.reporter`)
+writes the table's late and error rows, so each appears once. No pyspark in here: the worker core
+imports it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import pickle
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from cep import safe_pickle
+from cep.events import EventBatch, to_batch
+from cep.operator import OperatorOutput
+from patterns.search_rules import STREAM_FIELD
+from patterns.tables import TableSpec
+
+__all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint"]
+
+_FORMAT = 1  # the layout of a joined group's snapshot (inside the bucket blob's own versioning)
+
+
+def rule_join(rule: Any) -> Any:
+    """A keyed rule's join (``table``, ``kind``, ``event_keys``, ``columns``), or None."""
+    compiled = getattr(rule, "compiled", None)
+    join = getattr(getattr(compiled, "statement", None), "join", None)
+    if join is None:
+        join = getattr(getattr(rule, "spec", None), "join", None)
+    return join
+
+
+def bucket_columns(key_columns: tuple[str, ...], join: Any) -> tuple[str, ...]:
+    """The key columns events are hashed into buckets by: those the events carry.
+
+    A joined column (a table's) is known only after the lookup, inside the group; every event of
+    one full key has the same values of the other key columns, so hashing by those alone keeps a
+    key in one group. With no such column the rule runs in one group.
+
+    Example:
+        >>> from types import SimpleNamespace as J
+        >>> bucket_columns(("symbol", "GICS Sector"), J(columns=("GICS Sector",))), bucket_columns(("s",), None)
+        (('symbol',), ('s',))
+    """
+    if join is None:
+        return tuple(key_columns)
+    return tuple(c for c in key_columns if c not in join.columns)
+
+
+def table_fingerprint(spec: TableSpec) -> str:
+    """What a saved replica's meaning depends on: the declaration but for its description and the
+    snapshot file's place (its rows are in the state)."""
+    d = asdict(spec)
+    d.pop("description", None)
+    d.pop("snapshot", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def joined_fingerprint(base: str, spec: TableSpec) -> str:
+    """A joined rule's state fingerprint: the operator's and its table's (a changed table refuses the
+    saved state, as a changed table refuses an embedded reload)."""
+    return f"{base}+table:{spec.name}:{table_fingerprint(spec)}"
+
+
+@dataclass
+class TableBinding:
+    """What a worker needs to keep a joined rule's replica of its table (built on the driver)."""
+
+    spec: TableSpec
+    initial: dict[str, Any]  # the table's state after its snapshot file (read once, on the driver)
+    static: bool  # no changelog among the inputs: the snapshot is the table, joins never wait
+    reporter: bool  # this rule's group of bucket 0 writes the table's late and error rows
+    snapshot_errors: tuple[dict[str, Any], ...] = ()  # the snapshot file's bad rows (written by the reporter)
+
+    @classmethod
+    def build(cls, spec: TableSpec, static: bool, reporter: bool) -> TableBinding:
+        """Read the snapshot file here, so that workers need no access to it."""
+        from cep.tables import Table
+
+        t = Table(spec)
+        errors = tuple(t.load_snapshot().errors)
+        return cls(spec, t.state(), static, reporter, errors)
+
+    def new_table(self) -> Any:
+        from cep.tables import Table
+
+        t = Table(self.spec)
+        if self.initial:
+            t.restore(copy.deepcopy(self.initial))
+        t.static = self.static
+        return t
+
+
+class JoinedOperator:
+    """A keyed operator bound to its own replica of the table; the stage's KeyedOperator calls.
+
+    ``ingest`` applies the batch's changelog rows (``stream`` = the table's ``from``) to the table
+    first, then hands the other rows to the operator: the embedded engine applies a batch's
+    changes before its events too, and nothing is released before :meth:`advance_to` (or
+    :meth:`finish`). ``reporting`` (set by the host per group) says whether the table's late and
+    error rows are written here.
+    """
+
+    def __init__(self, op: Any, binding: TableBinding):
+        self.op = op
+        self.binding = binding
+        self.table = binding.new_table()
+        self.reporting = False
+        if hasattr(op, "bind_table"):  # an analytics rule binds its own join
+            op.bind_table(self.table)
+        else:  # a pattern rule: as the engine binds it
+            from cep.tables.join import TableJoin
+
+            op.join = TableJoin(self.table, op.automaton.mr.join, list(op.columns), list(op.key_cols))
+
+    def __getattr__(self, name: str) -> Any:  # clock, counts and the rest: the operator's
+        return getattr(self.__dict__["op"], name)
+
+    # ------------------------------------------------------------------ KeyedOperator
+    def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput:
+        batch = to_batch(events)
+        out = OperatorOutput()
+        tags = batch.columns.get(STREAM_FIELD)
+        if tags is None or self.binding.static:
+            return self._events(batch, late_before, out)
+        mine = np.asarray(tags == self.binding.spec.stream, dtype=bool)
+        if not mine.any():
+            return self._events(batch, late_before, out)
+        got = self.table.apply(batch.take(np.flatnonzero(mine)))
+        if self.reporting:
+            out.extend(got)
+        rest = np.flatnonzero(~mine)
+        if len(rest):
+            lb = late_before if np.ndim(late_before) == 0 else np.asarray(late_before)[rest]
+            self._events(batch.take(rest), lb, out)
+        return out
+
+    def _events(self, batch: EventBatch, late_before: Any, out: OperatorOutput) -> OperatorOutput:
+        if batch.n:
+            out.extend(self.op.ingest(batch, late_before))
+        return out
+
+    def advance_to(self, watermark: int) -> OperatorOutput:
+        out = self.op.advance_to(watermark)
+        self._compact()
+        return out
+
+    def finish(self) -> OperatorOutput:
+        return self.op.finish()
+
+    def next_deadline(self) -> int | None:
+        return self.op.next_deadline()
+
+    def _compact(self) -> None:
+        """Forget the versions no lookup can read any more (as the engine does after each batch)."""
+        mark = self.op.released_to
+        if mark is not None:
+            self.table.compact(int(mark))
+
+    def snapshot(self) -> bytes:
+        return bytes([_FORMAT]) + pickle.dumps({"operator": self.op.snapshot(), "table": self.table.state()},
+                                               protocol=5)
+
+    def restore(self, data: bytes) -> None:
+        op_bytes, table = split_snapshot(data)
+        self.op.restore(op_bytes)
+        self.table.restore(table)
+        self.table.static = self.binding.static
+
+    def reset(self) -> None:
+        self.op.reset()
+        self.table.restore(copy.deepcopy(self.binding.initial))
+        self.table.static = self.binding.static
+
+    def startup(self) -> OperatorOutput:
+        """The snapshot file's bad rows, written once by the reporting group when it starts empty."""
+        out = OperatorOutput()
+        if self.reporting:
+            out.errors.extend(dict(e) for e in self.binding.snapshot_errors)
+        return out
+
+
+def split_snapshot(data: bytes) -> tuple[bytes, dict[str, Any]]:
+    """A joined group's snapshot: the operator's own snapshot and the table's state."""
+    if not data or data[0] != _FORMAT:
+        raise ValueError(f"not a joined rule's state (format byte {data[:1]!r}, expected {_FORMAT})")
+    state = safe_pickle.loads(data[1:], "a joined rule's state")
+    return state["operator"], state["table"]
