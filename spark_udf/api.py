@@ -265,7 +265,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
                            "the whole rule file (its RuleSet), not a list of its rules")
 
     frame, layout = _inputs(frame, cfg)
-    bindings = _table_bindings(rules, tables, layout, STREAM_COL in frame.columns)
+    bindings = _table_bindings(rules, tables, layout)
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
     if corrupt:
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
@@ -815,31 +815,16 @@ def _bucket_columns(kind: Any, rule: Any) -> tuple[str, ...]:
     return bucket_columns(tuple(kind.key_columns(rule)), rule_join(rule))
 
 
-def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout,
-                    tagged: bool) -> dict[str, Any]:
+def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout) -> dict[str, Any]:
     """Per joined keyed rule, its table's replica: the snapshot file read here, once.
 
-    A table is fed by its changelog when its ``from`` is one of the named inputs, or (one input)
-    when the input has a ``stream`` column naming each row's stream; otherwise it is static (its
-    snapshot), and joins do not wait, as ``cep run`` without the changelog among its inputs.
+    A table is fed by its changelog when its ``from`` is one of the named inputs; otherwise it is
+    static (its snapshot), and joins do not wait, as ``cep run`` without the changelog among its
+    inputs (one DataFrame is not routed by its ``stream`` column, see *Named input streams*).
     """
-    from spark_udf.tables import TableBinding
+    from spark_udf.tables import table_bindings
 
-    joined = sorted((r.name, _joined_table(r)) for r in rules
-                    if kind_of(r) in KEYED_KINDS and _joined_table(r) is not None)
-    out: dict[str, Any] = {}
-    first: dict[str, str] = {}
-    built: dict[str, Any] = {}
-    for name, table in joined:
-        assert table is not None
-        spec = tables[table]
-        live = spec.stream in layout.streams if layout.streams else tagged
-        first.setdefault(table, name)
-        if table not in built:
-            built[table] = TableBinding.build(spec, static=not live, reporter=False)
-        b = built[table]
-        out[name] = TableBinding(b.spec, b.initial, b.static, first[table] == name, b.snapshot_errors)
-    return out
+    return table_bindings(rules, dict(tables), lambda spec: spec.stream in layout.streams)
 
 
 def _joined_table(rule: Any) -> str | None:

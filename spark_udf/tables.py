@@ -38,7 +38,7 @@ from cep.operator import OperatorOutput
 from patterns.search_rules import STREAM_FIELD
 from patterns.tables import TableSpec
 
-__all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint"]
+__all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint", "table_bindings"]
 
 _FORMAT = 1  # the layout of a joined group's snapshot (inside the bucket blob's own versioning)
 
@@ -208,3 +208,23 @@ def split_snapshot(data: bytes) -> tuple[bytes, dict[str, Any]]:
         raise ValueError(f"not a joined rule's state (format byte {data[:1]!r}, expected {_FORMAT})")
     state = safe_pickle.loads(data[1:], "a joined rule's state")
     return state["operator"], state["table"]
+
+
+def table_bindings(rules: list[Any], tables: dict[str, TableSpec], live: Any) -> dict[str, TableBinding]:
+    """Per joined keyed rule (by name), its table's binding; ``live(spec)`` says whether the run feeds
+    the table its changelog. Each snapshot file is read once; the first joined rule of each table
+    (by name) reports the table's rows."""
+    from spark_udf.keyed import KEYED_KINDS, kind_of
+
+    joined = sorted((r.name, str(rule_join(r).table)) for r in rules
+                    if kind_of(r) in KEYED_KINDS and rule_join(r) is not None)
+    built: dict[str, TableBinding] = {}
+    out: dict[str, TableBinding] = {}
+    for name, table in joined:
+        spec = tables[table]
+        first = table not in built
+        if first:
+            built[table] = TableBinding.build(spec, static=not live(spec), reporter=False)
+        b = built[table]
+        out[name] = TableBinding(b.spec, b.initial, b.static, first, b.snapshot_errors)
+    return out
