@@ -136,7 +136,10 @@ class JoinedOperator:
             op.join = TableJoin(self.table, op.automaton.mr.join, list(op.columns), list(op.key_cols))
 
     def __getattr__(self, name: str) -> Any:  # clock, counts and the rest: the operator's
-        return getattr(self.__dict__["op"], name)
+        op = self.__dict__.get("op")
+        if op is None:  # not built yet (copy, unpickling): no attribute falls through
+            raise AttributeError(name)
+        return getattr(op, name)
 
     # ------------------------------------------------------------------ KeyedOperator
     def ingest(self, events: Any, late_before: int | np.ndarray) -> OperatorOutput:

@@ -83,3 +83,26 @@ def test_backfill_of_the_sector_rules_gives_the_embedded_rows(spark: Any, tmp_pa
         assert spark_cli.main(args) == 0, capsys.readouterr().err
         rows = sink_rows(spark, tmp_path / name)
         assert spark_outputs(rows) == engine_outputs(out)
+
+
+def test_backfill_with_the_changelog_as_an_input_gives_the_engines_rows(spark: Any, tmp_path: Path,
+                                                                       capsys: Any) -> None:
+    """`cep spark backfill` with the changelog as a second named input: late changes and deletes
+    applied in the changelog's order, late payments judged in theirs, everything released at the end."""
+    batches = workload(5, 3)
+    changes = [c for ch, _ in batches for c in ch]
+    pays = [p for _, ps in batches for p in ps]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(c) + "\n" for c in changes))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pays))
+    (tmp_path / "rules.yaml").write_text(RULES)
+    eng = Engine(parse_rules(RULES), streams=["payments", "account_changes"])
+    out = eng.process(changes, stream="account_changes")  # the order of the two inputs does not matter
+    out.extend(eng.process(pays, stream="payments"))
+    out.extend(eng.finish())
+    args = ["backfill", str(tmp_path / "rules.yaml"), "--input", f"payments={tmp_path / 'p.jsonl'}",
+            "--input", f"account_changes={tmp_path / 'c.jsonl'}", "--output", str(tmp_path / "out"),
+            "--buckets", "2", "--shuffle-partitions", "2"]
+    assert spark_cli.main(args) == 0, capsys.readouterr().err
+    got = spark_outputs(sink_rows(spark, tmp_path / "out"))
+    assert got == engine_outputs(out)
+    assert sum(n for (rule, reason), n in got[1].items() if rule is None and "late change" in reason) == 2
