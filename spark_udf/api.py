@@ -266,6 +266,8 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
 
     frame, layout = _inputs(frame, cfg)
     bindings = _table_bindings(rules, tables, layout)
+    # changelog rows feed their tables, never a rule that reads every stream (as in cep run)
+    changelogs = sorted({spec.stream for spec in tables.values() if spec.stream in layout.streams})
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
     if corrupt:
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
@@ -299,13 +301,16 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
         parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout,
-                                     bindings))
+                                     bindings, changelogs))
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
     if corrupt and not (keyed or staged):
         reporter = next((n for n in rest if getattr(STATELESS_KINDS[n], "reports_malformed", False)), None)
         if reporter is None:
             parts.append(_corrupt_rows(frame, cfg))
+    if changelogs:  # the stateless kinds' own sub-plans (a backfill's search rules) read no changelog
+        frame = frame.where(F.col(CORRUPT_COL).isNotNull() | ~_any_stream(changelogs)) if corrupt else \
+            frame.where(~_any_stream(changelogs))
     clean = frame.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL) if corrupt else frame
     for name in rest:
         parts.append(STATELESS_KINDS[name].build(frame if name == reporter else clean, by_kind[name], env, cfg,
@@ -597,7 +602,8 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
-                    layout: InputLayout, bindings: dict[str, Any] | None = None) -> DataFrame:
+                    layout: InputLayout, bindings: dict[str, Any] | None = None,
+                    changelogs: list[str] | None = None) -> DataFrame:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules.
 
     Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
@@ -635,7 +641,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                      clock)
     schema = envelope_schema(env, by_type)
     key_sets = sorted({_bucket_columns(k, r) for k, r in zip(kinds, keyed)})
-    live = sorted({b.spec.stream for b in bindings.values() if not b.static})
+    live = list(changelogs or [])
 
     if frame.isStreaming:
         joined: dict[int, Any] = {}
@@ -647,14 +653,15 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
             group = staged[name]
             joined[-1 - i] = STATELESS_KINDS[name].stage_core(frame, group, env, layout, clock)  # type: ignore[attr-defined]
             routes = [layout.route(r) for r in group]
-            reads = None if None in routes else _any_stream(sorted(set(routes)))  # type: ignore[arg-type]
+            reads = (_any_stream(sorted(set(routes))) if None not in routes  # type: ignore[arg-type]
+                     else ~_any_stream(live) if live else None)
             extra.append((-1 - i, row_bucket, reads))
         event_ms = _time_ms(frame, time_col, engine_types, unit, skew, clock)
         if live:  # changelog rows move no watermark of the rules (a table has its own, in each group)
             event_ms = F.when(~_any_stream(live), event_ms)
         x = frame.withColumn(TIME_COL, F.timestamp_millis(event_ms))
         x = x.withWatermark(TIME_COL, "0 seconds")
-        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings)
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings, live)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
         # Spark drops rows behind the watermark before a stage with one. A NULL column that
         # carries the watermark marker satisfies the first and is never "behind", so late rows
@@ -697,7 +704,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
-    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings)
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings, live)
 
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
@@ -713,7 +720,7 @@ def _any_stream(streams: list[str]) -> Column:
 def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
                    prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool, layout: InputLayout,
                    extra: list[tuple[int, Column, Column | None]],
-                   bindings: dict[str, Any] | None = None) -> DataFrame:
+                   bindings: dict[str, Any] | None = None, changelogs: list[str] | None = None) -> DataFrame:
     """Add the group key (rule, bucket); one row per rule (or staged kind) that reads the row.
 
     A rule whose FROM names one of the input streams reads that stream's rows; ``extra`` are
@@ -721,7 +728,7 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
     malformed record goes once, to bucket -1 of the first group, which reports it.
     """
     bindings = bindings or {}
-    live = sorted({b.spec.stream for b in bindings.values() if not b.static})
+    live = list(changelogs or [])
     entries: list[tuple[Column, Column | None]] = []
     for k, r in zip(kinds, keyed):
         keys = _bucket_columns(k, r)
