@@ -154,7 +154,7 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
                          "rule file (a removed rule's state, dropped at its next call)")
             continue
         kind = KEYED_KINDS[kind_of(rule)]
-        op = kind.new_operator(rule)
+        op: Any = kind.new_operator(rule)
         fingerprint = kind.fingerprint(op)
         table = tables.get(_joined(rule) or "")
         if table is not None:  # a joined rule's group holds its replica of the table beside the operator

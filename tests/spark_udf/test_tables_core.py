@@ -16,7 +16,13 @@ import pytest
 from patterns.rules import parse_rules
 from spark_udf.core import GroupCore
 from spark_udf.keyed import KEYED_KINDS, kind_of
-from spark_udf.tables import JoinedOperator, bucket_columns, rule_join, split_snapshot, table_bindings
+from spark_udf.tables import (
+    JoinedOperator,
+    bucket_columns,
+    rule_join,
+    split_snapshot,
+    table_bindings,
+)
 from tests.spark_udf.tables_workload import RULES, embedded, engine_outputs, spark_outputs, workload
 
 COLUMNS = ["account", "ts", "amount", "id", "tier", "country", "__deleted", "stream"]

@@ -16,7 +16,15 @@ from cep.engine import Engine
 from patterns.rules import load_rules, parse_rules
 from spark_udf.api import SparkRunConfig, apply_rules
 from tests.spark_udf.conftest import sink_rows, write_events
-from tests.spark_udf.tables_workload import CHANGES, PAYMENTS, RULES, embedded, engine_outputs, spark_outputs, workload
+from tests.spark_udf.tables_workload import (
+    CHANGES,
+    PAYMENTS,
+    RULES,
+    embedded,
+    engine_outputs,
+    spark_outputs,
+    workload,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
 
