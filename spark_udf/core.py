@@ -257,6 +257,10 @@ class GroupCore:
         lateness = spec.lateness_ms
         wm = int(spark_watermark_ms) - lateness
         if not timed_out:
+            if spec.table is not None and not spec.table.static:
+                from spark_udf.tables import changes_in_order
+
+                chunks = changes_in_order(list(chunks), spec.table.spec)  # every replica applies them alike
             for pdf in chunks:
                 batch, src = self._batch(pdf)
                 res = op.ingest(batch, wm)

@@ -38,7 +38,8 @@ from cep.operator import OperatorOutput
 from patterns.search_rules import STREAM_FIELD
 from patterns.tables import TableSpec
 
-__all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint", "table_bindings"]
+__all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint", "table_bindings",
+           "changes_in_order"]
 
 _FORMAT = 1  # the layout of a joined group's snapshot (inside the bucket blob's own versioning)
 
@@ -231,3 +232,41 @@ def table_bindings(rules: list[Any], tables: dict[str, TableSpec], live: Any) ->
         b = built[table]
         out[name] = TableBinding(b.spec, b.initial, b.static, first, b.snapshot_errors)
     return out
+
+
+def changes_in_order(chunks: list[Any], spec: TableSpec) -> list[Any]:
+    """One micro-batch of a joined group as one pandas frame: its change rows first, in (change time,
+    row) order, then the other rows as delivered.
+
+    Spark fixes no order between the input partitions of a micro-batch, so the groups holding a
+    replica could see one batch's changes in different orders and disagree about a late change or
+    about two changes of one key at one time. Sorted, every replica applies them alike: a change is
+    late when it is behind the table's watermark as of the previous micro-batch (as an event is
+    judged against Spark's watermark), and of two changes of one key at one time the larger row
+    (as JSON) wins. (A backfill keeps the changelog's arrival order: it has one.)
+    """
+    import pandas as pd
+
+    from spark_udf.core import _DataColumns, _json
+
+    frames = [c for c in chunks if len(c)]
+    if not frames:
+        return []
+    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    if STREAM_FIELD not in pdf.columns:
+        return [pdf]
+    mine = (pdf[STREAM_FIELD] == spec.stream).to_numpy(dtype=bool, na_value=False)
+    if not mine.any():
+        return [pdf]
+    from cep.events import batch_from_pandas
+    from cep.tables.changelog import decode
+
+    idx = np.flatnonzero(mine)
+    batch = batch_from_pandas(_DataColumns(pdf.iloc[idx]))
+    ch = decode(batch, spec)
+    times = np.full(len(idx), np.iinfo(np.int64).min, dtype=np.int64)  # error rows first: they apply nothing
+    times[ch.rows] = ch.times
+    texts = [_json(batch.record(i)) for i in range(batch.n)]
+    order = sorted(range(len(idx)), key=lambda i: (int(times[i]), texts[i]))
+    rows = np.concatenate([idx[order], np.flatnonzero(~mine)])
+    return [pdf.iloc[rows].reset_index(drop=True)]
