@@ -68,6 +68,7 @@ from spark_udf.schema import (
     Envelope,
 )
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
+from spark_udf.tables import tick_stream
 
 __all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings"]
 
@@ -265,7 +266,6 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
                            "the whole rule file (its RuleSet), not a list of its rules")
 
     frame, layout = _inputs(frame, cfg)
-    bindings = _table_bindings(rules, tables, layout)
     # changelog rows feed their tables, never a rule that reads every stream (as in cep run)
     changelogs = sorted({spec.stream for spec in tables.values() if spec.stream in layout.streams})
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
@@ -273,6 +273,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
     frame = _with_source(frame, cfg)
     frame, output_types, engine_types = _engine_view(frame)
+    bindings = _table_bindings(rules, tables, layout, engine_types)
     rules = _read_time_types_as_ms(rules, output_types)
     keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
     stateless = [r for r in rules if kind_of(r) not in KEYED_KINDS]
@@ -729,39 +730,58 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
     """
     bindings = bindings or {}
     live = list(changelogs or [])
+    # tables kept by key: some rows reach groups as their change's time only, tagged in "s"
+    tagged = any(b.keyed for b in bindings.values())
+
+    def struct(*fields: Column, tick: str | None = None) -> Column:
+        if tagged:
+            fields = (*fields, (F.lit(tick) if tick else F.lit(None).cast("string")).alias("s"))
+        return F.struct(*fields)
+
     entries: list[tuple[Column, Column | None]] = []
     for k, r in zip(kinds, keyed):
         keys = _bucket_columns(k, r)
+        binding = bindings.get(r.name)
+        hashed = _hash_columns(k, r, binding)
         bucket = (
-            F.pmod(F.xxhash64(*[F.col(_q(c)) for c in keys]), F.lit(cfg.buckets)).cast("int") if keys else F.lit(0)
+            F.pmod(F.xxhash64(*[F.col(_q(c)) for c in hashed]), F.lit(cfg.buckets)).cast("int") if hashed
+            else F.lit(0)
         )
-        fields = [F.lit(rule_key(r.name)).alias("r"), bucket.alias("b")]
-        if prior_cols is not None:
-            fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
+        prior = [F.col(prior_cols[tuple(keys)]).alias("p")] if prior_cols is not None else []
         route = layout.route(r)
         # a changelog's rows go to its table, not to rules that read every stream (as embedded)
         reads = (F.col(STREAM_COL) == F.lit(route) if route is not None
                  else ~_any_stream(live) if live else None)
-        entries.append((F.struct(*fields), reads))
-        binding = bindings.get(r.name)
-        if binding is not None and not binding.static:
+        entries.append((struct(F.lit(rule_key(r.name)).alias("r"), bucket.alias("b"), *prior), reads))
+        if binding is None or binding.static:
+            continue
+        spec = binding.spec
+        changes = F.col(STREAM_COL) == F.lit(spec.stream)
+        if binding.keyed:
+            # kept by key: a change goes to its key's group (hashed as the events' join columns are),
+            # and its time to every group, whose table watermark is over every key
+            own = F.pmod(F.xxhash64(*[F.col(_q(c)) for c in spec.primary_key]), F.lit(cfg.buckets)).cast("int")
+            entries.append((struct(F.lit(rule_key(r.name)).alias("r"), own.alias("b"), *prior), changes))
+            with_key = changes
+            for c in spec.primary_key:  # a change without its key is an error row of its group alone
+                with_key = with_key & F.col(_q(c)).isNotNull()
+            for b in range(cfg.buckets):
+                entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior,
+                                       tick=tick_stream(spec)), with_key))
+        else:
             # every group of a joined rule gets every change row once: its replica of the table
-            changes = F.col(STREAM_COL) == F.lit(binding.spec.stream)
-            for b in range(cfg.buckets if keys else 1):
-                fields = [F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b")]
-                if prior_cols is not None:
-                    fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
-                entries.append((F.struct(*fields), changes))
+            for b in range(cfg.buckets if hashed else 1):
+                entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior), changes))
     for group, bucket, reads in extra:
-        entries.append((F.struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
+        entries.append((struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
     drop = list(prior_cols.values()) if prior_cols else []
     if len(entries) == 1 and not corrupt:
-        struct, reads = entries[0]
+        one, reads = entries[0]
         if reads is not None:
             x = x.where(reads)
-        x = x.withColumn("_cep_g", struct)
+        x = x.withColumn("_cep_g", one)
     else:
-        groups = F.array(*[s if reads is None else F.when(reads, s) for s, reads in entries])
+        groups = F.array(*[g if reads is None else F.when(reads, g) for g, reads in entries])
         if any(reads is not None for _, reads in entries):
             groups = F.array_compact(groups)
         if corrupt:
@@ -769,8 +789,10 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
             bad = [F.lit(first).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")]
             if prior_cols is not None:
                 bad.append(F.lit(None).cast("bigint").alias("p"))
-            groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(F.struct(*bad))).otherwise(groups)
+            groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(struct(*bad))).otherwise(groups)
         x = x.withColumn("_cep_g", F.explode(groups))
+    if tagged:
+        x = x.withColumn(STREAM_COL, F.coalesce(F.col("_cep_g.s"), F.col(STREAM_COL)))
     x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b"))
     if prior_cols is not None:
         x = x.withColumn(PRIOR_COL, F.col("_cep_g.p"))
@@ -822,16 +844,35 @@ def _bucket_columns(kind: Any, rule: Any) -> tuple[str, ...]:
     return bucket_columns(tuple(kind.key_columns(rule)), rule_join(rule))
 
 
-def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout) -> dict[str, Any]:
+def _hash_columns(kind: Any, rule: Any, binding: Any) -> tuple[str, ...]:
+    """The columns a keyed rule's events are hashed into buckets by: the join's event columns when its
+    table is kept by key (its changes are hashed by the same values), else :func:`_bucket_columns`."""
+    if binding is not None and binding.keyed:
+        from spark_udf.tables import keyed_columns, rule_join
+
+        cols = keyed_columns(tuple(kind.key_columns(rule)), rule_join(rule), binding.spec)
+        assert cols is not None
+        return cols
+    return _bucket_columns(kind, rule)
+
+
+def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout,
+                    types: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Per joined keyed rule, its table's replica: the snapshot file read here, once.
 
     A table is fed by its changelog when its ``from`` is one of the named inputs; otherwise it is
     static (its snapshot), and joins do not wait, as ``cep run`` without the changelog among its
     inputs (one DataFrame is not routed by its ``stream`` column, see *Named input streams*).
     """
-    from spark_udf.tables import table_bindings
+    from spark_udf.tables import keyed_columns, rule_join, table_bindings
 
-    return table_bindings(rules, dict(tables), lambda spec: spec.stream in layout.streams)
+    def by_key(rule: Any, spec: Any) -> bool:
+        # kept by key when the rule is keyed by the join's columns and they hash as the table's key does
+        cols = keyed_columns(tuple(KEYED_KINDS[kind_of(rule)].key_columns(rule)), rule_join(rule), spec)
+        return (cols is not None and types is not None
+                and all(types.get(e) is not None and types.get(e) == types.get(k) for e, k in zip(cols, spec.primary_key)))
+
+    return table_bindings(rules, dict(tables), lambda spec: spec.stream in layout.streams, by_key)
 
 
 def _joined_table(rule: Any) -> str | None:

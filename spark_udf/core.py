@@ -251,8 +251,9 @@ class GroupCore:
         if rule not in self.specs:  # the rule left the rule file: its state goes with it
             return self._frame(None, out), None, None  # type: ignore[return-value]
         spec, op, header = self._operator(rule)
-        if spec.table is not None:  # one group per table writes its late and error rows
-            op.reporting = bucket == 0 and spec.table.reporter  # type: ignore[attr-defined]
+        if spec.table is not None:  # each change's late or error row is written by one group
+            op.reporting = spec.table.reporter and (spec.table.keyed or bucket == 0)  # type: ignore[attr-defined]
+            op.first_group = bucket == 0  # type: ignore[attr-defined]
         self._load(spec, op, header, stored, out)
         lateness = spec.lateness_ms
         wm = int(spark_watermark_ms) - lateness
@@ -286,8 +287,9 @@ class GroupCore:
             return self._empty()
         spec, op, _ = self._operator(rule)
         op.reset()
-        if spec.table is not None:  # one group per table writes its late and error rows
-            op.reporting = int(key[1]) == 0 and spec.table.reporter  # type: ignore[attr-defined]
+        if spec.table is not None:  # each change's late or error row is written by one group
+            op.reporting = spec.table.reporter and (spec.table.keyed or int(key[1]) == 0)  # type: ignore[attr-defined]
+            op.first_group = int(key[1]) == 0  # type: ignore[attr-defined]
             out.extend(op.startup())  # type: ignore[attr-defined]
         if SEQ_COL in pdf.columns:
             pdf = pdf.sort_values(SEQ_COL, kind="stable")

@@ -184,9 +184,11 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
             v = merge_views(got) if got else RuleView(r.name, kind_of(r), totals={"keys_with_state": 0})
             # on Spark every group runs at the query's watermark minus the rule's lateness (docs/spark.md)
             v.watermark = log["watermark"] - int(r.lateness_ms) if log["watermark"] else None
-            for st in replicas.get(r.name, [])[:1]:  # every group holds the same replica
-                v.notes.append(f"table {_joined(r)!r}: a replica in each of its {len(replicas[r.name])} groups, "
-                               f"{st.live_keys} live keys, {st.versions} versions")
+            held = replicas.get(r.name, [])
+            if held:  # a replica in each group, or the changes kept by key (docs/spark.md, "Tables")
+                v.notes.append(f"table {_joined(r)!r}: rows held in {len(held)} groups, "
+                               f"{max(st.live_keys for st in held)} live keys in the largest, "
+                               f"{sum(st.versions for st in held)} versions in all")
             views.append(v)
         else:
             v = RuleView(r.name, r.kind)

@@ -39,7 +39,7 @@ from patterns.search_rules import STREAM_FIELD
 from patterns.tables import TableSpec
 
 __all__ = ["TableBinding", "JoinedOperator", "rule_join", "bucket_columns", "table_fingerprint", "split_snapshot", "joined_fingerprint", "table_bindings",
-           "changes_in_order"]
+           "changes_in_order", "keyed_columns", "tick_stream"]
 
 _FORMAT = 1  # the layout of a joined group's snapshot (inside the bucket blob's own versioning)
 
@@ -92,17 +92,18 @@ class TableBinding:
     spec: TableSpec
     initial: dict[str, Any]  # the table's state after its snapshot file (read once, on the driver)
     static: bool  # no changelog among the inputs: the snapshot is the table, joins never wait
-    reporter: bool  # this rule's group of bucket 0 writes the table's late and error rows
+    reporter: bool  # this rule writes the table's late and error rows (bucket 0, or the key's group when keyed)
     snapshot_errors: tuple[dict[str, Any], ...] = ()  # the snapshot file's bad rows (written by the reporter)
+    keyed: bool = False  # the changelog is kept by key: each group gets its keys' changes and every change's time
 
     @classmethod
-    def build(cls, spec: TableSpec, static: bool, reporter: bool) -> TableBinding:
+    def build(cls, spec: TableSpec, static: bool, reporter: bool, keyed: bool = False) -> TableBinding:
         """Read the snapshot file here, so that workers need no access to it."""
         from cep.tables import Table
 
         t = Table(spec)
         errors = tuple(t.load_snapshot().errors)
-        return cls(spec, t.state(), static, reporter, errors)
+        return cls(spec, t.state(), static, reporter, errors, keyed)
 
     def new_table(self) -> Any:
         from cep.tables import Table
@@ -129,6 +130,7 @@ class JoinedOperator:
         self.binding = binding
         self.table = binding.new_table()
         self.reporting = False
+        self.first_group = False  # bucket 0: writes the snapshot file's bad rows (with ``reporting``)
         if hasattr(op, "bind_table"):  # an analytics rule binds its own join
             op.bind_table(self.table)
         else:  # a pattern rule: as the engine binds it
@@ -149,17 +151,41 @@ class JoinedOperator:
         tags = batch.columns.get(STREAM_FIELD)
         if tags is None or self.binding.static:
             return self._events(batch, late_before, out)
-        mine = np.asarray(tags == self.binding.spec.stream, dtype=bool)
-        if not mine.any():
+        kinds = np.where(tags == self.binding.spec.stream, 1, 0)
+        if self.binding.keyed:
+            kinds = np.where(tags == tick_stream(self.binding.spec), 2, kinds)
+        if not kinds.any():
             return self._events(batch, late_before, out)
-        got = self.table.apply(batch.take(np.flatnonzero(mine)))
-        if self.reporting:
-            out.extend(got)
-        rest = np.flatnonzero(~mine)
+        # changes (1) and other keys' change times (2) in the order given, run by run; then the events
+        # (nothing is released before advance_to or finish, so they see every change of the call)
+        sel = np.flatnonzero(kinds > 0)
+        cuts = np.flatnonzero(np.diff(kinds[sel])) + 1
+        for run in np.split(sel, cuts):
+            part = batch.take(run)
+            if kinds[run[0]] == 1:
+                got = self.table.apply(part)
+                if self.reporting:
+                    out.extend(got)
+            else:
+                self._tick(part)
+        rest = np.flatnonzero(kinds == 0)
         if len(rest):
             lb = late_before if np.ndim(late_before) == 0 else np.asarray(late_before)[rest]
             self._events(batch.take(rest), lb, out)
         return out
+
+    def _tick(self, batch: EventBatch) -> None:
+        """Other keys' changes, by their times only: the table's watermark is over every key."""
+        from cep.events import parse_times
+        from cep.tables.changelog import field_values
+
+        spec = self.binding.spec
+        ms, ok, _ = parse_times(field_values(batch, spec.time_field), spec.time_unit,
+                                converted=batch.epoch_ms.get(spec.time_field))
+        if ok.any():
+            top = int(ms[ok].max())
+            t = self.table
+            t.max_ts = top if t.max_ts is None else max(t.max_ts, top)
 
     def _events(self, batch: EventBatch, late_before: Any, out: OperatorOutput) -> OperatorOutput:
         if batch.n:
@@ -201,9 +227,35 @@ class JoinedOperator:
     def startup(self) -> OperatorOutput:
         """The snapshot file's bad rows, written once by the reporting group when it starts empty."""
         out = OperatorOutput()
-        if self.reporting:
+        if self.reporting and self.first_group:
             out.errors.extend(dict(e) for e in self.binding.snapshot_errors)
         return out
+
+
+def tick_stream(spec: TableSpec) -> str:
+    """The ``stream`` tag of the rows that carry a change's time to the groups that do not hold its key."""
+    return f"{spec.stream}#watermark"
+
+
+def keyed_columns(key_columns: tuple[str, ...], join: Any, spec: TableSpec) -> tuple[str, ...] | None:
+    """The event columns a joined rule's events and its table's changes are both bucketed by, when the
+    table can be kept by key: an upsert changelog (its key is in plain columns) and a rule keyed by
+    (at least) the join's event columns, so that one key's events and changes meet in one group.
+    None: each group keeps a replica.
+
+    Example:
+        >>> from types import SimpleNamespace as J
+        >>> spec = TableSpec("t", "changes", ("id",), ("tier",))
+        >>> keyed_columns(("account", "day"), J(event_keys=("account",), columns=("tier",)), spec)
+        ('account',)
+        >>> keyed_columns(("tier",), J(event_keys=("account",), columns=("tier",)), spec) is None
+        True
+    """
+    if join is None or spec.format != "upsert":
+        return None
+    events = bucket_columns(key_columns, join)
+    keys = tuple(join.event_keys)
+    return keys if keys and all(k in events for k in keys) else None
 
 
 def split_snapshot(data: bytes) -> tuple[bytes, dict[str, Any]]:
@@ -214,23 +266,27 @@ def split_snapshot(data: bytes) -> tuple[bytes, dict[str, Any]]:
     return state["operator"], state["table"]
 
 
-def table_bindings(rules: list[Any], tables: dict[str, TableSpec], live: Any) -> dict[str, TableBinding]:
+def table_bindings(rules: list[Any], tables: dict[str, TableSpec], live: Any,
+                   keyed: Any = None) -> dict[str, TableBinding]:
     """Per joined keyed rule (by name), its table's binding; ``live(spec)`` says whether the run feeds
-    the table its changelog. Each snapshot file is read once; the first joined rule of each table
-    (by name) reports the table's rows."""
+    the table its changelog, ``keyed(rule, spec)`` whether the rule keeps it by key (default: never).
+    Each snapshot file is read once; the first joined rule of each table (by name) reports the
+    table's rows."""
     from spark_udf.keyed import KEYED_KINDS, kind_of
 
     joined = sorted((r.name, str(rule_join(r).table)) for r in rules
                     if kind_of(r) in KEYED_KINDS and rule_join(r) is not None)
     built: dict[str, TableBinding] = {}
     out: dict[str, TableBinding] = {}
+    by_name = {r.name: r for r in rules}
     for name, table in joined:
         spec = tables[table]
         first = table not in built
         if first:
             built[table] = TableBinding.build(spec, static=not live(spec), reporter=False)
         b = built[table]
-        out[name] = TableBinding(b.spec, b.initial, b.static, first, b.snapshot_errors)
+        by_key = bool(keyed is not None and not b.static and keyed(by_name[name], spec))
+        out[name] = TableBinding(b.spec, b.initial, b.static, first, b.snapshot_errors, by_key)
     return out
 
 

@@ -19,9 +19,11 @@ from spark_udf.keyed import KEYED_KINDS, kind_of
 from spark_udf.tables import (
     JoinedOperator,
     bucket_columns,
+    keyed_columns,
     rule_join,
     split_snapshot,
     table_bindings,
+    tick_stream,
 )
 from tests.spark_udf.tables_workload import RULES, embedded, engine_outputs, spark_outputs, workload
 
@@ -30,19 +32,37 @@ TYPES = {"account": "bigint", "ts": "bigint", "amount": "bigint", "id": "bigint"
          "country": "string", "__deleted": "string", "stream": "string"}
 
 
+def _keyed(rule: Any, spec: Any) -> tuple[str, ...] | None:
+    return keyed_columns(tuple(KEYED_KINDS[kind_of(rule)].key_columns(rule)), rule_join(rule), spec)
+
+
 def _core(rules: Any, buckets: int) -> GroupCore:
     keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
     core, _ = GroupCore.for_rules(keyed, TYPES, buckets)
-    for name, b in table_bindings(keyed, dict(rules.tables), lambda spec: True).items():
+    bindings = table_bindings(keyed, dict(rules.tables), lambda spec: True, lambda r, s: _keyed(r, s) is not None)
+    for name, b in bindings.items():
         core.specs[name].table = b
     return core
 
 
-def _groups(rule: Any, row: dict[str, Any], buckets: int) -> list[int]:
-    keys = bucket_columns(tuple(KEYED_KINDS[kind_of(rule)].key_columns(rule)), rule_join(rule))
-    if row["stream"] == "account_changes":  # a change row: once to every group of the rule
-        return list(range(buckets if keys else 1))
-    return [zlib.crc32(repr(tuple(row.get(k) for k in keys)).encode()) % buckets if keys else 0]
+def _hash(values: tuple, buckets: int) -> int:
+    return zlib.crc32(repr(values).encode()) % buckets
+
+
+def _groups(rule: Any, binding: Any, row: dict[str, Any], buckets: int) -> list[tuple[int, dict[str, Any]]]:
+    """The groups of the rule a row goes to, and the row as it arrives there (as api._assign_groups)."""
+    keys = _keyed(rule, binding.spec) if binding.keyed else None
+    if keys is None:
+        keys = bucket_columns(tuple(KEYED_KINDS[kind_of(rule)].key_columns(rule)), rule_join(rule))
+    if row["stream"] != "account_changes":
+        return [(_hash(tuple(row.get(k) for k in keys), buckets) if keys else 0, row)]
+    if not binding.keyed:  # a replica: once to every group of the rule
+        return [(b, row) for b in range(buckets if keys else 1)]
+    pk = tuple(row.get(k) for k in binding.spec.primary_key)
+    out = [(_hash(pk, buckets), row)]  # its key's group, hashed as the events' join columns are
+    if all(v is not None for v in pk):  # and its time to every group
+        out += [(b, dict(row, stream=tick_stream(binding.spec))) for b in range(buckets)]
+    return out
 
 
 def simulate(rules: Any, batches: list[tuple[list[dict], list[dict]]], buckets: int, chunk: int, seed: int,
@@ -77,8 +97,8 @@ def simulate(rules: Any, batches: list[tuple[list[dict], list[dict]]], buckets: 
         groups: dict[tuple, list[dict]] = {}
         for row in rows:
             for r in keyed:
-                for g in _groups(r, row, buckets):
-                    groups.setdefault((r.name, g), []).append(row)
+                for g, got in _groups(r, core.specs[r.name].table, row, buckets):
+                    groups.setdefault((r.name, g), []).append(got)
         for key, grows in groups.items():
             recs = [{c: g.get(c) for c in COLUMNS} for g in grows]
             call(key, [pd.DataFrame(recs[i: i + chunk], columns=COLUMNS) for i in range(0, len(recs), chunk)], False)

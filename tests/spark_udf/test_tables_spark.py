@@ -71,8 +71,8 @@ def test_joined_stream_restarted_from_its_checkpoint_gives_the_embedded_rows(spa
                            "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
     shown = {r["name"]: r for r in view["rules"]}
-    assert any("table 'accounts': a replica in each of its 2 groups" in n for n in shown["gold_pair"]["notes"])
-    assert any("table 'accounts': a replica in each of its 1 groups" in n for n in shown["tier_run"]["notes"])
+    assert any("table 'accounts': rows held in 2 groups" in n for n in shown["gold_pair"]["notes"])  # kept by key
+    assert any("table 'accounts': rows held in 1 groups" in n for n in shown["tier_run"]["notes"])  # one group
     assert shown["gold_pair"]["keys"] and shown["per_country"]["keys"]  # the operators' own state is read too
 
 
