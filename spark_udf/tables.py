@@ -1,24 +1,25 @@
-"""Temporal joins on Spark: each group of a joined rule keeps a replica of the table beside the rule's state.
+"""Temporal joins on Spark: each group of a joined rule keeps the table's rows it needs beside the rule's state.
 
 A joined rule (``FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF s.ts ON ...``) runs in the shared
-stateful stage like any keyed rule; the table's changelog is a second input whose rows reach
-**every** group of the rule (each ``(rule, bucket)`` group gets each change row once). The group's
-state blob holds the rule's operator snapshot *and* the table (:class:`JoinedOperator`), so:
+stateful stage like any keyed rule; the table's changelog is a second input. The group's state
+blob holds the rule's operator snapshot *and* its table (:class:`JoinedOperator`), in one of two
+layouts (:class:`TableBinding`):
 
-* every group sees every change in arrival order: its table, its watermark (largest change time
-  minus the table's lateness) and its late changes are those of the embedded engine's table,
-  whichever keys the group holds; and a rule partitioned by a joined column (the key is known only
-  after the lookup) is sound as long as its events are bucketed by event columns alone
-  (:func:`bucket_columns`; none: one group);
-* the operator is the embedded one, bound to the replica exactly as the engine binds it to its table
-  (:class:`cep.tables.join.TableJoin`, :meth:`cep.analytics.WindowOperator.bind_table`), so events are
-  released once both the rule's (Spark's) watermark and the table's have passed them;
-* a restart from a checkpoint restores both from the blob.
+* **kept by key** (:func:`keyed_columns`): the rule is keyed by the join's event columns and the
+  changelog is an upsert one, so a change row goes to the group of its key (hashed as the events'
+  join columns are), and its time alone (a copy tagged :func:`tick_stream`) to every group: each
+  group holds its keys' versions and the table's watermark over every key;
+* **a replica**: otherwise (a rule keyed by a joined column, say): every change row reaches every
+  group of the rule, which keeps the whole table. A rule keyed only by joined columns has its
+  events in one group (:func:`bucket_columns`).
 
-The price is the replication: the table is held (and its changes shuffled) once per group of each
-joined rule (docs/spark.md, "Tables"). Only one group per table (:attr:`TableBinding.reporter`)
-writes the table's late and error rows, so each appears once. No pyspark in here: the worker core
-imports it.
+Either way every group sees every change's time, so its table's watermark, its releases and its
+late changes are the embedded engine's; the operator is the embedded one, bound to the group's
+table as the engine binds it (:class:`cep.tables.join.TableJoin`,
+:meth:`cep.analytics.WindowOperator.bind_table`); a micro-batch's changes are applied in one order
+whatever order Spark hands them over in (:func:`changes_in_order`); a restart from a checkpoint
+restores both. Each late or bad change row is written by one group (:attr:`TableBinding.reporter`).
+No pyspark in here: the worker core imports it (docs/spark.md, "Tables").
 """
 
 from __future__ import annotations
