@@ -3,7 +3,9 @@
 Run ``python benchmarks/bench_spark_tables.py`` (``--quick`` for a smoke run). Writes
 ``benchmarks/results/spark_tables.json``. Spark-free: it times :meth:`spark_udf.core.GroupCore.stream_group`,
 the call Spark makes per group and micro-batch (restore the blob, ingest, release, save the blob), in
-CPU seconds of this process (``time.process_time``; the machine is shared). Per table size N (integer
+CPU seconds of this process (``time.process_time``; the machine is shared). The group keeps a
+replica of the table (the layout whose cost grows with the table; a table kept by key costs each
+group as a replica of its share of the keys would). Per table size N (integer
 keys, a string column ``tier``, loaded by a first micro-batch of N change rows):
 
 * ``blob_bytes``: the group's saved state (operator + replica) after the table is loaded;
