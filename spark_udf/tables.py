@@ -304,8 +304,6 @@ def changes_in_order(chunks: list[Any], spec: TableSpec) -> list[Any]:
     """
     import pandas as pd
 
-    from spark_udf.core import _DataColumns, _json
-
     frames = [c for c in chunks if len(c)]
     if not frames:
         return []
@@ -319,11 +317,11 @@ def changes_in_order(chunks: list[Any], spec: TableSpec) -> list[Any]:
     from cep.tables.changelog import decode
 
     idx = np.flatnonzero(mine)
-    batch = batch_from_pandas(_DataColumns(pdf.iloc[idx]))
+    batch = batch_from_pandas(pdf.iloc[idx][[c for c in pdf.columns if not str(c).startswith("_cep_")]])
     ch = decode(batch, spec)
     times = np.full(len(idx), np.iinfo(np.int64).min, dtype=np.int64)  # error rows first: they apply nothing
     times[ch.rows] = ch.times
-    texts = [_json(batch.record(i)) for i in range(batch.n)]
+    texts = [json.dumps(batch.record(i), sort_keys=True, default=str) for i in range(batch.n)]
     order = sorted(range(len(idx)), key=lambda i: (int(times[i]), texts[i]))
     rows = np.concatenate([idx[order], np.flatnonzero(~mine)])
     return [pdf.iloc[rows].reset_index(drop=True)]
