@@ -394,6 +394,7 @@ def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
             raise CepError(f"input stream names must be non-empty strings, found {n!r}")
         if not isinstance(f, DataFrame):
             raise CepError(f"input stream {n!r}: expected a DataFrame, found {type(f).__name__}")
+    _check_case(frame)
     modes = {n: frame[n].isStreaming for n in names}
     if len(set(modes.values())) > 1:
         live = ", ".join(n for n in names if modes[n])
@@ -431,6 +432,28 @@ def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
             out = out.withColumn(PART_COL, F.spark_partition_id())
             segments = (INPUT_COL, PART_COL)
     return out, InputLayout(tuple(names), segments)
+
+
+def _check_case(frames: Mapping[str, DataFrame]) -> None:
+    """Refuse inputs whose column names differ only in case when Spark resolves names without case.
+
+    Rules read fields case-sensitively (as ``cep run`` does), but Spark's default
+    (``spark.sql.caseSensitive=false``) would union ``Symbol`` of a changelog with ``symbol`` of
+    the events into one column.
+    """
+    first = next(iter(frames.values()))
+    if str(first.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return
+    seen: dict[str, tuple[str, str]] = {}
+    for n, f in frames.items():
+        for c in f.columns:
+            other = seen.setdefault(c.lower(), (c, n))
+            if other[0] != c:
+                raise CepError(
+                    f"column {c!r} of input stream {n!r} and column {other[0]!r} of {other[1]!r} differ only in "
+                    "case, and this Spark session resolves names without case (spark.sql.caseSensitive=false, "
+                    "Spark's default), so the union would merge them; set spark.sql.caseSensitive=true (cep spark "
+                    "does), as rules read fields case-sensitively")
 
 
 def _metrics(rules: list[Any]) -> list[Column]:

@@ -22,6 +22,7 @@ from tests.spark_udf.tables_workload import (
     RULES,
     embedded,
     engine_outputs,
+    own_columns,
     spark_outputs,
     workload,
 )
@@ -114,3 +115,24 @@ def test_backfill_with_the_changelog_as_an_input_gives_the_engines_rows(spark: A
     got = spark_outputs(sink_rows(spark, tmp_path / "out"))
     assert got == engine_outputs(out)
     assert sum(n for (rule, reason), n in got[1].items() if rule is None and "late change" in reason) == 2
+
+
+def test_backfill_of_the_sp500_membership_rules_gives_the_rows_of_cep_run(spark: Any, tmp_path: Path,
+                                                                          capsys: Any) -> None:
+    """rules/sp500.yaml on its bundled data: a V-shape while in the index (kept by key: partitioned by
+    the join's column) and a sector's down days (partitioned by the joined sector: one group), the
+    membership changelog as the second input; `cep spark backfill` writes `cep run`'s 60 rows."""
+    from cep.cli import main as cep_main
+
+    data = REPO / "rules" / "data"
+    inputs = ["--input", f"bars={data / 'sp500_daily_2017_members_sample.jsonl'}",
+              "--input", f"sp500_changes={data / 'sp500_membership_sample.jsonl'}"]
+    rules = str(REPO / "rules" / "sp500.yaml")
+    assert cep_main(["run", rules, *inputs, "--output", str(tmp_path / "run.jsonl"), "--quiet"]) == 0
+    want = Counter(own_columns(json.loads(x)) for x in (tmp_path / "run.jsonl").read_text().splitlines())
+    args = ["backfill", rules, *inputs, "--output", str(tmp_path / "out"), "--buckets", "4", "--shuffle-partitions", "2"]
+    assert spark_cli.main(args) == 0, capsys.readouterr().err
+    rows = sink_rows(spark, tmp_path / "out")
+    assert spark_outputs(rows)[0] == want
+    assert sum(want.values()) == 60 and {dict(m)["rule"] for m in want} == {"v_shape_in_index", "sector_three_down_days"}
+    assert not [r for r in rows if r["output"] != "match"]
