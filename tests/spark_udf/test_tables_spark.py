@@ -136,3 +136,18 @@ def test_backfill_of_the_sp500_membership_rules_gives_the_rows_of_cep_run(spark:
     assert spark_outputs(rows)[0] == want
     assert sum(want.values()) == 60 and {dict(m)["rule"] for m in want} == {"v_shape_in_index", "sector_three_down_days"}
     assert not [r for r in rows if r["output"] != "match"]
+
+
+def test_inputs_whose_names_differ_only_in_case_are_refused_where_spark_would_merge_them(spark: Any) -> None:
+    from patterns.errors import CepError
+
+    before = spark.conf.get("spark.sql.caseSensitive", "false")
+    spark.conf.set("spark.sql.caseSensitive", "false")
+    try:
+        bars = spark.createDataFrame([(1, 2)], "symbol long, ts long")
+        changes = spark.createDataFrame([(1, 2)], "Symbol long, ts long")
+        with pytest.raises(CepError, match="column 'Symbol' of input stream 'changes' and column 'symbol' of 'bars' "
+                                           "differ only in case"):
+            apply_rules({"bars": bars, "changes": changes}, parse_rules(RULES))
+    finally:
+        spark.conf.set("spark.sql.caseSensitive", before)
