@@ -68,6 +68,7 @@ from spark_udf.schema import (
     Envelope,
 )
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
+from spark_udf.tables import tick_stream
 
 __all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings"]
 
@@ -241,6 +242,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     cfg = config or SparkRunConfig()
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
+    tables = dict(getattr(rules, "tables", None) or {})
     rules = list(rules)
     if not rules:
         raise CepError("the rule set is empty: nothing to run")
@@ -255,16 +257,23 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
             known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
         joined = _joined_table(r)
-        if joined is not None:
-            raise CepError(f"rule {r.name!r} joins table {joined!r}: temporal joins with tables cannot run on Spark "
-                           "yet (docs/tables.md); run the rule in the embedded engine (cep run)")
+        if joined is not None and k not in KEYED_KINDS:
+            raise CepError(f"rule {r.name!r} joins table {joined!r}: a {k} rule's temporal join cannot run on Spark "
+                           "yet (its groups keep no state to hold the table; docs/spark.md, \"Tables\"); run it in the "
+                           "embedded engine (cep run), or join the table in a pattern or analytics rule")
+        if joined is not None and joined not in tables:
+            raise CepError(f"rule {r.name!r} joins table {joined!r}, which the rules do not declare (tables:); pass "
+                           "the whole rule file (its RuleSet), not a list of its rules")
 
     frame, layout = _inputs(frame, cfg)
+    # changelog rows feed their tables, never a rule that reads every stream (as in cep run)
+    changelogs = sorted({spec.stream for spec in tables.values() if spec.stream in layout.streams})
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
     if corrupt:
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
     frame = _with_source(frame, cfg)
     frame, output_types, engine_types = _engine_view(frame)
+    bindings = _table_bindings(rules, tables, layout, engine_types)
     rules = _read_time_types_as_ms(rules, output_types)
     keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
     stateless = [r for r in rules if kind_of(r) not in KEYED_KINDS]
@@ -292,13 +301,17 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     parts: list[DataFrame] = []
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
-        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout))
+        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout,
+                                     bindings, changelogs))
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
     if corrupt and not (keyed or staged):
         reporter = next((n for n in rest if getattr(STATELESS_KINDS[n], "reports_malformed", False)), None)
         if reporter is None:
             parts.append(_corrupt_rows(frame, cfg))
+    if changelogs:  # the stateless kinds' own sub-plans (a backfill's search rules) read no changelog
+        frame = frame.where(F.col(CORRUPT_COL).isNotNull() | ~_any_stream(changelogs)) if corrupt else \
+            frame.where(~_any_stream(changelogs))
     clean = frame.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL) if corrupt else frame
     for name in rest:
         parts.append(STATELESS_KINDS[name].build(frame if name == reporter else clean, by_kind[name], env, cfg,
@@ -381,6 +394,7 @@ def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
             raise CepError(f"input stream names must be non-empty strings, found {n!r}")
         if not isinstance(f, DataFrame):
             raise CepError(f"input stream {n!r}: expected a DataFrame, found {type(f).__name__}")
+    _check_case(frame)
     modes = {n: frame[n].isStreaming for n in names}
     if len(set(modes.values())) > 1:
         live = ", ".join(n for n in names if modes[n])
@@ -418,6 +432,28 @@ def _inputs(frame: Any, cfg: SparkRunConfig) -> tuple[DataFrame, InputLayout]:
             out = out.withColumn(PART_COL, F.spark_partition_id())
             segments = (INPUT_COL, PART_COL)
     return out, InputLayout(tuple(names), segments)
+
+
+def _check_case(frames: Mapping[str, DataFrame]) -> None:
+    """Refuse inputs whose column names differ only in case when Spark resolves names without case.
+
+    Rules read fields case-sensitively (as ``cep run`` does), but Spark's default
+    (``spark.sql.caseSensitive=false``) would union ``Symbol`` of a changelog with ``symbol`` of
+    the events into one column.
+    """
+    first = next(iter(frames.values()))
+    if str(first.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return
+    seen: dict[str, tuple[str, str]] = {}
+    for n, f in frames.items():
+        for c in f.columns:
+            other = seen.setdefault(c.lower(), (c, n))
+            if other[0] != c:
+                raise CepError(
+                    f"column {c!r} of input stream {n!r} and column {other[0]!r} of {other[1]!r} differ only in "
+                    "case, and this Spark session resolves names without case (spark.sql.caseSensitive=false, "
+                    "Spark's default), so the union would merge them; set spark.sql.caseSensitive=true (cep spark "
+                    "does), as rules read fields case-sensitively")
 
 
 def _metrics(rules: list[Any]) -> list[Column]:
@@ -590,7 +626,8 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
-                    layout: InputLayout) -> DataFrame:
+                    layout: InputLayout, bindings: dict[str, Any] | None = None,
+                    changelogs: list[str] | None = None) -> DataFrame:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules.
 
     Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
@@ -601,8 +638,9 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     time_col = _stage_time_column(keyed, kinds, staged)
     columns = set(frame.columns)
     shown = ", ".join(c for c in frame.columns if not c.startswith(RESERVED_PREFIX))
+    bindings = bindings or {}
     for k, r in zip(kinds, keyed):
-        for c in (*k.key_columns(r), k.time_column(r)):
+        for c in (*_bucket_columns(k, r), k.time_column(r)):
             if c not in columns:
                 raise CepError(
                     f"rule {r.name!r}: column {c!r} ({getattr(k, 'clause', 'key / event time')}) is not in the input; "
@@ -618,13 +656,16 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                     f"a stream's watermark is read from it; input columns: {shown}"
                 )
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
+    for name, binding in bindings.items():
+        specs[name].table = binding
     unit, skew = _stage_reading(keyed, staged)
     # a backfill reads the wall clock once, here, for every task and both arrival passes
     clock = cfg.clock if frame.isStreaming else FixedClock((cfg.clock or wall_clock_ms)())
     core = GroupCore(specs, list(env.columns), engine_types, cfg.buckets, cfg.on_rule_change, cfg.state_version,
                      clock)
     schema = envelope_schema(env, by_type)
-    key_sets = sorted({tuple(k.key_columns(r)) for k, r in zip(kinds, keyed)})
+    key_sets = sorted({_bucket_columns(k, r) for k, r in zip(kinds, keyed)})
+    live = list(changelogs or [])
 
     if frame.isStreaming:
         joined: dict[int, Any] = {}
@@ -636,11 +677,15 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
             group = staged[name]
             joined[-1 - i] = STATELESS_KINDS[name].stage_core(frame, group, env, layout, clock)  # type: ignore[attr-defined]
             routes = [layout.route(r) for r in group]
-            reads = None if None in routes else _any_stream(sorted(set(routes)))  # type: ignore[arg-type]
+            reads = (_any_stream(sorted(set(routes))) if None not in routes  # type: ignore[arg-type]
+                     else ~_any_stream(live) if live else None)
             extra.append((-1 - i, row_bucket, reads))
-        x = frame.withColumn(TIME_COL, F.timestamp_millis(_time_ms(frame, time_col, engine_types, unit, skew, clock)))
+        event_ms = _time_ms(frame, time_col, engine_types, unit, skew, clock)
+        if live:  # changelog rows move no watermark of the rules (a table has its own, in each group)
+            event_ms = F.when(~_any_stream(live), event_ms)
+        x = frame.withColumn(TIME_COL, F.timestamp_millis(event_ms))
         x = x.withWatermark(TIME_COL, "0 seconds")
-        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra)
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings, live)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
         # Spark drops rows behind the watermark before a stage with one. A NULL column that
         # carries the watermark marker satisfies the first and is never "behind", so late rows
@@ -683,7 +728,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
-    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [])
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings, live)
 
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
@@ -698,34 +743,68 @@ def _any_stream(streams: list[str]) -> Column:
 
 def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
                    prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool, layout: InputLayout,
-                   extra: list[tuple[int, Column, Column | None]]) -> DataFrame:
+                   extra: list[tuple[int, Column, Column | None]],
+                   bindings: dict[str, Any] | None = None, changelogs: list[str] | None = None) -> DataFrame:
     """Add the group key (rule, bucket); one row per rule (or staged kind) that reads the row.
 
     A rule whose FROM names one of the input streams reads that stream's rows; ``extra`` are
     the staged stateless kinds' groups: (group key, bucket, which rows or None for all). A
     malformed record goes once, to bucket -1 of the first group, which reports it.
     """
+    bindings = bindings or {}
+    live = list(changelogs or [])
+    # tables kept by key: some rows reach groups as their change's time only, tagged in "s"
+    tagged = any(b.keyed for b in bindings.values())
+
+    def struct(*fields: Column, tick: str | None = None) -> Column:
+        if tagged:
+            fields = (*fields, (F.lit(tick) if tick else F.lit(None).cast("string")).alias("s"))
+        return F.struct(*fields)
+
     entries: list[tuple[Column, Column | None]] = []
     for k, r in zip(kinds, keyed):
-        keys = k.key_columns(r)
+        keys = _bucket_columns(k, r)
+        binding = bindings.get(r.name)
+        hashed = _hash_columns(k, r, binding)
         bucket = (
-            F.pmod(F.xxhash64(*[F.col(_q(c)) for c in keys]), F.lit(cfg.buckets)).cast("int") if keys else F.lit(0)
+            F.pmod(F.xxhash64(*[F.col(_q(c)) for c in hashed]), F.lit(cfg.buckets)).cast("int") if hashed
+            else F.lit(0)
         )
-        fields = [F.lit(rule_key(r.name)).alias("r"), bucket.alias("b")]
-        if prior_cols is not None:
-            fields.append(F.col(prior_cols[tuple(keys)]).alias("p"))
+        prior = [F.col(prior_cols[tuple(keys)]).alias("p")] if prior_cols is not None else []
         route = layout.route(r)
-        entries.append((F.struct(*fields), None if route is None else F.col(STREAM_COL) == F.lit(route)))
+        # a changelog's rows go to its table, not to rules that read every stream (as embedded)
+        reads = (F.col(STREAM_COL) == F.lit(route) if route is not None
+                 else ~_any_stream(live) if live else None)
+        entries.append((struct(F.lit(rule_key(r.name)).alias("r"), bucket.alias("b"), *prior), reads))
+        if binding is None or binding.static:
+            continue
+        spec = binding.spec
+        changes = F.col(STREAM_COL) == F.lit(spec.stream)
+        if binding.keyed:
+            # kept by key: a change goes to its key's group (hashed as the events' join columns are),
+            # and its time to every group, whose table watermark is over every key
+            own = F.pmod(F.xxhash64(*[F.col(_q(c)) for c in spec.primary_key]), F.lit(cfg.buckets)).cast("int")
+            entries.append((struct(F.lit(rule_key(r.name)).alias("r"), own.alias("b"), *prior), changes))
+            with_key = changes
+            for c in spec.primary_key:  # a change without its key is an error row of its group alone
+                with_key = with_key & F.col(_q(c)).isNotNull()
+            for b in range(cfg.buckets):
+                entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior,
+                                       tick=tick_stream(spec)), with_key))
+        else:
+            # every group of a joined rule gets every change row once: its replica of the table
+            for b in range(cfg.buckets if hashed else 1):
+                entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior), changes))
     for group, bucket, reads in extra:
-        entries.append((F.struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
+        entries.append((struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
     drop = list(prior_cols.values()) if prior_cols else []
     if len(entries) == 1 and not corrupt:
-        struct, reads = entries[0]
+        one, reads = entries[0]
         if reads is not None:
             x = x.where(reads)
-        x = x.withColumn("_cep_g", struct)
+        x = x.withColumn("_cep_g", one)
     else:
-        groups = F.array(*[s if reads is None else F.when(reads, s) for s, reads in entries])
+        groups = F.array(*[g if reads is None else F.when(reads, g) for g, reads in entries])
         if any(reads is not None for _, reads in entries):
             groups = F.array_compact(groups)
         if corrupt:
@@ -733,8 +812,10 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
             bad = [F.lit(first).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")]
             if prior_cols is not None:
                 bad.append(F.lit(None).cast("bigint").alias("p"))
-            groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(F.struct(*bad))).otherwise(groups)
+            groups = F.when(F.col(CORRUPT_COL).isNotNull(), F.array(struct(*bad))).otherwise(groups)
         x = x.withColumn("_cep_g", F.explode(groups))
+    if tagged:
+        x = x.withColumn(STREAM_COL, F.coalesce(F.col("_cep_g.s"), F.col(STREAM_COL)))
     x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b"))
     if prior_cols is not None:
         x = x.withColumn(PRIOR_COL, F.col("_cep_g.p"))
@@ -777,6 +858,44 @@ class ProgressCounts:
         for p in query.recentProgress:
             metrics = (p.get("observedMetrics") or {}).get(METRICS_NAME)
             self.add(str(p["runId"]), p["batchId"], p["numInputRows"], metrics)
+
+
+def _bucket_columns(kind: Any, rule: Any) -> tuple[str, ...]:
+    """The key columns a keyed rule's events are bucketed by: its key's event columns (not a joined one)."""
+    from spark_udf.tables import bucket_columns, rule_join
+
+    return bucket_columns(tuple(kind.key_columns(rule)), rule_join(rule))
+
+
+def _hash_columns(kind: Any, rule: Any, binding: Any) -> tuple[str, ...]:
+    """The columns a keyed rule's events are hashed into buckets by: the join's event columns when its
+    table is kept by key (its changes are hashed by the same values), else :func:`_bucket_columns`."""
+    if binding is not None and binding.keyed:
+        from spark_udf.tables import keyed_columns, rule_join
+
+        cols = keyed_columns(tuple(kind.key_columns(rule)), rule_join(rule), binding.spec)
+        assert cols is not None
+        return cols
+    return _bucket_columns(kind, rule)
+
+
+def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout,
+                    types: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Per joined keyed rule, its table's replica: the snapshot file read here, once.
+
+    A table is fed by its changelog when its ``from`` is one of the named inputs; otherwise it is
+    static (its snapshot), and joins do not wait, as ``cep run`` without the changelog among its
+    inputs (one DataFrame is not routed by its ``stream`` column, see *Named input streams*).
+    """
+    from spark_udf.tables import keyed_columns, rule_join, table_bindings
+
+    def by_key(rule: Any, spec: Any) -> bool:
+        # kept by key when the rule is keyed by the join's columns and they hash as the table's key does
+        cols = keyed_columns(tuple(KEYED_KINDS[kind_of(rule)].key_columns(rule)), rule_join(rule), spec)
+        return (cols is not None and types is not None
+                and all(types.get(e) is not None and types.get(e) == types.get(k) for e, k in zip(cols, spec.primary_key)))
+
+    return table_bindings(rules, dict(tables), lambda spec: spec.stream in layout.streams, by_key)
 
 
 def _joined_table(rule: Any) -> str | None:

@@ -119,6 +119,7 @@ class RuleSpec:
     lateness_ms: int
     outputs: list[tuple[str, str, str]]  # (rule's column, envelope column, type)
     defaults: dict[str, Any] = field(default_factory=dict)  # values of columns a row leaves out
+    table: Any = None  # a joined rule's spark_udf.tables.TableBinding (its replica of the table)
 
     @property
     def name(self) -> str:
@@ -196,7 +197,13 @@ class GroupCore:
             op = kind.new_operator(spec.rule)
             if hasattr(op, "clock"):
                 op.clock = self.clock  # type: ignore[attr-defined]
-            header = BucketHeader(rule, spec.kind, kind.fingerprint(op), self.buckets, getattr(kind, "state_codec", None))
+            fingerprint = kind.fingerprint(op)
+            if spec.table is not None:  # a temporal join: the group keeps a replica of the table
+                from spark_udf.tables import JoinedOperator, joined_fingerprint
+
+                fingerprint = joined_fingerprint(fingerprint, spec.table.spec)
+                op = JoinedOperator(op, spec.table)
+            header = BucketHeader(rule, spec.kind, fingerprint, self.buckets, getattr(kind, "state_codec", None))
             got = self._ops[rule] = (op, header)
         return spec, got[0], got[1]
 
@@ -204,6 +211,8 @@ class GroupCore:
         """Put the bucket's saved state into ``op`` (or empty it)."""
         if stored is None:
             op.reset()
+            if spec.table is not None:
+                out.extend(op.startup())  # type: ignore[attr-defined]
             return
         blob, version = stored
         try:
@@ -242,10 +251,17 @@ class GroupCore:
         if rule not in self.specs:  # the rule left the rule file: its state goes with it
             return self._frame(None, out), None, None  # type: ignore[return-value]
         spec, op, header = self._operator(rule)
+        if spec.table is not None:  # each change's late or error row is written by one group
+            op.reporting = spec.table.reporter and (spec.table.keyed or bucket == 0)  # type: ignore[attr-defined]
+            op.first_group = bucket == 0  # type: ignore[attr-defined]
         self._load(spec, op, header, stored, out)
         lateness = spec.lateness_ms
         wm = int(spark_watermark_ms) - lateness
         if not timed_out:
+            if spec.table is not None and not spec.table.static:
+                from spark_udf.tables import changes_in_order
+
+                chunks = changes_in_order(list(chunks), spec.table.spec)  # every replica applies them alike
             for pdf in chunks:
                 batch, src = self._batch(pdf)
                 res = op.ingest(batch, wm)
@@ -271,6 +287,10 @@ class GroupCore:
             return self._empty()
         spec, op, _ = self._operator(rule)
         op.reset()
+        if spec.table is not None:  # each change's late or error row is written by one group
+            op.reporting = spec.table.reporter and (spec.table.keyed or int(key[1]) == 0)  # type: ignore[attr-defined]
+            op.first_group = int(key[1]) == 0  # type: ignore[attr-defined]
+            out.extend(op.startup())  # type: ignore[attr-defined]
         if SEQ_COL in pdf.columns:
             pdf = pdf.sort_values(SEQ_COL, kind="stable")
         late_before: Any = NO_WATERMARK

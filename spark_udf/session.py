@@ -125,6 +125,10 @@ def local_session(
             os.environ["PYSPARK_PYTHON"] = before
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if "spark.sql.caseSensitive" not in conf:
+        # field names are case-sensitive in rules, as in cep run: 'Symbol' of one input is not
+        # 'symbol' of another (Spark's default would merge them when the inputs are unioned)
+        spark.conf.set("spark.sql.caseSensitive", "true")
     sc = spark.sparkContext
     if ship_engine is None:
         ship_engine = not is_local_master(sc.master or master)

@@ -141,6 +141,8 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
         blobs = [(int(r[0]), int(r[1]), bytes(r[2]), int(r[3])) for r in rows if r[2] is not None]
         source["groups"] = len(blobs)
     keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
+    tables = dict(getattr(rules, "tables", None) or {})
+    replicas: dict[str, list[Any]] = {}
     by_code = {rule_key(r.name): r for r in keyed}
     parts: dict[str, list[RuleView]] = {r.name: [] for r in keyed}
     notes: list[str] = []
@@ -152,8 +154,15 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
                          "rule file (a removed rule's state, dropped at its next call)")
             continue
         kind = KEYED_KINDS[kind_of(rule)]
-        op = kind.new_operator(rule)
-        expected = BucketHeader(rule.name, kind_of(rule), kind.fingerprint(op), int(head.get("buckets", 0) or 0))
+        op: Any = kind.new_operator(rule)
+        fingerprint = kind.fingerprint(op)
+        table = tables.get(_joined(rule) or "")
+        if table is not None:  # a joined rule's group holds its replica of the table beside the operator
+            from spark_udf.tables import JoinedOperator, TableBinding, joined_fingerprint
+
+            fingerprint = joined_fingerprint(fingerprint, table)
+            op = JoinedOperator(op, TableBinding(table, {}, static=False, reporter=False))
+        expected = BucketHeader(rule.name, kind_of(rule), fingerprint, int(head.get("buckets", 0) or 0))
         try:
             snapshot = decode_state(blob, version, expected)
         except RuleChangedError as e:
@@ -164,6 +173,9 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
             op.restore(snapshot)
         except Exception as e:  # noqa: BLE001 - a snapshot the operator refuses (crafted, another version)
             raise UnreadableState(f"rule {rule.name!r}, bucket {bucket}: the saved state cannot be read: {e}") from None
+        if table is not None:
+            replicas.setdefault(rule.name, []).append(op.table.stats())
+            op = op.op
         parts[rule.name].append(operator_view(op))
     views = []
     for r in rules:
@@ -172,9 +184,21 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
             v = merge_views(got) if got else RuleView(r.name, kind_of(r), totals={"keys_with_state": 0})
             # on Spark every group runs at the query's watermark minus the rule's lateness (docs/spark.md)
             v.watermark = log["watermark"] - int(r.lateness_ms) if log["watermark"] else None
+            held = replicas.get(r.name, [])
+            if held:  # a replica in each group, or the changes kept by key (docs/spark.md, "Tables")
+                v.notes.append(f"table {_joined(r)!r}: rows held in {len(held)} groups, "
+                               f"{max(st.live_keys for st in held)} live keys in the largest, "
+                               f"{sum(st.versions for st in held)} versions in all")
             views.append(v)
         else:
             v = RuleView(r.name, r.kind)
             v.notes.append("a search rule keeps no state on Spark: its groups of the stateful stage save nothing")
             views.append(v)
     return StateView(source, views, notes)
+
+
+def _joined(rule: Any) -> str | None:
+    from spark_udf.tables import rule_join
+
+    join = rule_join(rule)
+    return None if join is None else str(join.table)

@@ -258,11 +258,11 @@ class WindowOperator:
             >>> op.ingest([{"k": "a", "ts": 7}], late_before=10).late[0]["reason"][:40]
             'late: event time 1970-01-01T00:00:00.007'
         """
-        if self.join is not None:
-            raise NotImplementedError(
-                f"rule {self.name!r} joins table {self.join.table.name!r}: a host's clock (Spark) does not drive "
-                "joined analytics rules yet; run it in the embedded engine (cep run)")
         out = OperatorOutput()
+        if self.join is not None:
+            # judged now on the host's watermark; applied (on that clock) once the table answers for them
+            self.join.ingest(self, to_batch(events), late_before, out)
+            return out
         self._process(to_batch(events), out, late_before)
         return out
 

@@ -78,6 +78,38 @@ class WindowJoin:
             self.waiting.push(batch if len(rows) == n else batch.take(rows), ts[keep], clock[keep])
         op.counts.buffered = len(self.waiting)
 
+    def ingest(self, op: Any, batch: EventBatch, late_before: int | np.ndarray, out: OperatorOutput) -> None:
+        """A host's arrival (Spark): judge events against the host's ``late_before`` (a scalar, or one
+        value per event; the int64 minimum: never late) and queue the ones on time, each tagged with
+        the clock it found (``late_before + lateness``). The host moves the rule's clock
+        (:meth:`advance`); events do not."""
+        n = batch.n
+        op.counts.read += n
+        if n == 0:
+            return
+        ms, ok, reasons = event_times(batch, op.time_col, op.time_unit, op.max_future_skew_ms, op.clock)
+        if not op.unit_checked:
+            op.unit_checked = True
+            op.unit_hint = unit_hint(batch, op.time_col, op.time_unit)
+        for i in np.flatnonzero(~ok).tolist():
+            op._error(out, batch, i, f"event-time field {op.time_col!r}: {reasons[i] or 'not a time'}")
+        idx = np.flatnonzero(ok)
+        if not len(idx):
+            return
+        ts = ms[idx].astype(np.int64)
+        wm = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[idx]
+        late = (wm != _NEG) & (ts < wm)
+        for j in np.flatnonzero(late).tolist():
+            op.counts.late += 1
+            out.late.append(late_row(op.name, batch, int(idx[j]), int(ts[j]), int(wm[j]), op.lateness))
+        keep = np.flatnonzero(~late)
+        if len(keep):
+            rows = idx[keep]
+            with np.errstate(over="ignore"):
+                clock = np.where(wm[keep] == _NEG, _NEG, wm[keep] + op.lateness)
+            self.waiting.push(batch if len(rows) == n else batch.take(rows), ts[keep], clock)
+        op.counts.buffered = len(self.waiting)
+
     def advance(self, op: Any, watermark: int) -> None:
         """Idle progress: the rule's clock moves to ``watermark + lateness`` (later events behind it are late)."""
         clock = int(watermark) + op.lateness
