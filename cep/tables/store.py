@@ -248,6 +248,40 @@ class VersionedTable:
         rows[idx] = hit
         return rows
 
+    def lookup_codes(self, codes: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """As :meth:`lookup`, for keys given by their codes (all known): the row valid at each time, or -1."""
+        self._merge()
+        c = np.asarray(codes, dtype=np.int64)
+        if not len(c) or not len(self._v_row):
+            return np.full(len(c), -1, dtype=np.int64)
+        lo = self._start[c]
+        pos = upper_bound(self._v_time, lo, self._start[c + 1], np.asarray(times, dtype=np.int64)) - 1
+        return np.where(pos >= lo, self._v_row[np.maximum(pos, 0)], -1).astype(np.int64, copy=False)
+
+    def versions_between(self, after: int | None, upto: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (key code, valid-from) of every version with ``after < valid-from <= upto`` (``after`` None:
+        from the beginning of time): the changes a view has not joined yet."""
+        self._merge()
+        mask = self._v_time <= upto
+        if after is not None:
+            mask &= self._v_time > after
+        idx = np.flatnonzero(mask)
+        return self._v_code[idx], self._v_time[idx]
+
+    def codes_of(self, keys: np.ndarray) -> np.ndarray:
+        """Codes of ``keys``, -1 for a key this table has never had."""
+        return self._lookup_codes(keys)
+
+    def keys_of(self, codes: np.ndarray) -> np.ndarray:
+        """The key of each code (values, or tuples for several key columns)."""
+        out = np.empty(len(codes), dtype=object)
+        keys = self._keys
+        out[:] = [keys[c] for c in np.asarray(codes).tolist()]
+        return out
+
+    def n_codes(self) -> int:
+        return len(self._keys)
+
     def column(self, name: str) -> np.ndarray:
         """Every stored row's value of column ``name`` (chunks joined once)."""
         chunks = self._cols[name]

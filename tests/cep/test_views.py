@@ -1,0 +1,316 @@
+"""Table-table views: the incremental join's changelog against a pandas brute force (the join recomputed
+at every change time, consecutive results diffed), rules joining a view, feeding the changelog back
+as a table, and the rule-file errors of a bad view."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cep import Engine
+from patterns.errors import RuleErrors
+from patterns.rules import parse_rules
+
+VIEW_RULES = """
+tables:
+  - {{name: cos, from: co_changes, primary_key: sym, columns: [sec, x], time_field: ts, lateness: {l1}}}
+  - {{name: secs, from: sec_changes, primary_key: id, columns: [label, y], time_field: ts, lateness: {l2}}}
+views:
+  - name: v
+    sql: SELECT c.x, s.label, s.y AS sy FROM cos AS c {kind} JOIN secs AS s ON {on}
+rules: []
+"""
+
+
+# ---------------------------------------------------------------- the reference
+
+
+def _late(times: list[int], lateness: int) -> list[bool]:
+    """Late as a table judges it: behind the running maximum of the earlier changes minus the lateness."""
+    out, top = [], None
+    for t in times:
+        out.append(top is not None and t < top - lateness)
+        top = t if top is None else max(top, t)
+    return out
+
+
+def _as_of(changes: pd.DataFrame, key: str, t: int) -> pd.DataFrame:
+    """The live rows of a changelog at time ``t``: per key the last change at or before t (ties: the later)."""
+    ch = changes[changes["ts"] <= t].sort_values(["ts", "seq"], kind="stable")
+    last = ch.groupby(key, sort=False).tail(1)
+    return last[~last["deleted"]].set_index(key)
+
+
+def view_reference(left: list[dict], right: list[dict], l1: int, l2: int, kind: str, on: str) -> list[tuple]:
+    """The view's changelog by brute force: the join recomputed from scratch with pandas at every time a
+    change (on time) happened, consecutive results diffed. Rows (ts, op, sym, after) sorted by (ts, sym)."""
+    def frame(rows: list[dict], lateness: int, cols: list[str]) -> pd.DataFrame:
+        late = _late([r["ts"] for r in rows], lateness)
+        kept = [dict(r, seq=i, deleted=bool(r.get("__deleted"))) for i, (r, x) in enumerate(zip(rows, late)) if not x]
+        return pd.DataFrame(kept, columns=[*cols, "ts", "seq", "deleted"]).astype({"deleted": bool})
+
+    lf, rf = frame(left, l1, ["sym", "sec", "x"]), frame(right, l2, ["id", "label", "y"])
+    times = sorted(set(lf["ts"].tolist()) | set(rf["ts"].tolist()))
+    prev: dict = {}
+    out = []
+    for t in times:
+        a, b = _as_of(lf, "sym", t).reset_index(), _as_of(rf, "id", t).reset_index()
+        col = "sec" if on == "fk" else "sym"
+        a[col], b["id"] = a[col].astype(object), b["id"].astype(object)  # NULL foreign keys meet int keys
+        joined = a.merge(b, left_on=col, right_on="id",
+                         how="left" if kind == "LEFT" else "inner")
+        cur = {}
+        for r in joined.to_dict("records"):
+            cur[r["sym"]] = (_n(r.get("x")), _n(r.get("label")), _n(r.get("y")))
+        for k in sorted(set(prev) | set(cur)):
+            if k not in cur:
+                out.append((t, "d", k, None))
+            elif k not in prev:
+                out.append((t, "c", k, cur[k]))
+            elif cur[k] != prev[k]:
+                out.append((t, "u", k, cur[k]))
+        prev = cur
+    return out
+
+
+def _n(v):
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _got(rows: list[dict]) -> list[tuple]:
+    out = []
+    for r in rows:
+        a = r["after"]
+        out.append((r["ts_ms"], r["op"], r["key"]["sym"], None if a is None else (a["x"], a["label"], a["sy"])))
+    return out
+
+
+# ---------------------------------------------------------------- the property
+
+
+left_st = st.tuples(st.integers(0, 7), st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 3),
+                    st.integers(0, 40), st.booleans())
+right_st = st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(0, 1), st.integers(0, 40), st.booleans())
+
+
+def _run(rules, arrival, order, restore_at) -> tuple[list[dict], list[dict], Engine]:
+    engine = Engine(rules, streams=["co_changes", "sec_changes"])
+    rows, late = [], []
+    i = batch_no = 0
+    while i <= len(arrival):
+        j = i
+        while j < len(arrival) and (j == i or order.random() < 0.75):
+            j += 1
+        out = engine.process(arrival[i:j]) if j > i else engine.finish()
+        rows += out.matches
+        late += out.late
+        if j == i:
+            break
+        batch_no += 1
+        if batch_no == restore_at:
+            fresh = Engine(rules, streams=["co_changes", "sec_changes"])
+            fresh.restore(engine.snapshot())
+            engine = fresh
+        i = j
+    return rows, late, engine
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(left=st.lists(left_st, max_size=40), right=st.lists(right_st, max_size=25),
+       order=st.randoms(use_true_random=False), kind=st.sampled_from(["", "LEFT"]), on=st.sampled_from(["fk", "pk"]),
+       l1=st.sampled_from([0, 5, 100]), l2=st.sampled_from([0, 5, 100]), restore_at=st.integers(0, 10))
+def test_view_changelog_matches_brute_force(left, right, order, kind, on, l1, l2, restore_at):
+    """Random changelogs with deletes (and NULL foreign keys), both tables interleaved in any order, cut
+    into batches anywhere, a snapshot and a restore into a new engine between two batches: the view's
+    changelog is the brute force's, and late changes are reported by their table."""
+    rules = parse_rules(VIEW_RULES.format(l1=l1, l2=l2, kind=kind, on="c.sec = s.id" if on == "fk" else "c.sym = s.id"))
+    lrows = [{"stream": "co_changes", "sym": k, "sec": f, "x": x, "ts": t, **({"__deleted": "true"} if d else {})}
+             for k, f, x, t, d in left]
+    rrows = [{"stream": "sec_changes", "id": k, "label": f"L{lab}", "y": y, "ts": t,
+              **({"__deleted": "true"} if d else {})} for k, lab, y, t, d in right]
+    tags = ["l"] * len(lrows) + ["r"] * len(rrows)
+    order.shuffle(tags)
+    li, ri = iter(lrows), iter(rrows)
+    arrival = [next(li) if tag == "l" else next(ri) for tag in tags]
+    rows, late, engine = _run(rules, arrival, order, restore_at)
+    want = view_reference(lrows, rrows, l1, l2, "LEFT" if kind else "INNER", on)
+    got = _got(rows)
+    assert sorted(got, key=lambda r: (r[0], r[2])) == got  # in time order, then key order (first seen)
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    assert sum(1 for x in late if x.get("table") == "cos") == sum(_late([r["ts"] for r in lrows], l1))
+    assert sum(1 for x in late if x.get("table") == "secs") == sum(_late([r["ts"] for r in rrows], l2))
+    st_ = engine.view_stats()["v"]
+    assert (st_["inserts"], st_["updates"], st_["deletes"]) == tuple(
+        sum(1 for r in want if r[1] == op) for op in ("c", "u", "d"))
+
+
+def test_foreign_key_update_changes_every_row_pointing_at_it():
+    """An update of the right row emits an update of each left row pointing at it, at its time; the
+    changes come out once both watermarks have passed them."""
+    rules = parse_rules(VIEW_RULES.format(l1=0, l2=0, kind="", on="c.sec = s.id"))
+    eng = Engine(rules, streams=["co_changes", "sec_changes"])
+    out = eng.process([{"id": 1, "label": "tech", "y": 0, "ts": 0}], stream="sec_changes")
+    out = eng.process([{"sym": s, "sec": 1, "x": i, "ts": 1} for i, s in enumerate("ABC")], stream="co_changes")
+    assert out.matches == []  # the sectors' watermark (0) has not passed time 1
+    out = eng.process([{"id": 1, "label": "it", "y": 0, "ts": 5}], stream="sec_changes")
+    assert out.matches == []  # the companies' watermark (1) has not passed time 1 either
+    out = eng.process([{"sym": "A", "sec": 1, "x": 0, "ts": 9}], stream="co_changes")  # the same row again
+    assert [(r["op"], r["key"]["sym"], r["ts_ms"]) for r in out.matches] == [("c", "A", 1), ("c", "B", 1), ("c", "C", 1)]
+    out = eng.process([{"id": 1, "label": "it", "y": 0, "ts": 9, "__deleted": "true"}], stream="sec_changes")
+    out.extend(eng.finish())
+    assert [(r["op"], r["key"]["sym"], r["after"] and r["after"]["label"], r["ts_ms"]) for r in out.matches] == [
+        ("u", "A", "it", 5), ("u", "B", "it", 5), ("u", "C", "it", 5),
+        ("d", "A", None, 9), ("d", "B", None, 9), ("d", "C", None, 9)]
+    assert out.matches[0]["before"] == {"sym": "A", "x": 0, "label": "tech", "sy": 0}
+
+
+RULE_ON_VIEW = """
+tables:
+  - {name: cos, from: co_changes, primary_key: sym, columns: [sec], time_field: ts}
+  - {name: secs, from: sec_changes, primary_key: id, columns: [label], time_field: ts}
+views:
+  - name: v
+    sql: SELECT s.label FROM cos AS c LEFT JOIN secs AS s ON c.sec = s.id
+rules:
+  - name: seen
+    sql: |
+      SELECT * FROM trades AS t JOIN v FOR SYSTEM_TIME AS OF t.ts ON t.sym = v.sym
+      MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.ts AS ts, A.label AS label
+        AFTER MATCH SKIP PAST LAST ROW PATTERN (A) DEFINE A AS TRUE)
+"""
+
+
+def test_a_rule_joins_a_view_as_of_its_events():
+    """A pattern rule joins the view like a table: each event sees the view's row as of its time, and
+    waits until the view (both its tables) has passed it."""
+    eng = Engine(parse_rules(RULE_ON_VIEW), streams=["co_changes", "sec_changes", "trades"])
+    feed = [
+        ({"id": 1, "label": "a", "ts": 0}, "sec_changes"),
+        ({"sym": "X", "sec": 1, "ts": 0}, "co_changes"),
+        ({"sym": "X", "ts": 3}, "trades"),
+        ({"id": 1, "label": "b", "ts": 5}, "sec_changes"),
+        ({"sym": "X", "ts": 6}, "trades"),
+        ({"sym": "X", "sec": 2, "ts": 8}, "co_changes"),
+        ({"sym": "X", "ts": 9}, "trades"),
+        ({"id": 9, "label": "z", "ts": 20}, "sec_changes"),
+        ({"sym": "Y", "sec": 1, "ts": 20}, "co_changes"),
+    ]
+    joined = []
+    for rec, stream in feed:
+        joined += [(r["ts"], r["label"]) for r in eng.process([rec], stream=stream).matches if r.get("rule") == "seen"]
+    joined += [(r["ts"], r["label"]) for r in eng.finish().matches if r.get("rule") == "seen"]
+    # at 9 the company points at sector 2, which has no row: the view's LEFT row has label NULL
+    assert joined == [(3, "a"), (6, "b"), (9, None)]
+
+
+def test_changelog_fed_back_as_a_debezium_table_gives_the_view(tmp_path):
+    """The view's rows are Debezium envelopes: read back by a `format: debezium` table, lookups give
+    the view's own table's answers."""
+    from cep.events import batch_from_records
+    from cep.tables import Table
+    from patterns.tables import TableSpec
+
+    rules = parse_rules(VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.id"))
+    eng = Engine(rules, streams=["co_changes", "sec_changes"])
+    rng = np.random.default_rng(7)
+    rows = []
+    for t in range(60):
+        if rng.random() < 0.6:
+            rows += eng.process([{"sym": int(rng.integers(6)), "sec": int(rng.integers(3)), "x": t, "ts": t,
+                                  **({"__deleted": "true"} if rng.random() < 0.1 else {})}], stream="co_changes").matches
+        else:
+            rows += eng.process([{"id": int(rng.integers(3)), "label": f"L{t}", "y": t, "ts": t}],
+                                stream="sec_changes").matches
+    rows += eng.finish().matches
+    assert {r["op"] for r in rows} == {"c", "u", "d"}
+    back = Table(TableSpec("back", "v_changes", ("sym",), ("x", "label", "sy"), format="debezium"))
+    back.apply(batch_from_records(json.loads(json.dumps(rows))))
+    view_table = eng.views["v"].table
+    keys, times = np.repeat(np.arange(7), 62), np.tile(np.arange(-1, 61), 7)
+    for col in ("x", "label", "sy"):
+        want = view_table.gather(view_table.lookup([keys], times), [col])[col].tolist()
+        got = back.gather(back.lookup([keys], times), [col])[col].tolist()
+        assert [None if v != v else v for v in got] == [None if v != v else v for v in want]
+
+
+def test_static_tables_and_snapshot_rows(tmp_path):
+    """Rows of a snapshot file hold from the beginning of time: their join comes out as op 'r'."""
+    (tmp_path / "secs.csv").write_text("id,label,y\n1,tech,0\n")
+    (tmp_path / "r.yaml").write_text(VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.id").replace(
+        "lateness: 0}\nviews", "lateness: 0, snapshot: secs.csv}\nviews"))
+    eng = Engine(str(tmp_path / "r.yaml"), streams=["co_changes"])  # secs' changelog is no input: static
+    out = eng.process([{"sym": "A", "sec": 1, "x": 1, "ts": 4}], stream="co_changes")
+    out.extend(eng.finish())
+    assert [(r["op"], r["after"]["label"], r["ts_ms"]) for r in out.matches] == [("c", "tech", 4)]
+    (tmp_path / "cos.csv").write_text("sym,sec,x\nB,1,0\n")
+    (tmp_path / "r2.yaml").write_text((tmp_path / "r.yaml").read_text().replace(
+        "columns: [sec, x], time_field: ts", "columns: [sec, x], time_field: ts, snapshot: cos.csv"))
+    eng = Engine(str(tmp_path / "r2.yaml"), streams=["trades"])  # both static: the join at the first call
+    out = eng.process([{"sym": "B", "ts": 1}], stream="trades")
+    assert [(r["op"], r["key"], r["after"]["label"]) for r in out.matches] == [("r", {"sym": "B"}, "tech")]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _errors(text: str) -> list[str]:
+    with pytest.raises(RuleErrors) as e:
+        parse_rules(text, "f.yaml")
+    return [x.format().splitlines()[0] for x in e.value.errors]
+
+
+def _view(sql: str) -> str:
+    return VIEW_RULES.format(l1=0, l2=0, kind="", on="c.sec = s.id").replace(
+        "sql: SELECT c.x, s.label, s.y AS sy FROM cos AS c  JOIN secs AS s ON c.sec = s.id", f"sql: {sql}")
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT c.x FROM cos AS c JOIN sectors AS s ON c.sec = s.id",
+     "f.yaml:7:40: unknown table 'sectors' (declared tables and views: cos, secs); a view joins tables declared "
+     "under 'tables:' or views declared before it"),
+    ("SELECT c.x FROM cos AS c JOIN secs AS s ON c.sec = s.label",
+     "f.yaml:7:61: ON ... = s.label: 'label' is not in table 'secs''s primary key (id); a view looks the right row "
+     "up by its primary key (foreign key = primary key)"),
+    ("SELECT c.x FROM cos AS c JOIN secs AS s ON c.sector = s.id",
+     "f.yaml:7:53: c.sector: table 'cos' has no column 'sector'; its key and columns: sym, sec, x"),
+    ("SELECT c.z FROM cos AS c JOIN secs AS s ON c.sec = s.id",
+     "f.yaml:7:17: c.z: table 'cos' has no column 'z'; its key and columns: sym, sec, x"),
+    ("SELECT c.x, s.y AS x FROM cos AS c JOIN secs AS s ON c.sec = s.id",
+     "f.yaml:7:22: view column 'x' is selected twice; give one another name (AS)"),
+    ("SELECT s.id FROM cos AS c JOIN secs AS s ON c.sec = s.id",
+     "f.yaml:7:17: 'id' is table 'secs''s primary key, equal to the left table's 'sec' (ON); select that column instead"),
+    ("SELECT c.x FROM cos AS c JOIN secs FOR SYSTEM_TIME AS OF c.ts AS s ON c.sec = s.id",
+     "f.yaml:7:45: FOR SYSTEM_TIME AS OF: a view joins both tables at every time (its changelog has a row whenever "
+     "either side changes the join); write the join without it"),
+    ("SELECT c.x FROM cos AS c RIGHT JOIN secs AS s ON c.sec = s.id",
+     "f.yaml:7:35: RIGHT JOIN: a view is an inner JOIN or a LEFT JOIN (the left table's key is the view's key)"),
+    ("SELECT c.x FROM cos AS c JOIN secs AS s ON c.sec = s.id WHERE c.x > 1",
+     "f.yaml:7:66: unexpected 'WHERE' after the join: a view is SELECT ... FROM ... [LEFT] JOIN ... ON ... (no WHERE, "
+     "GROUP BY or further joins)"),
+    ("SELECT c.x FROM cos AS c JOIN secs AS s ON c.sec = c.x",
+     "f.yaml:7:53: ON c.sec = c.x: each equality names a column of the left table (c or cos) and one of the right "
+     "table (s or secs), each qualified by its name or alias"),
+    ("SELECT * FROM cos JOIN cos ON cos.sec = cos.sym",
+     "f.yaml:7:33: 'cos' names both tables; give them aliases (FROM cos AS a JOIN cos AS b)"),
+    ("SELECT x FROM cos AS c JOIN secs AS s",
+     "f.yaml:7:47: expected ON (ON <left>.<column> = <right>.<key column>), found the end of the statement"),
+])
+def test_view_errors(sql, message):
+    assert _errors(_view(sql)) == [message]
+
+
+def test_view_declaration_errors():
+    assert _errors("tables:\n  - {name: t, from: s, primary_key: id, columns: [a], time_field: ts}\n"
+                   "views:\n  - name: t\n    sql: SELECT * FROM t AS a JOIN t AS b ON a.a = b.id\n  - name: w\n"
+                   "    sq: x\nrules: []\n") == [
+        "f.yaml:4:11: view name 't' is already a table's name; rules join tables and views by name",
+        "f.yaml:7:5: unknown key 'sq' for a view; known keys: name, description, sql",
+        "f.yaml:6:5: view 'w' needs 'sql:', SELECT ... FROM <table> [LEFT] JOIN <table> ON ...",
+    ]
