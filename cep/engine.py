@@ -30,7 +30,7 @@ from cep.sharing import SharedBatch
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
-    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
+    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning", "table_lines",
     "with_time_unit"]
 
 # Share work across rules (decoded event times, partition keys, row-local condition masks; skip
@@ -96,6 +96,20 @@ def late_share_warning(figures: Iterable[tuple[str, int, int]]) -> str | None:
     return (f"warning: {what}: is the input sorted by event time? Sort it by the rules' ORDER BY field, "
             "or give the rule a 'lateness:' that covers how far out of order events come "
             '(docs/semantics.md, "Event time")')
+
+
+def table_lines(engine: Any) -> list[str]:
+    """The run summary's line per table and per view: what it read or emitted, and its size in memory."""
+    def size(t: dict[str, Any]) -> str:
+        return (f"live keys {t['live_keys']:,} of {t['keys']:,}, versions {t['versions']:,}, rows {t['rows']:,}, "
+                f"{t['bytes'] / 2**20:,.1f} MiB (about {t['bytes_per_row']:,.0f} bytes per row)")
+
+    lines = [f"  table {name}: changes read {t['read']:,}, applied {t['applied']:,}, late {t['late']:,}, "
+             f"errors {t['errors']:,}, snapshot rows {t['snapshot_rows']:,}; " + size(t)
+             for name, t in engine.table_stats().items()]
+    lines += [f"  view {name}: inserts {v['inserts']:,}, updates {v['updates']:,}, deletes {v['deletes']:,}; " + size(v)
+              for name, v in engine.view_stats().items()]
+    return lines
 
 
 def timeouts_note(n: int, written: bool, durable: bool = False) -> str:
@@ -287,8 +301,10 @@ class Engine:
         return rule.stream == stream
 
     @property
-    def _table_streams(self) -> set[str]:
-        return {t.spec.stream for t in self.tables.values()}
+    def _table_streams(self) -> dict[str, None]:
+        # in the tables' order, not a set's: the late and error rows of two changelogs in one batch
+        # come out in the same order in every process (a set of strings iterates by a salted hash)
+        return dict.fromkeys(t.spec.stream for t in self.tables.values())
 
     def _apply_changes(self, batch: EventBatch, stream: str | None, out: EngineOutput) -> EventBatch:
         """Feed the tables their changelog rows; the rest of the batch, for the rules."""
