@@ -5,6 +5,7 @@ as a table, and the rule-file errors of a bad view."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -314,3 +315,43 @@ def test_view_declaration_errors():
         "f.yaml:7:5: unknown key 'sq' for a view; known keys: name, description, sql",
         "f.yaml:6:5: view 'w' needs 'sql:', SELECT ... FROM <table> [LEFT] JOIN <table> ON ...",
     ]
+
+
+def test_cep_check_reports_a_bad_view_with_its_place(tmp_path, capsys):
+    from cep.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.label"))
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert (f"{bad}:7:86: ON ... = s.label: 'label' is not in table 'secs''s primary key (id); a view looks the right "
+            "row up by its primary key (foreign key = primary key)\n") in err
+    assert "\n" + " " * 76 + "^^^^^^^\n" in err
+    bad.write_text(VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.id"))
+    assert main(["check", str(bad)]) == 0
+
+
+def test_companies_joined_with_gics_codes_on_real_bars():
+    """The docs' example on the bundled 2017 bars: the view starts as the join of both snapshots (op r),
+    a change of the IT sector's code updates both IT companies at its time, a company moving sector
+    updates its row; the rule sees the code as of each bar (IT bars before the change, and MSFT's
+    until it moves), checked against the bars themselves."""
+    from patterns.rules import load_rules
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "tables"
+    repo = Path(__file__).resolve().parents[2]
+    bars = [json.loads(x) for x in (repo / "rules/data/sp500_daily_2017_sample.jsonl").read_text().splitlines()]
+    eng = Engine(load_rules(fixtures / "company_codes.yaml"), streams=["bars", "gics_changes", "company_changes"])
+    t_code, t_move = "2017-07-03", "2017-04-03"
+    rows = eng.process([{"sector": "Information Technology", "code": 99, "changed_at": t_code}], "gics_changes").matches
+    rows += eng.process([{"Symbol": "MSFT", "Security": "Microsoft", "GICS Sector": "Utilities",
+                          "changed_at": t_move}], "company_changes").matches
+    rows += eng.process(bars, "bars").matches
+    rows += eng.finish().matches
+    changes = [(r["op"], r["key"]["Symbol"], r["after"] and r["after"]["code"]) for r in rows if r.get("view")]
+    assert changes == [("r", s, c) for s, c in [("AMZN", 25), ("AAPL", 45), ("XOM", 10), ("JPM", 40), ("MSFT", 45)]] + [
+        ("u", "MSFT", 55), ("u", "AAPL", 99)]
+    got = sorted((r["symbol"], r["date"]) for r in rows if r.get("rule") == "coded_bars")
+    want = sorted((b["symbol"], b["date"]) for b in bars
+                  if (b["symbol"] == "AAPL" and b["date"] < t_code) or (b["symbol"] == "MSFT" and b["date"] < t_move))
+    assert got == want and len(want) > 100
