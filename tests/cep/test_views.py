@@ -143,7 +143,13 @@ def test_view_changelog_matches_brute_force(left, right, order, kind, on, l1, l2
     rows, late, engine = _run(rules, arrival, order, restore_at)
     want = view_reference(lrows, rrows, l1, l2, "LEFT" if kind else "INNER", on)
     got = _got(rows)
-    assert sorted(got, key=lambda r: (r[0], r[2])) == got  # in time order, then key order (first seen)
+    # in time order, then in the order the left table first saw each key (its first change applied)
+    late1 = _late([r["ts"] for r in lrows], l1)
+    seen: dict = {}
+    for r, x in zip(lrows, late1):
+        if not x:
+            seen.setdefault(r["sym"], len(seen))
+    assert sorted(got, key=lambda r: (r[0], seen[r[2]])) == got
     assert sorted(got, key=repr) == sorted(want, key=repr)
     assert sum(1 for x in late if x.get("table") == "cos") == sum(_late([r["ts"] for r in lrows], l1))
     assert sum(1 for x in late if x.get("table") == "secs") == sum(_late([r["ts"] for r in rrows], l2))
