@@ -268,26 +268,24 @@ class View:
     def _emit(self, code: np.ndarray, t: np.ndarray, exists: np.ndarray, prev: np.ndarray,
               values: dict[str, np.ndarray], before: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         key_names = self.spec.key
+        one = len(key_names) == 1
         keys = self.left.store.keys_of(code).tolist()
-        cur = {c: _py_list(v) for c, v in values.items()}
-        old = {c: _py_list(v) for c, v in before.items()}
+        names = list(values)
+        n = len(keys)
+        cur = list(zip(*[_py_list(values[c]) for c in names])) if names else [()] * n
+        old = list(zip(*[_py_list(before[c]) for c in names])) if names else [()] * n
+        ops = np.where(~exists, "d", np.where(~prev, np.where(t == MIN_TIME, "r", "c"), "u")).tolist()
+        self.counts.deletes += int((~exists).sum())
+        self.counts.inserts += int((exists & ~prev).sum())
+        self.counts.updates += int((exists & prev).sum())
         rows = []
-        for i, k in enumerate(keys):
-            key = dict(zip(key_names, k if len(key_names) > 1 else (k,)))
-            key = {n: _py(v) for n, v in key.items()}
-            b = {**key, **{c: old[c][i] for c in old}} if prev[i] else None
-            a = {**key, **{c: cur[c][i] for c in cur}} if exists[i] else None
-            ts = int(t[i])
-            if a is None:
-                op = "d"
-                self.counts.deletes += 1
-            elif b is None:
-                op = "r" if ts == MIN_TIME else "c"
-                self.counts.inserts += 1
-            else:
-                op = "u"
-                self.counts.updates += 1
-            rows.append({"view": self.name, "op": op, "key": key, "before": b, "after": a, "ts_ms": ts})
+        name = self.name
+        k0 = key_names[0]
+        for k, had, has, o, c, op, ts in zip(keys, prev.tolist(), exists.tolist(), old, cur, ops, t.tolist()):
+            key = {k0: k} if one else dict(zip(key_names, k))
+            b = {**key, **dict(zip(names, o))} if had else None
+            a = {**key, **dict(zip(names, c))} if has else None
+            rows.append({"view": name, "op": op, "key": key, "before": b, "after": a, "ts_ms": ts})
         return rows
 
     # ------------------------------------------------------------------ state
@@ -310,13 +308,21 @@ def _null(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def _py(v: Any) -> Any:
-    v = v.item() if isinstance(v, np.generic) else v
-    return None if _null(v) else v
-
-
 def _py_list(a: np.ndarray) -> list[Any]:
-    return [None if _null(v) else v for v in a.tolist()]
+    """Plain Python values, NULL (None or NaN) as None: what a JSON row holds."""
+    import pandas as pd
+
+    if a.dtype.kind in "iub":
+        return a.tolist()
+    if a.dtype.kind == "f":
+        o = a.astype(object)
+        o[np.isnan(a)] = None
+        return o.tolist()
+    nulls = np.asarray(pd.isna(a), dtype=bool) if a.dtype == object else np.zeros(len(a), dtype=bool)
+    if nulls.any():
+        a = a.copy()
+        a[nulls] = None
+    return a.tolist()
 
 
 def _objects(a: np.ndarray) -> np.ndarray:
