@@ -361,3 +361,30 @@ def test_companies_joined_with_gics_codes_on_real_bars():
     want = sorted((b["symbol"], b["date"]) for b in bars
                   if (b["symbol"] == "AAPL" and b["date"] < t_code) or (b["symbol"] == "MSFT" and b["date"] < t_move))
     assert got == want and len(want) > 100
+
+
+def test_bench_and_run_report_the_view_and_its_size(tmp_path, capsys):
+    """`cep bench` ends with a line per view (changes emitted, keys, versions, rows, memory; under
+    `views` in --json), and `cep run`'s summary has a line per table and per view with their size."""
+    from cep.cli import main
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.id"))
+    cos, secs = tmp_path / "cos.jsonl", tmp_path / "secs.jsonl"
+    cos.write_text("".join(json.dumps({"sym": k % 7, "sec": k % 3, "x": k, "ts": k * 10}) + "\n" for k in range(30)))
+    secs.write_text("".join(json.dumps({"id": k % 3, "label": f"L{k}", "y": 0, "ts": k * 25}) + "\n" for k in range(12)))
+    out_json = tmp_path / "b.json"
+    assert main(["bench", str(rules), "--input", f"co_changes={cos}", "--input", f"sec_changes={secs}",
+                 "--repeat", "1", "--json", str(out_json)]) == 0
+    v = json.loads(out_json.read_text())["views"]["v"]
+    assert (v["keys"], v["live_keys"]) == (7, 7) and v["inserts"] == 7 and v["updates"] > 7 and v["bytes"] > 0
+    assert (f"view v: 7 inserts, {v['updates']:,} updates, 0 deletes; 7 live keys of 7, {v['versions']:,} versions, "
+            f"{v['rows']:,} rows; ") in capsys.readouterr().out
+    out = tmp_path / "out.jsonl"
+    assert main(["run", str(rules), "--input", f"co_changes={cos}", "--input", f"sec_changes={secs}",
+                 "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "  table cos: changes read 30, applied 30, late 0, errors 0, snapshot rows 0; live keys 7 of 7, versions " in err
+    assert f"  view v: inserts 7, updates {v['updates']:,}, deletes 0; live keys 7 of 7, versions {v['versions']:,}" in err
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == v["inserts"] + v["updates"] and {r["view"] for r in rows} == {"v"}
