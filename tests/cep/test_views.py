@@ -388,3 +388,61 @@ def test_bench_and_run_report_the_view_and_its_size(tmp_path, capsys):
     assert f"  view v: inserts 7, updates {v['updates']:,}, deletes 0; live keys 7 of 7, versions {v['versions']:,}" in err
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == v["inserts"] + v["updates"] and {r["view"] for r in rows} == {"v"}
+
+
+def test_composite_keys_and_a_view_of_a_view():
+    """A right table keyed by two columns (ON names both), and a second view joining the first one to a
+    third table: each level's changelog follows the one below, at the change times."""
+    rules = parse_rules("""
+tables:
+  - {name: cos, from: co, primary_key: sym, columns: [region, sec], time_field: ts}
+  - {name: secs, from: se, primary_key: [region, id], columns: [label], time_field: ts}
+  - {name: regions, from: re, primary_key: code, columns: [zone], time_field: ts}
+views:
+  - name: v1
+    sql: SELECT c.region, s.label FROM cos AS c JOIN secs AS s ON c.region = s.region AND c.sec = s.id
+  - name: v2
+    sql: SELECT v.label, r.zone FROM v1 AS v LEFT JOIN regions AS r ON v.region = r.code
+rules: []
+""")
+    eng = Engine(rules, streams=["co", "se", "re"])
+    rows = []
+    rows += eng.process([{"region": "eu", "id": 1, "label": "a", "ts": 0}, {"region": "us", "id": 1, "label": "b", "ts": 0}],
+                        "se").matches
+    rows += eng.process([{"code": "eu", "zone": "Z1", "ts": 0}], "re").matches
+    rows += eng.process([{"sym": "X", "region": "eu", "sec": 1, "ts": 1}, {"sym": "Y", "region": "us", "sec": 1, "ts": 1},
+                         {"sym": "Z", "region": "us", "sec": 2, "ts": 1}], "co").matches
+    rows += eng.process([{"region": "us", "id": 1, "label": "b2", "ts": 5}], "se").matches
+    rows += eng.process([{"code": "us", "zone": "Z2", "ts": 7}], "re").matches
+    rows += eng.process([{"sym": "X", "region": "us", "sec": 1, "ts": 9}], "co").matches
+    rows += eng.finish().matches
+    got = [(r["view"], r["op"], r["key"]["sym"], r["after"], r["ts_ms"]) for r in rows]
+    assert got == [
+        ("v1", "c", "X", {"sym": "X", "region": "eu", "label": "a"}, 1),
+        ("v1", "c", "Y", {"sym": "Y", "region": "us", "label": "b"}, 1),  # Z: no sector (us, 2): inner
+        ("v2", "c", "X", {"sym": "X", "label": "a", "zone": "Z1"}, 1),
+        ("v2", "c", "Y", {"sym": "Y", "label": "b", "zone": None}, 1),
+        # the end of input: each view's changes in time order, the views in the file's order
+        ("v1", "u", "Y", {"sym": "Y", "region": "us", "label": "b2"}, 5),
+        ("v1", "u", "X", {"sym": "X", "region": "us", "label": "b2"}, 9),
+        ("v2", "u", "Y", {"sym": "Y", "label": "b2", "zone": None}, 5),
+        ("v2", "u", "Y", {"sym": "Y", "label": "b2", "zone": "Z2"}, 7),
+        ("v2", "u", "X", {"sym": "X", "label": "b2", "zone": "Z2"}, 9),
+    ]
+
+
+def test_reload_keeps_the_views_and_refuses_a_changed_one(tmp_path):
+    path = tmp_path / "r.yaml"
+    text = VIEW_RULES.format(l1=0, l2=0, kind="LEFT", on="c.sec = s.id")
+    path.write_text(text)
+    eng = Engine(str(path), streams=["co_changes", "sec_changes"])
+    eng.process([{"sym": 1, "sec": 2, "x": 0, "ts": 3}], "co_changes")
+    view = eng.views["v"]
+    path.write_text(text.replace("rules: []", "rules:\n  - name: r\n    sql: SELECT * FROM t MATCH_RECOGNIZE "
+                                               "(ORDER BY ts PATTERN (A) DEFINE A AS TRUE)"))
+    assert eng.reload(str(path)).accepted and eng.views["v"] is view
+    path.write_text(text.replace("s.y AS sy", "s.y AS why"))
+    rep = eng.reload(str(path))
+    assert not rep.accepted and rep.errors == [
+        "the views changed: a view's rows come from its tables' changelogs as this run has read them; a reload "
+        "keeps the views as they are (restart from an empty state to change them)"]
