@@ -143,7 +143,8 @@ def _parse(text: str, file: str | None) -> _Parsed:
             items.append(_Item(None, None, None, at))
         else:
             first = p.ident("a column (q.col), q.* or *")
-            qualifier, column = None, first
+            qualifier: Token | None = None
+            column: Token | None = first
             if p.op("."):
                 qualifier = first
                 column = None if p.op("*") else p.ident(f"a column of {first.value!r} after '.'")
@@ -263,7 +264,7 @@ def parse_view_sql(name: str, text: str, tables: dict[str, TableSpec], file: str
         s2 = side_of(q2) if q2 is not None else None
         if (s1, s2) == ("right", "left"):
             q1, c1, q2, c2, s1, s2 = q2, c2, q1, c1, s2, s1
-        if (s1, s2) != ("left", "right"):
+        if (s1, s2) != ("left", "right") or q1 is None or q2 is None:
             err(f"ON {_text(q1, c1)} = {_text(q2, c2)}: each equality names a column of the left table "
                 f"({' or '.join(sorted(names['left']))}) and one of the right table "
                 f"({' or '.join(sorted(names['right']))}), each qualified by its name or alias", q1 or c1, c2)

@@ -113,15 +113,15 @@ class KeyCodes:
         first, uniq = pd.factorize(vals, sort=False)
         uniq = np.asarray(uniq)
         n0, k = self._n, len(uniq)
+        new: np.ndarray | None = None
         if self._chunks is not None:
             if uniq.dtype.kind == "i" or (uniq.dtype.kind == "u" and uniq.max() < _I64[1]):
                 new = uniq.astype(np.int64)
             elif all(type(v) is int and _I64[0] <= v < _I64[1] for v in uniq.tolist()):
                 new = np.asarray(uniq.tolist(), dtype=np.int64)
             else:
-                new = None
                 self._to_objects()
-        if self._chunks is not None:
+        if self._chunks is not None and new is not None:
             self._chunks.append(new)
             self._dict.update(zip(new.tolist(), range(n0, n0 + k)))
         else:
