@@ -12,9 +12,9 @@ one of those rows does, so a step over the times ``(emitted_to, B]`` looks at:
 
 Each candidate's view row is computed by as-of lookups in both tables (vectorised) and compared
 with the row just before it (the previous candidate of its key, or the row at ``emitted_to``): a
-difference is a change, emitted as a Debezium-like envelope (``op`` c / u / d, ``r`` for rows of
-the beginning of time; ``before``, ``after``, ``ts_ms``). ``B`` is the smaller of the two tables'
-release bounds: a change at or before it is final, since every change still on time for either
+difference is a change, emitted as a Debezium-like envelope (``op`` c / u / d, or ``r`` with
+``ts_ms`` null for rows of the beginning of time; ``before``, ``after``, ``ts_ms``). ``B`` is the
+smaller of the two tables' release bounds: a change at or before it is final, since every change still on time for either
 table is later. The view's own rows are a :class:`~cep.tables.table.Table` whose watermark follows
 ``B``, so rules join a view as they join a table.
 """
@@ -285,7 +285,8 @@ class View:
             key = {k0: k} if one else dict(zip(key_names, k))
             b = {**key, **dict(zip(names, o))} if had else None
             a = {**key, **dict(zip(names, c))} if has else None
-            rows.append({"view": name, "op": op, "key": key, "before": b, "after": a, "ts_ms": ts})
+            rows.append({"view": name, "op": op, "key": key, "before": b, "after": a,
+                         "ts_ms": None if ts == MIN_TIME else ts})
         return rows
 
     # ------------------------------------------------------------------ state

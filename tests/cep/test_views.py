@@ -446,3 +446,27 @@ def test_reload_keeps_the_views_and_refuses_a_changed_one(tmp_path):
     assert not rep.accepted and rep.errors == [
         "the views changed: a view's rows come from its tables' changelogs as this run has read them; a reload "
         "keeps the views as they are (restart from an empty state to change them)"]
+
+
+def test_rows_of_the_beginning_of_time_feed_back_too(tmp_path):
+    """The join of two snapshot files comes out as op 'r' with ts_ms null; a Debezium table reads
+    those rows as valid from the beginning of time (a snapshot's), then the later changes."""
+    from cep.events import batch_from_records
+    from cep.tables import MIN_TIME, Table
+    from patterns.tables import TableSpec
+
+    (tmp_path / "secs.csv").write_text("id,label,y\n1,tech,0\n2,oil,0\n")
+    (tmp_path / "cos.csv").write_text("sym,sec,x\nA,1,5\nB,2,6\n")
+    text = VIEW_RULES.format(l1=0, l2=0, kind="", on="c.sec = s.id")
+    text = text.replace("time_field: ts, lateness: 0}\n  - {name: secs", "time_field: ts, lateness: 0, snapshot: cos.csv}\n"
+                        "  - {name: secs").replace("lateness: 0}\nviews", "lateness: 0, snapshot: secs.csv}\nviews")
+    (tmp_path / "r.yaml").write_text(text)
+    eng = Engine(str(tmp_path / "r.yaml"), streams=["sec_changes"])  # the companies are their snapshot
+    rows = eng.process([{"id": 1, "label": "it", "y": 1, "ts": 50}], stream="sec_changes").matches
+    rows += eng.finish().matches
+    assert [(r["op"], r["key"]["sym"], r["ts_ms"]) for r in rows] == [("r", "A", None), ("r", "B", None), ("u", "A", 50)]
+    back = Table(TableSpec("back", "s", ("sym",), ("label",), format="debezium"))
+    out = back.apply(batch_from_records(json.loads(json.dumps(rows))))
+    assert out.errors == [] and back.counts.applied == 3
+    keys = np.array(["A", "B", "A"], dtype=object)
+    assert back.gather(back.lookup([keys], np.array([MIN_TIME, -10**12, 50])))["label"].tolist() == ["tech", "oil", "it"]
