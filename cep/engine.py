@@ -30,7 +30,7 @@ from cep.sharing import SharedBatch
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
-    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning",
+    "Engine", "EngineOutput", "Counts", "ReloadReport", "StateLimits", "late_warning", "late_share_warning", "table_lines",
     "with_time_unit"]
 
 # Share work across rules (decoded event times, partition keys, row-local condition masks; skip
@@ -96,6 +96,20 @@ def late_share_warning(figures: Iterable[tuple[str, int, int]]) -> str | None:
     return (f"warning: {what}: is the input sorted by event time? Sort it by the rules' ORDER BY field, "
             "or give the rule a 'lateness:' that covers how far out of order events come "
             '(docs/semantics.md, "Event time")')
+
+
+def table_lines(engine: Any) -> list[str]:
+    """The run summary's line per table and per view: what it read or emitted, and its size in memory."""
+    def size(t: dict[str, Any]) -> str:
+        return (f"live keys {t['live_keys']:,} of {t['keys']:,}, versions {t['versions']:,}, rows {t['rows']:,}, "
+                f"{t['bytes'] / 2**20:,.1f} MiB (about {t['bytes_per_row']:,.0f} bytes per row)")
+
+    lines = [f"  table {name}: changes read {t['read']:,}, applied {t['applied']:,}, late {t['late']:,}, "
+             f"errors {t['errors']:,}, snapshot rows {t['snapshot_rows']:,}; " + size(t)
+             for name, t in engine.table_stats().items()]
+    lines += [f"  view {name}: inserts {v['inserts']:,}, updates {v['updates']:,}, deletes {v['deletes']:,}; " + size(v)
+              for name, v in engine.view_stats().items()]
+    return lines
 
 
 def timeouts_note(n: int, written: bool, durable: bool = False) -> str:
@@ -257,7 +271,28 @@ class Engine:
                 # a table whose changelog is none of the named inputs is its snapshot: joins do not wait
                 table.static = self._named_streams and bool(self.streams) and spec.stream not in self.streams
                 self._startup.extend(table.load_snapshot())
+        self.views: dict[str, Any] = {}
+        self._build_views(getattr(rules, "views", None) or {})
         self._configure(self.operators.values())
+
+    def _build_views(self, specs: dict[str, Any]) -> None:
+        """The views of the rule set, in file order (a view may join the views before it)."""
+        if not specs:
+            return
+        from cep.tables.view import View
+
+        for name, spec in specs.items():
+            joinable = self._joinable()
+            self.views[name] = View(spec, joinable[spec.left], joinable[spec.right])
+
+    def _joinable(self) -> dict[str, Any]:
+        """What a join may name: the tables, and the views' tables."""
+        return {**self.tables, **{name: v.table for name, v in getattr(self, "views", {}).items()}}
+
+    def _advance_views(self, out: EngineOutput, final: bool = False) -> None:
+        """Emit the views' changes that became final (every change at the end of input)."""
+        for view in self.views.values():
+            out.matches.extend(view.advance(final))
 
     def _reads(self, rule: Rule, stream: str | None) -> bool:
         if stream is None or rule.stream not in self.streams:
@@ -266,8 +301,10 @@ class Engine:
         return rule.stream == stream
 
     @property
-    def _table_streams(self) -> set[str]:
-        return {t.spec.stream for t in self.tables.values()}
+    def _table_streams(self) -> dict[str, None]:
+        # in the tables' order, not a set's: the late and error rows of two changelogs in one batch
+        # come out in the same order in every process (a set of strings iterates by a salted hash)
+        return dict.fromkeys(t.spec.stream for t in self.tables.values())
 
     def _apply_changes(self, batch: EventBatch, stream: str | None, out: EngineOutput) -> EventBatch:
         """Feed the tables their changelog rows; the rest of the batch, for the rules."""
@@ -293,10 +330,12 @@ class Engine:
         return batch if rest.all() else batch.take(np.flatnonzero(rest))
 
     def _compact_tables(self) -> None:
-        """Let each table forget the versions no joined rule can look up any more."""
-        for table in self.tables.values():
+        """Let each table (and view) forget the versions no joined rule or view can look up any more."""
+        for table in self._joinable().values():
             marks = [op.released_to for op in self.operators.values()
                      if getattr(op, "join", None) is not None and op.join.table is table]
+            # a view looks its tables up from the time it has emitted to (the rows just before its next changes)
+            marks += [v.emitted_to for v in self.views.values() if table is v.left or table is v.right]
             if not marks:
                 wm = table.watermark
                 if wm is not None:
@@ -320,6 +359,8 @@ class Engine:
                 batch.columns["stream"] = np.full(batch.n, stream, dtype=object)
         full = batch
         batch = self._apply_changes(batch, stream, out)
+        if self.views:  # before the rules: a rule joining a view releases what the view's new rows allow
+            self._advance_views(out)
         # a merged batch (events of several named streams, each tagged in "stream"): a rule whose
         # FROM names one of them reads that stream's rows only
         tags = batch.columns.get("stream") if stream is None and self.streams else None
@@ -351,7 +392,7 @@ class Engine:
                     op.shared = None
             else:
                 out.extend(op.process(part))
-        if self.tables:
+        if self.tables or self.views:
             # a table's watermark may have moved: joined rules release what it now allows
             for rule in self.rules:
                 op = self.operators[rule.name]
@@ -382,6 +423,8 @@ class Engine:
         if self._startup.errors:
             out.extend(self._startup)
             self._startup = EngineOutput()
+        if self.views:
+            self._advance_views(out, final=True)
         for rule in self.rules:
             out.extend(self.operators[rule.name].finish())
         return out
@@ -392,6 +435,10 @@ class Engine:
 
         return {name: {**asdict(t.counts), **t.stats().to_dict(), "watermark": t.watermark}
                 for name, t in self.tables.items()}
+
+    def view_stats(self) -> dict[str, dict[str, Any]]:
+        """Per view: changes emitted (inserts, updates, deletes); keys, versions, rows, memory; watermark."""
+        return {name: v.stats() for name, v in self.views.items()}
 
     # ------------------------------------------------------------------ time without events
     def watermarks(self) -> dict[str, int | None]:
@@ -482,8 +529,9 @@ class Engine:
 
         parts = {name: op.snapshot() for name, op in self.operators.items()}
         tables = {name: t.state() for name, t in self.tables.items()}
+        views = {name: v.state() for name, v in self.views.items()}
         body = pickle.dumps({"rules": parts, "streams": sorted(self.streams), "bad_lines": self.bad_lines,
-                             "tables": tables}, protocol=5)
+                             "tables": tables, "views": views}, protocol=5)
         return SNAPSHOT_MAGIC + bytes([SNAPSHOT_VERSION]) + body
 
     def restore(self, data: bytes) -> None:
@@ -499,6 +547,9 @@ class Engine:
         for name, saved in state.get("tables", {}).items():
             if name in self.tables:  # the snapshot holds the snapshot file's rows too
                 self.tables[name].restore(saved)
+        for name, saved in state.get("views", {}).items():
+            if name in self.views:
+                self.views[name].restore(saved)
         self._startup = EngineOutput()
         for name, blob in state["rules"].items():
             if name in self.operators:
@@ -550,6 +601,11 @@ class Engine:
                    for diff in [_spec_changes(t.spec, new_specs[name])] if diff]
         if changed:
             return ReloadReport(False, errors=changed)
+        new_views = getattr(rules, "views", None)
+        if new_views is not None and {n: v.spec for n, v in self.views.items()} != dict(new_views):
+            return ReloadReport(False, errors=[
+                "the views changed: a view's rows come from its tables' changelogs as this run has read them; "
+                "a reload keeps the views as they are (restart from an empty state to change them)"])
         ops: dict[str, Any] = {}
         for r in new:
             prev = old.get(r.name)
@@ -564,7 +620,7 @@ class Engine:
             (report.changed if prev is not None else report.added).append(r.name)
         for name, op in ops.items():
             joined = joined_table(op)
-            if joined is not None and joined not in new_specs:
+            if joined is not None and joined not in new_specs and joined not in self.views:
                 return ReloadReport(False, errors=[f"rule {name!r} joins table {joined!r}, which the new rules do not "
                                                    "declare (tables:)"])
         report.removed = [n for n in old if n not in ops]
@@ -601,7 +657,7 @@ class Engine:
         limits = getattr(self, "_limits", None)
         # rules whose first batch's times are still to be looked at for a wrong unit
         self._unit_pending = {n for n, op in self.operators.items() if not getattr(op, "unit_checked", True)}
-        tables = getattr(self, "tables", {})
+        tables = self._joinable()
         for op in ops:
             join = joined_table(op)
             if join is not None and getattr(op, "join", None) is None:

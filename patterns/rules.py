@@ -38,6 +38,7 @@ from patterns.files import queries_roots as _queries_roots
 from patterns.growth import find_growth, growth_warning
 from patterns.match_recognize import parse_interval_ms, parse_statement
 from patterns.tables import TableSpec, YamlHelpers, bind_join, parse_tables
+from patterns.views import ViewSpec, parse_views
 
 __all__ = [
     "Rule", "RuleSet", "RuleSource", "load_rules", "parse_rules", "compose_yaml", "node_error", "parse_rule_text", "read_rule_file", "construct",
@@ -211,6 +212,7 @@ class RuleSet:
     path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     tables: dict[str, TableSpec] = field(default_factory=dict, compare=False)  # the file's tables:, by name
+    views: dict[str, ViewSpec] = field(default_factory=dict, compare=False)  # the file's views:, in file order
 
     def __iter__(self):
         return iter(self.rules)
@@ -456,7 +458,9 @@ def parse_rules(text: str, file: str | None = None, *,
     if root is None:
         raise RuleErrors([SourceError("empty rule file: expected 'rules:' with a list of rules", text, 0, 1, file)])
     rules_node = None
+    views_node = None
     tables: dict[str, TableSpec] = {}
+    views: dict[str, ViewSpec] = {}
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "rules":
@@ -464,9 +468,17 @@ def parse_rules(text: str, file: str | None = None, *,
             elif k.value == "tables":
                 tables, errs = parse_tables(v, text, file, roots, YamlHelpers(construct, _node_err, _ms, TIME_UNITS))
                 errors.extend(errs)
+            elif k.value == "views":
+                views_node = v
             elif k.value != "tests":  # the file's own tests, which cep test reads and runs
                 errors.append(_node_err(f"unknown top-level key {k.value!r}; expected 'rules' (and 'tables', the "
-                                        "tables joins read, and 'tests', the tests cep test runs)", text, k, file))
+                                        "tables joins read, 'views', joins of two tables, and 'tests', the tests "
+                                        "cep test runs)", text, k, file))
+    if views_node is not None:  # after the tables, wherever the file puts them: a view names tables
+        views, errs = parse_views(views_node, text, file, tables, construct, _node_err,
+                                  lambda node, exc: _scalar_errors(text, file, node, exc))
+        errors.extend(errs)
+    joinable = {**tables, **{name: v.table_spec() for name, v in views.items()}}  # rules join views as tables
     if rules_node is None or not isinstance(rules_node, yaml.SequenceNode):
         errors.append(_node_err("expected a top-level 'rules:' holding a list of rules", text, rules_node or root, file))
         raise RuleErrors(errors)
@@ -505,7 +517,7 @@ def parse_rules(text: str, file: str | None = None, *,
                 )
             )
             continue
-        src = RuleSource(name, kind, py, fields, item, text, file, roots, tables)
+        src = RuleSource(name, kind, py, fields, item, text, file, roots, joinable)
         try:
             parse_kind, kind_keys = _kind(kind)
         except ImportError:
@@ -539,12 +551,20 @@ def parse_rules(text: str, file: str | None = None, *,
         )
     if errors:
         raise RuleErrors(errors)
-    return RuleSet(tuple(rules), file, tables=tables)
+    return RuleSet(tuple(rules), file, tables=tables, views=views)
 
 
 def _offset(text: str, line0: int, col0: int) -> int:
     lines = text.splitlines(keepends=True)
     return sum(len(x) for x in lines[:line0]) + col0
+
+
+def _scalar_errors(text: str, file: str | None, node: Any, exc: CepSyntaxError) -> list[SourceError]:
+    """Errors found inside a scalar's text (a view's ``sql``), placed at their line and column in the file."""
+    if not isinstance(node, yaml.ScalarNode):
+        return [_node_err(e.message, text, node, file) for e in exc.errors]
+    line_off, col_off, indent = _scalar_position(text, node)
+    return [SourceError(e.message, node.value, e.offset, e.width, file, line_off, col_off, indent) for e in exc.errors]
 
 
 def _node_err(message: str, text: str, node: Any, file: str | None) -> SourceError:

@@ -242,6 +242,10 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     cfg = config or SparkRunConfig()
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
+    views = getattr(rules, "views", None) or {}
+    if views:
+        raise CepError(f"view {next(iter(views))!r}: table-table views cannot run on Spark yet (docs/tables.md); run "
+                       "the rule file in the embedded engine (cep run)")
     tables = dict(getattr(rules, "tables", None) or {})
     rules = list(rules)
     if not rules:

@@ -65,6 +65,7 @@ class BenchResult:
     timeline: list[dict[str, float]]  # per batch of the best repeat: events, seconds, partial matches
     warnings: list[str] = field(default_factory=list)  # what cep check warns about in the rules
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # per table: Engine.table_stats() at the end
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)  # per view: Engine.view_stats() at the end
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -144,7 +145,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
 
     alone: dict[str, float] = {}
     for rule in rules:
-        e1 = Engine(RuleSet((rule,), rules.path, tables=rules.tables), streams=streams)  # its table too
+        e1 = Engine(RuleSet((rule,), rules.path, tables=rules.tables, views=rules.views), streams=streams)  # its table too
         start = time.perf_counter()
         for b, stream in batches:
             e1.process(b, stream)
@@ -203,6 +204,7 @@ def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int =
         timeline=timeline,
         warnings=[w.format() for w in rules.warnings],
         tables=eng.table_stats(),
+        views=eng.view_stats(),
     )
 
 
@@ -244,6 +246,11 @@ def _table(res: BenchResult) -> str:
         f"{t['snapshot_rows']:,} snapshot rows); {t['live_keys']:,} live keys of {t['keys']:,}, {t['versions']:,} "
         f"versions, {t['rows']:,} rows; {t['bytes'] / 2**20:,.1f} MiB, about {t['bytes_per_row']:,.0f} bytes per row"
         for name, t in res.tables.items()
+    ] + [
+        f"view {name}: {v['inserts']:,} inserts, {v['updates']:,} updates, {v['deletes']:,} deletes; "
+        f"{v['live_keys']:,} live keys of {v['keys']:,}, {v['versions']:,} versions, {v['rows']:,} rows; "
+        f"{v['bytes'] / 2**20:,.1f} MiB, about {v['bytes_per_row']:,.0f} bytes per row"
+        for name, v in res.views.items()
     ]
     return "\n".join(lines + ["", summary, *tables])
 

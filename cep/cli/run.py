@@ -172,10 +172,10 @@ def cmd_run(args) -> int:
                 + (f", condition errors {c.eval_errors:,}" if c.eval_errors else ""),
                 file=sys.stderr,
             )
-        for name, t in engine.table_stats().items():
-            print(f"  table {name}: changes read {t['read']:,}, applied {t['applied']:,}, late {t['late']:,}, "
-                  f"errors {t['errors']:,}, snapshot rows {t['snapshot_rows']:,}, live keys {t['live_keys']:,}, "
-                  f"versions {t['versions']:,}, about {t['bytes_per_row']:,.0f} bytes per row", file=sys.stderr)
+        from cep.engine import table_lines
+
+        for line in table_lines(engine):
+            print(line, file=sys.stderr)
     warning = late_warning(engine.counts())
     if warning:  # even with --quiet: most of the answer is missing
         print(f"cep run: {warning}", file=sys.stderr)

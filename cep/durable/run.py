@@ -21,6 +21,7 @@ from cep.engine import (
     ReloadReport,
     StateLimits,
     late_warning,
+    table_lines,
     timeouts_note,
     with_time_unit,
 )
@@ -285,8 +286,8 @@ class _Run:
             self.log(w)
         fb = self.meta["fallback_ids"]
         for row in res.matches:
-            if "_id" not in row:  # rule kinds without their own ids: rule and row number
-                rule = str(row.get("rule"))
+            if "_id" not in row:  # rule kinds (and views) without their own ids: rule or view, and row number
+                rule = str(row.get("rule", row.get("view")))
                 n = fb[rule] = fb.get(rule, 0) + 1
                 row["_id"] = f"{rule}:#{n}"
         self.sinks["output"].write(res.matches)
@@ -475,6 +476,8 @@ class _Run:
                 f"buffered {c.buffered:,}, matches {c.matches:,}"
                 + (f", timeouts {c.timeouts:,}" if c.timeouts else "") + "\n"
             )
+        for line in table_lines(self.engine):
+            self.err.write(line + "\n")
 
     def close(self) -> None:
         writer = getattr(self, "writer", None)

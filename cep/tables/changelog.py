@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from cep.events import EventBatch, _narrow, parse_times
-from cep.tables.store import key_values
+from cep.tables.store import MIN_TIME, key_values
 from patterns.tables import TableSpec
 
 __all__ = ["Changes", "decode", "field_values"]
@@ -87,9 +87,14 @@ def decode(batch: EventBatch, spec: TableSpec) -> Changes:
 
 
 def _finish(spec: TableSpec, raw_times: np.ndarray, key_cols: list[np.ndarray], deletes: np.ndarray,
-            values: dict[str, np.ndarray], bad: dict[int, str], converted: Any = None) -> Changes:
+            values: dict[str, np.ndarray], bad: dict[int, str], converted: Any = None,
+            from_start: np.ndarray | None = None) -> Changes:
     n = len(raw_times)
     ms, ok, reasons = parse_times(raw_times, spec.time_unit, converted=converted)
+    if from_start is not None and from_start.any():  # rows valid from the beginning of time (a snapshot's)
+        ms = np.asarray(ms, dtype=np.int64).copy()
+        ms[from_start] = MIN_TIME
+        ok = np.asarray(ok, dtype=bool) | from_start
     for i in np.flatnonzero(~ok).tolist():
         if i not in bad:
             bad[i] = f"time field {spec.time_field!r}: {reasons[i] or 'not a time'}"
@@ -177,7 +182,12 @@ def _debezium(batch: EventBatch, spec: TableSpec) -> Changes:
     for i in range(n):
         if rows[i] is None and i not in bad:
             bad[i] = "no row"
-    return _finish(spec, _narrow(raw), key_cols, deletes, values, bad)
+    # op 'r' without a time: a row of the beginning of time (as a view's changelog writes the join of
+    # snapshot rows), valid before any event as a snapshot file's rows are
+    from_start = np.array([t is None and (ops[i] == "r" or (ops[i] is None and isinstance(envelopes[i], dict)
+                                                            and envelopes[i].get("op") == "r"))
+                           for i, t in enumerate(times)], dtype=bool)
+    return _finish(spec, _narrow(raw), key_cols, deletes, values, bad, from_start=from_start)
 
 
 def _short(v: Any) -> str:

@@ -8,12 +8,13 @@ the answer of the live run.
 
 Layout, for whole-batch work with numpy:
 
-* keys get dense codes (a dict for inserts; a pandas Index over the codes for vectorised
-  ``get_indexer`` lookups, rebuilt as keys accumulate);
+* keys get dense codes (:class:`cep.tables.keys.KeyCodes`: int64 arrays for integer keys, a dict
+  for others; a pandas Index for vectorised ``get_indexer`` lookups, rebuilt as keys accumulate);
 * versions are three parallel int64 arrays sorted by (key code, valid-from, arrival), with CSR
   offsets per code; new versions wait in a small delta and are merged in with one ``np.insert``;
-* rows are stored column-wise (typed numpy arrays where a column's values allow it); a version
-  points at its row, -1 for a tombstone.
+* rows are stored column-wise (typed numpy arrays where a column's values allow it; a column of
+  few repeated strings holds one object per distinct string); a version points at its row, -1
+  for a tombstone.
 
 A lookup of a batch of (key, t) is then ``get_indexer`` + a vectorised bisection inside each key's
 versions (one step when a key has one version) + a gather per column.
@@ -35,7 +36,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cep.tables.keys import KeyCodes
+
 __all__ = ["VersionedTable", "TableStats", "MIN_TIME", "key_values", "upper_bound"]
+
+_POOL_MAX = 1 << 16
+"""Distinct strings a column's pool keeps (the strings of a category column; beyond, chunks share within themselves)."""
 
 MIN_TIME = int(np.iinfo(np.int64).min)
 """Valid-from time of a snapshot row: from the beginning of time (before any event)."""
@@ -102,11 +108,7 @@ class VersionedTable:
     def __init__(self, key_columns: Sequence[str], value_columns: Sequence[str]):
         self.key_columns = tuple(key_columns)
         self.value_columns = tuple(value_columns)
-        self._codes: dict[Any, int] = {}
-        self._keys: list[Any] = []
-        self._index: Any = None  # pandas Index over self._keys[: self._indexed]
-        self._indexed = 0
-        self._int_index = True  # every key is an int: the index is int64 (faster than objects)
+        self._keys = KeyCodes()  # dense codes, in order of first appearance
         # versions, sorted by (code, time, arrival); _start[c]: c's first version (CSR, len keys + 1)
         self._v_code = _EMPTY
         self._v_time = _EMPTY
@@ -115,67 +117,16 @@ class VersionedTable:
         self._delta: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._cols: dict[str, list[np.ndarray]] = {c: [] for c in self.value_columns}
         self._nrows = 0
+        self._pools: dict[str, dict[str, str]] = {}  # per object column: one object per repeated string
 
     # ------------------------------------------------------------------ keys
     def _lookup_codes(self, keys: np.ndarray) -> np.ndarray:
         """Codes of ``keys`` (-1 for a key never seen); None and NaN keys are never found."""
-        import pandas as pd
-
-        n_keys = len(self._keys)
-        if n_keys - self._indexed > max(1024, self._indexed // 8) or (self._index is None and n_keys):
-            self._rebuild_index()
-        if len(keys) == 0:
-            return _EMPTY.copy()
-        if self._index is None:
-            codes = np.full(len(keys), -1, dtype=np.int64)
-        else:
-            target = keys if keys.dtype != object else pd.Index(keys, tupleize_cols=False, dtype=object)
-            codes = self._index.get_indexer(target).astype(np.int64)
-        if n_keys > self._indexed:  # keys added since the index was built: the dict knows them
-            miss = np.flatnonzero(codes < 0)
-            if len(miss):
-                get = self._codes.get
-                vals = keys[miss].tolist()
-                codes[miss] = [get(v, -1) if _hashable(v) else -1 for v in vals]
-        return codes
-
-    def _object_index(self) -> Any:
-        import pandas as pd
-
-        arr = np.empty(self._indexed, dtype=object)
-        arr[:] = self._keys[: self._indexed]
-        return pd.Index(arr, tupleize_cols=False, dtype=object)
-
-    def _rebuild_index(self) -> None:
-        import pandas as pd
-
-        n = len(self._keys)
-        self._indexed = n
-        if self._int_index:
-            self._index = pd.Index(np.asarray(self._keys, dtype=np.int64))
-        else:
-            self._index = self._object_index()
+        return self._keys.lookup(keys)
 
     def _codes_for(self, keys: np.ndarray) -> np.ndarray:
         """Codes of ``keys``, new codes given to keys never seen (in order of first appearance)."""
-        codes = self._lookup_codes(keys)
-        miss = np.flatnonzero(codes < 0)
-        if len(miss):
-            table = self._codes
-            vals = keys[miss].tolist()
-            new = []
-            for v in vals:
-                c = table.get(v)
-                if c is None:
-                    c = table[v] = len(self._keys)
-                    self._keys.append(v)
-                    if self._int_index and not (type(v) is int and -(2**63) <= v < 2**63):
-                        self._int_index = False
-                        self._index = None
-                        self._indexed = 0
-                new.append(c)
-            codes[miss] = new
-        return codes
+        return self._keys.codes_for(keys)
 
     # ------------------------------------------------------------------ changes
     def apply(self, keys: np.ndarray, times: np.ndarray, deletes: np.ndarray,
@@ -199,9 +150,35 @@ class VersionedTable:
                 col = values.get(c)
                 if col is None:
                     col = np.full(n, None, dtype=object)
-                self._cols[c].append(col[upserts])
+                chunk = col[upserts]
+                self._cols[c].append(self._share_strings(c, chunk) if chunk.dtype == object else chunk)
             self._nrows += len(upserts)
         self._delta.append((codes, np.asarray(times, dtype=np.int64), rows))
+
+    def _share_strings(self, name: str, chunk: np.ndarray) -> np.ndarray:
+        """``chunk`` with equal strings made one object, when its values are few strings repeated.
+
+        A decoded changelog has a new string object per row ("gold" 100,000 times); a column of a
+        few categories (a tier, a sector, a country) then costs a string per row. Factorised (C
+        speed) and mapped through a pool per column (capped), each value is one shared object: 8
+        bytes per row, the pointer. Columns of mostly distinct values, or of other types (where
+        1 == 1.0 == True would merge values that differ), are kept as they are.
+        """
+        import pandas as pd
+
+        try:
+            codes, uniq = pd.factorize(chunk, use_na_sentinel=True)
+        except TypeError:  # unhashable values (objects, lists)
+            return chunk
+        ul = np.asarray(uniq, dtype=object).tolist()
+        if len(ul) * 2 > len(chunk) or not all(type(u) is str for u in ul):
+            return chunk
+        pool = self._pools.setdefault(name, {})
+        shared = [pool.setdefault(u, u) if len(pool) < _POOL_MAX else pool.get(u, u) for u in ul]
+        table = np.empty(len(shared) + 1, dtype=object)
+        table[: len(shared)] = shared
+        out = table[codes]  # -1 (NULL: None or NaN) picks the last slot, None
+        return out
 
     def _merge(self) -> None:
         """Merge the delta's versions into the sorted arrays (one ``np.insert`` per array)."""
@@ -247,6 +224,37 @@ class VersionedTable:
             return hit.astype(np.int64, copy=False)
         rows[idx] = hit
         return rows
+
+    def lookup_codes(self, codes: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """As :meth:`lookup`, for keys given by their codes (all known): the row valid at each time, or -1."""
+        self._merge()
+        c = np.asarray(codes, dtype=np.int64)
+        if not len(c) or not len(self._v_row):
+            return np.full(len(c), -1, dtype=np.int64)
+        lo = self._start[c]
+        pos = upper_bound(self._v_time, lo, self._start[c + 1], np.asarray(times, dtype=np.int64)) - 1
+        return np.where(pos >= lo, self._v_row[np.maximum(pos, 0)], -1).astype(np.int64, copy=False)
+
+    def versions_between(self, after: int | None, upto: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (key code, valid-from) of every version with ``after < valid-from <= upto`` (``after`` None:
+        from the beginning of time): the changes a view has not joined yet."""
+        self._merge()
+        mask = self._v_time <= upto
+        if after is not None:
+            mask &= self._v_time > after
+        idx = np.flatnonzero(mask)
+        return self._v_code[idx], self._v_time[idx]
+
+    def codes_of(self, keys: np.ndarray) -> np.ndarray:
+        """Codes of ``keys``, -1 for a key this table has never had."""
+        return self._lookup_codes(keys)
+
+    def keys_of(self, codes: np.ndarray) -> np.ndarray:
+        """The key of each code (int64 for integer keys; values, or tuples for several key columns)."""
+        return self._keys.keys_of(codes)
+
+    def n_codes(self) -> int:
+        return len(self._keys)
 
     def column(self, name: str) -> np.ndarray:
         """Every stored row's value of column ``name`` (chunks joined once)."""
@@ -331,12 +339,8 @@ class VersionedTable:
         for name in self.value_columns:
             col = self.column(name)
             nbytes += col.nbytes + (_object_bytes(col) if col.dtype == object else 0)
-        nbytes += sys.getsizeof(self._codes) + sys.getsizeof(self._keys)
-        sample = self._keys[:: max(1, n_keys // 1000)]
-        if sample:
-            nbytes += int(sum(_deep_size(k) for k in sample) / len(sample) * n_keys)
-        if self._index is not None:
-            nbytes += int(self._index.memory_usage(deep=False))
+        nbytes += self._keys.nbytes()
+        nbytes += sum(sys.getsizeof(p) for p in self._pools.values())  # its strings are the columns'
         live = self.live_keys()
         return TableStats(n_keys, live, len(self._v_code), self._nrows, nbytes, nbytes / max(live, 1))
 
@@ -361,7 +365,7 @@ class VersionedTable:
         return {
             "key_columns": list(self.key_columns),
             "value_columns": list(self.value_columns),
-            "keys": list(self._keys),
+            "keys": self._keys.state(),
             "versions": (self._v_code, self._v_time, self._v_row),
             "columns": {name: self.column(name) for name in self.value_columns},
             "nrows": self._nrows,
@@ -371,9 +375,7 @@ class VersionedTable:
     def from_state(cls, state: dict[str, Any]) -> VersionedTable:
         """A table from :meth:`state`'s plain data."""
         t = cls(state["key_columns"], state["value_columns"])
-        t._keys = list(state["keys"])
-        t._codes = {k: i for i, k in enumerate(t._keys)}
-        t._int_index = all(type(k) is int and -(2**63) <= k < 2**63 for k in t._keys)
+        t._keys = KeyCodes.from_state(state["keys"])
         v_code, v_time, v_row = state["versions"]
         t._v_code = np.asarray(v_code, dtype=np.int64)
         t._v_time = np.asarray(v_time, dtype=np.int64)
@@ -385,22 +387,20 @@ class VersionedTable:
         return t
 
 
-def _hashable(v: Any) -> bool:
-    return not isinstance(v, (list, dict, set))
-
-
-def _deep_size(v: Any) -> int:
-    if isinstance(v, tuple):
-        return sys.getsizeof(v) + sum(sys.getsizeof(x) for x in v)
-    return sys.getsizeof(v)
-
-
 def _object_bytes(col: np.ndarray, sample: int = 1000) -> int:
-    """Estimated bytes of the Python objects an object column points at (a sample, scaled)."""
+    """Estimated bytes of the Python objects an object column points at (a sample, scaled).
+
+    Objects are told apart by identity: when the sample's values are mostly references to the same
+    few objects (shared strings of a category column), those are counted once; otherwise the
+    sample's mean size is scaled to the column.
+    """
     n = len(col)
     if not n:
         return 0
     step = max(1, n // sample)
     vals = col[::step].tolist()
-    # small ints and interned strings are shared; counting each is the conservative estimate
-    return int(sum(sys.getsizeof(v) for v in vals if v is not None) / len(vals) * n)
+    distinct = {id(v): v for v in vals if v is not None}
+    size = sum(sys.getsizeof(v) for v in distinct.values())
+    if len(distinct) * 2 <= len(vals):
+        return size
+    return int(size / len(vals) * n)

@@ -157,7 +157,7 @@ class Table:
     def compact(self, horizon: int) -> int:
         """Forget versions no lookup at ``horizon`` or later can read (when history has piled up)."""
         st = self.store
-        if st.version_count() <= 1.5 * len(st._keys) + 1024:
+        if st.version_count() <= 1.5 * st.n_codes() + 1024:
             return 0
         n = st.compact(horizon)
         self.counts.compacted += n

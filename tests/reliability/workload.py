@@ -134,6 +134,33 @@ rules:
 
 SECTORS = ("energy", "tech", "health", "banks")
 
+VIEW_RULES = TABLE_RULES.replace("""rules:
+""", """  - name: sector_names
+    from: sector_name_changes     # a second changelog in the same input
+    primary_key: sector
+    columns: [label]
+    time_field: ts
+    lateness: 300
+views:
+  - name: sym_labels
+    sql: SELECT n.label, s.sector FROM sectors AS s LEFT JOIN sector_names AS n ON s.sector = n.sector
+rules:
+  - name: labelled_rise
+    description: two rising prices of one symbol within five seconds, with its sector's label (joined from the view)
+    lateness: 200
+    sql: |
+      SELECT * FROM ticks AS t JOIN sym_labels FOR SYSTEM_TIME AS OF t.ts AS v ON t.sym = v.sym
+      MATCH_RECOGNIZE (
+        PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS t0, LAST(B.ts) AS t1, A.label AS label
+        AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A B{3,})
+        WITHIN INTERVAL '5' SECOND
+        DEFINE B AS B.px > PREV(B.px))
+""", 1)
+"""TABLE_RULES with a second table (a label per sector), a view joining the sectors table to it, and a rule
+joining the view."""
+
 
 def write_table_log_dir(root: Path, files: int, lines_per_file: int, seed: int = 11, keys: int = 40) -> Path:
     """Ticks with a sector changelog in the same files (rows tagged ``"stream": "sector_changes"``):
@@ -155,4 +182,24 @@ def write_table_log_dir(root: Path, files: int, lines_per_file: int, seed: int =
                 mixed.append(json.dumps({"stream": "sector_changes", "sym": f"S{rng.randrange(keys)}",
                                          "sector": rng.choice(SECTORS), "ts": max(ts, 0)}))
         (d / f"part-{f:03d}.jsonl").write_text("\n".join(mixed) + "\n")
+    return d
+
+
+def write_view_log_dir(root: Path, files: int, lines_per_file: int, seed: int = 11, keys: int = 40) -> Path:
+    """:func:`write_table_log_dir` with a changelog of sector labels in the same files (rows tagged
+    ``"stream": "sector_name_changes"``): renames now and then (some late, some deleting the label)."""
+    d = write_table_log_dir(root, files, lines_per_file, seed, keys)
+    rng = random.Random(seed + 1)
+    for f, path in enumerate(sorted(d.glob("part-*.jsonl"))):
+        lines = path.read_text().splitlines()
+        out = [json.dumps({"stream": "sector_name_changes", "sector": s, "label": s.upper(), "ts": 0})
+               for s in SECTORS] if f == 0 else []
+        for line in lines:
+            out.append(line)
+            if rng.random() < 0.03 and line.startswith('{"sym"'):
+                ts = max(json.loads(line)["ts"] - rng.choice((0, 0, 100, 1000)), 0)
+                row = {"stream": "sector_name_changes", "sector": rng.choice(SECTORS), "label": f"L{rng.randrange(9)}",
+                       "ts": ts, **({"__deleted": "true"} if rng.random() < 0.1 else {})}
+                out.append(json.dumps(row))
+        path.write_text("\n".join(out) + "\n")
     return d

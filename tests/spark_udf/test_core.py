@@ -317,3 +317,15 @@ def test_a_joined_rule_without_its_tables_is_refused_on_spark():
                         "PATTERN (A) DEFINE A AS tier = 'gold')\n")
     with pytest.raises(CepError, match="rule 'r' joins table 'accounts', which the rules do not declare"):
         apply_rules(None, list(rules))  # type: ignore[arg-type]
+
+
+def test_views_are_refused_on_spark_before_any_work():
+    """Table-table views do not run on Spark yet: a rule file with one is refused with the reason."""
+    from patterns.errors import CepError
+    from spark_udf.api import apply_rules
+
+    rules = parse_rules("tables:\n  - {name: a, from: ca, primary_key: id, columns: [b], time_field: ts}\n"
+                        "  - {name: b, from: cb, primary_key: id, columns: [x], time_field: ts}\n"
+                        "views:\n  - {name: ab, sql: SELECT b.x FROM a JOIN b ON a.b = b.id}\nrules: []\n")
+    with pytest.raises(CepError, match="view 'ab': table-table views cannot run on Spark yet"):
+        apply_rules(None, rules)  # type: ignore[arg-type]
