@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from cep.compiled import numba_allowed
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
 
@@ -121,6 +122,8 @@ class DfaTable:
 
 
 def _numba_ok() -> bool:
+    if not numba_allowed():  # CEP_NO_NUMBA: the automaton steps every key
+        return False
     try:
         import numba  # noqa: F401
     except ImportError:  # the automaton steps every key (the reference path)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from cep.compiled import numba_allowed
+
 __all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "flat_enabled", "flat_for", "decode_flat"]
 
 FLAT_ENV = "CEP_FLAT_JSON"
@@ -56,7 +58,7 @@ def flat_enabled() -> bool:
         >>> flat_enabled() in (True, False)
         True
     """
-    return _HAVE_NUMBA and _mode() != "off"
+    return _HAVE_NUMBA and _mode() != "off" and numba_allowed()
 
 
 def flat_for(size: int | None) -> bool:

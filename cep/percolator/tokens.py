@@ -12,11 +12,12 @@ bytes) become Python strings.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+from cep.compiled import numba_allowed
 
 __all__ = ["_TokenStream", "_TokenTable", "_kernels", "_stream_of"]
 
@@ -261,7 +262,7 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
     if _COMPILED:
         return _COMPILED[0]
     got: tuple[Callable[..., Any], ...] | None = None
-    if not os.environ.get("CEP_NO_NUMBA"):
+    if numba_allowed():
         try:
             import numba
         except ImportError:
