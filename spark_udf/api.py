@@ -58,7 +58,7 @@ from spark_udf.core import (
     rule_key,
 )
 from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
-from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
+from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, is_keyed, kind_of
 from spark_udf.schema import (
     INTEGRAL,
     NUMERIC,
@@ -253,7 +253,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     keyed, stateless = [], []
     for r in rules:
         k = kind_of(r)
-        if k in KEYED_KINDS:
+        if is_keyed(r):
             keyed.append(r)
         elif k in STATELESS_KINDS:
             stateless.append(r)
@@ -261,10 +261,9 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
             known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
         joined = _joined_table(r)
-        if joined is not None and k not in KEYED_KINDS:
+        if joined is not None and not is_keyed(r):
             raise CepError(f"rule {r.name!r} joins table {joined!r}: a {k} rule's temporal join cannot run on Spark "
-                           "yet (its groups keep no state to hold the table; docs/spark.md, \"Tables\"); run it in the "
-                           "embedded engine (cep run), or join the table in a pattern or analytics rule")
+                           "yet (docs/spark.md, \"Tables\"); run it in the embedded engine (cep run)")
         if joined is not None and joined not in tables:
             raise CepError(f"rule {r.name!r} joins table {joined!r}, which the rules do not declare (tables:); pass "
                            "the whole rule file (its RuleSet), not a list of its rules")
@@ -279,11 +278,11 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     frame, output_types, engine_types = _engine_view(frame)
     bindings = _table_bindings(rules, tables, layout, engine_types)
     rules = _read_time_types_as_ms(rules, output_types)
-    keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
-    stateless = [r for r in rules if kind_of(r) not in KEYED_KINDS]
+    keyed = [r for r in rules if is_keyed(r)]
+    stateless = [r for r in rules if not is_keyed(r)]
     rule_fields = {}
     for r in rules:
-        kind = KEYED_KINDS.get(kind_of(r)) or STATELESS_KINDS[kind_of(r)]
+        kind = KEYED_KINDS[kind_of(r)] if is_keyed(r) else STATELESS_KINDS[kind_of(r)]
         rule_fields[r.name] = (kind_of(r), kind.output_fields(r, output_types))
     env = Envelope.build(rule_fields)
     by_type = types_by_name(frame.schema)

@@ -119,7 +119,7 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
     (another state encoding, a damaged header) or :class:`RuleMismatch` (a rule changed since).
     """
     from spark_udf.core import rule_key
-    from spark_udf.keyed import KEYED_KINDS, kind_of
+    from spark_udf.keyed import KEYED_KINDS, is_keyed, kind_of
     from spark_udf.state import BucketHeader, RuleChangedError, StateEncodingError, decode_state
 
     log = offset_log(checkpoint)
@@ -140,7 +140,7 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
                          "value.groupState.version").collect()
         blobs = [(int(r[0]), int(r[1]), bytes(r[2]), int(r[3])) for r in rows if r[2] is not None]
         source["groups"] = len(blobs)
-    keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
+    keyed = [r for r in rules if is_keyed(r)]
     tables = dict(getattr(rules, "tables", None) or {})
     replicas: dict[str, list[Any]] = {}
     by_code = {rule_key(r.name): r for r in keyed}
