@@ -226,9 +226,16 @@ class JoinedSearchKind:
         return "search:" + hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# "search" is keyed for joined search rules only (:func:`is_keyed`); the others are stateless
+def _view_kind() -> Any:
+    from spark_udf.views import ViewKind
+
+    return ViewKind()
+
+
+# "search" is keyed for joined search rules only (:func:`is_keyed`); the others are stateless; "view" is
+# a view's changelog group (spark_udf.views), never a rule of the file
 KEYED_KINDS: dict[str, KeyedKind] = {"pattern": PatternKind(), "analytics": AnalyticsKind(),
-                                     "search": JoinedSearchKind()}
+                                     "search": JoinedSearchKind(), "view": _view_kind()}
 
 
 def kind_of(rule: Any) -> str:

@@ -288,33 +288,20 @@ def test_next_in_define_unmatched_rows_and_anchors_give_the_embedded_engines_row
     assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is None) > 20
 
 
-@pytest.mark.parametrize("rule, message", [
-    ("""  - {name: r, kind: search, from: p, time_field: ts, join: {table: accounts, on: a}, query: gold}""",
-     "rule 'r' joins table 'accounts': a search rule's temporal join cannot run on Spark yet"),
+@pytest.mark.parametrize("rule", [
+    "  - name: r\n    sql: |\n      SELECT * FROM p JOIN accounts FOR SYSTEM_TIME AS OF p.ts ON p.a = accounts.id\n"
+    "      MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE A AS tier = 'gold')\n",
+    "  - {name: r, kind: search, from: p, time_field: ts, join: {table: accounts, on: a}, query: gold}\n",
 ])
-def test_joined_search_rules_are_refused_on_spark_before_any_work(rule, message):
-    """A search rule's join has no state to keep a table in on Spark: refused with the reason, not run
-    without its table (pattern and analytics rules run: test_tables_core.py)."""
+def test_a_joined_rule_without_its_tables_is_refused_on_spark(rule):
+    """A plain list of rules has no tables: section; the rule (pattern or search) is refused rather than
+    run without its table."""
     from patterns.errors import CepError
     from patterns.rules import parse_rules
     from spark_udf.api import apply_rules
 
     rules = parse_rules("tables:\n  - {name: accounts, from: changes, primary_key: id, columns: [tier], "
-                        "time_field: ts}\nrules:\n" + rule + "\n")
-    with pytest.raises(CepError, match=message):
-        apply_rules(None, rules)  # type: ignore[arg-type]
-
-
-def test_a_joined_rule_without_its_tables_is_refused_on_spark():
-    """A plain list of rules has no tables: section; the rule is refused rather than run without its table."""
-    from patterns.errors import CepError
-    from patterns.rules import parse_rules
-    from spark_udf.api import apply_rules
-
-    rules = parse_rules("tables:\n  - {name: accounts, from: changes, primary_key: id, columns: [tier], "
-                        "time_field: ts}\nrules:\n  - name: r\n    sql: |\n      SELECT * FROM p JOIN accounts "
-                        "FOR SYSTEM_TIME AS OF p.ts ON p.a = accounts.id\n      MATCH_RECOGNIZE (ORDER BY ts "
-                        "PATTERN (A) DEFINE A AS tier = 'gold')\n")
+                        "time_field: ts}\nrules:\n" + rule)
     with pytest.raises(CepError, match="rule 'r' joins table 'accounts', which the rules do not declare"):
         apply_rules(None, list(rules))  # type: ignore[arg-type]
 

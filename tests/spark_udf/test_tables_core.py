@@ -26,7 +26,15 @@ from spark_udf.tables import (
     table_bindings,
     tick_stream,
 )
-from tests.spark_udf.tables_workload import RULES, embedded, engine_outputs, spark_outputs, workload
+from tests.spark_udf.tables_workload import (
+    RULES,
+    SEARCH_RULES,
+    embedded,
+    engine_outputs,
+    search_metadata,
+    spark_outputs,
+    workload,
+)
 
 COLUMNS = ["account", "ts", "amount", "id", "tier", "country", "__deleted", "stream"]
 TYPES = {"account": "bigint", "ts": "bigint", "amount": "bigint", "id": "bigint", "tier": "string",
@@ -175,27 +183,6 @@ def test_every_replica_applies_a_micro_batchs_changes_alike_whatever_their_order
     assert tables[0]["counts"]["late"] == 1 and tables[0]["counts"]["applied"] == 4 + 5  # ts 2 < 4: late
 
 
-SEARCH_RULES = RULES.replace("rules:\n", """rules:
-  - name: gold_docs
-    kind: search
-    from: payments
-    time_field: ts
-    join: {table: accounts, on: {account: id}, kind: left}
-    fields: [account, ts, amount, tier, country]
-    queries:
-      - {id: gold, query: 'tier:gold'}
-      - {id: nl_silver, query: 'tier:silver AND country:NL', metadata: {desk: nl}}
-  - name: inner_docs
-    kind: search
-    from: payments
-    time_field: ts
-    lateness: 30ms
-    join: {table: accounts, on: account}
-    fields: [account, ts, tier]
-    query: 'tier:*'
-""", 1)
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_joined_search_rules_in_the_core_give_the_embedded_rows(seed: int) -> None:
     """Search rules with ``join:`` in the keyed stage (kept by key: grouped by the join's document
@@ -207,22 +194,12 @@ def test_joined_search_rules_in_the_core_give_the_embedded_rows(seed: int) -> No
     core = _core(rules, buckets)
     assert core.specs["gold_docs"].table.keyed and core.specs["inner_docs"].table.keyed
     frame = simulate(rules, batches, buckets, chunk, seed, restart_at=rnd.randint(1, len(batches) - 1))
-    got = spark_outputs([_metadata(r) for r in _rows(frame)])
+    got = spark_outputs([search_metadata(r) for r in _rows(frame)])
     engine = embedded(rules, batches)
-    engine.matches = [_metadata(m) for m in engine.matches]
+    engine.matches = [search_metadata(m) for m in engine.matches]
     want = engine_outputs(engine)
     assert got == want
     searched = Counter(dict(m)["rule"] for m in got[0].elements())
     assert searched["gold_docs"] > 5 and searched["inner_docs"] > 5
     assert any(r == "inner_docs" for r, _ in got[1])  # its own lateness: its own late rows
 
-
-def _metadata(row: dict[str, Any]) -> dict[str, Any]:
-    """A search row's query metadata as JSON text (the engine's dict, Spark's string column)."""
-    import json
-
-    out = dict(row)
-    for k, v in row.items():
-        if k.split("__")[0] == "metadata" and v is not None:
-            out[k] = json.dumps(json.loads(v) if isinstance(v, str) else v, sort_keys=True)
-    return out
