@@ -265,9 +265,9 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
             raise CepError(f"rule {r.name!r} joins table {joined!r}, which the rules do not declare (tables:); pass "
                            "the whole rule file (its RuleSet), not a list of its rules")
 
+    if views:  # before any work (one DataFrame has no named inputs: its tables are static)
+        _check_views(views, tables, rules, tuple(frame) if isinstance(frame, Mapping) else ())
     frame, layout = _inputs(frame, cfg)
-    if views:
-        _check_views(views, tables, rules, layout)
     # changelog rows feed their tables, never a rule that reads every stream (as in cep run)
     changelogs = sorted({spec.stream for spec in tables.values() if spec.stream in layout.streams})
     corrupt = cfg.corrupt_column if cfg.corrupt_column and cfg.corrupt_column in frame.columns else None
@@ -897,7 +897,7 @@ def _hash_columns(kind: Any, rule: Any, binding: Any) -> tuple[str, ...]:
     return _bucket_columns(kind, rule)
 
 
-def _check_views(views: Mapping[str, Any], tables: Mapping[str, Any], rules: list[Any], layout: InputLayout) -> None:
+def _check_views(views: Mapping[str, Any], tables: Mapping[str, Any], rules: list[Any], streams: tuple[str, ...]) -> None:
     """Refuse, before any work, the views the Spark plan cannot hold (docs/spark.md, "Views on Spark")."""
     from spark_udf.views import needed
 
@@ -910,7 +910,7 @@ def _check_views(views: Mapping[str, Any], tables: Mapping[str, Any], rules: lis
             raise CepError(f"view {name!r}: a rule has the same name; on Spark a view's changelog rows carry the "
                            "view's name in 'rule': rename one of them")
         used, _ = needed(name, dict(views), dict(tables))
-        if not any(tables[t].stream in layout.streams for t in used):
+        if not any(tables[t].stream in streams for t in used):
             raise CepError(f"view {name!r}: none of its tables' changelogs ({', '.join(tables[t].stream for t in used)}) "
                            "is among the named inputs; on Spark a view of snapshot files alone is not run (its rows "
                            "would never change: run it in the embedded engine, cep run, or name a changelog input)")

@@ -186,6 +186,27 @@ def _view_row(r: dict[str, Any]) -> tuple:
             None if ts is None or (isinstance(ts, float) and np.isnan(ts)) else int(ts))
 
 
+VIEW_COLUMNS = ("view", "op", "key", "before", "after", "ts_ms")
+
+
+def spark_side(rows: list[dict[str, Any]]) -> tuple[Counter, Counter, Counter]:
+    """A run's envelope rows as (view changelog rows, rule rows, late rows), comparable with :func:`engine_side`."""
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
+    view = Counter(_view_row(r) for r in rows if r["output"] == "match" and r["kind"] == "view")
+    rules = Counter(own_columns({k: v for k, v in r.items() if k not in VIEW_COLUMNS})
+                    for r in rows if r["output"] == "match" and r["kind"] != "view")
+    late = Counter((r["rule"], r["reason"]) for r in rows if r["output"] == "late")
+    return view, rules, late
+
+
+def engine_side(out: Any) -> tuple[Counter, Counter, Counter]:
+    view = Counter(_view_row(r) for r in out.matches if "view" in r)
+    rules = Counter(own_columns({k: v for k, v in m.items() if k not in ("correction", "retract")})
+                    for m in out.matches if "view" not in m)
+    late = Counter((r["rule"], r["reason"]) for r in out.late)
+    return view, rules, late
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_view_and_rules_joining_it_in_the_core_give_the_embedded_rows(seed: int) -> None:
     rnd = random.Random(seed)
@@ -193,25 +214,9 @@ def test_a_view_and_rules_joining_it_in_the_core_give_the_embedded_rows(seed: in
     batches = workload(seed, rnd.randint(2, 4))
     buckets, chunk = rnd.randint(1, 3), rnd.randint(1, 7)
     frame = simulate(rules, batches, buckets, chunk, seed, restart_at=rnd.randint(1, len(batches) - 1))
-    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in rec.items()}
-            for rec in frame.to_dict("records")]
-    out = embedded(rules, batches)
-
-    got_view = Counter(_view_row(r) for r in rows if r["output"] == "match" and r["kind"] == "view")
-    want_view = Counter(_view_row(r) for r in out.matches if "view" in r)
-    assert got_view == want_view
-    assert {op for _, op, *_ in want_view} >= {"c", "u", "d"}
-
-    got_rules = Counter(own_columns({k: v for k, v in r.items() if k not in VIEW_COLUMNS})
-                        for r in rows if r["output"] == "match" and r["kind"] != "view")
-    want_rules = Counter(own_columns({k: v for k, v in m.items() if k not in ("correction", "retract")})
-                         for m in out.matches if "view" not in m)
-    assert got_rules == want_rules
-    assert {dict(m)["rule"] for m in want_rules} == {"gold_payment", "per_country"}
-
-    late = Counter((r["rule"], r["reason"]) for r in rows if r["output"] == "late")
-    assert late == Counter((r["rule"], r["reason"]) for r in out.late)
-    assert sum(1 for (_, reason) in late if "late change" in reason) >= 2  # each table's, written once
-
-
-VIEW_COLUMNS = ("view", "op", "key", "before", "after", "ts_ms")
+    got = spark_side(frame.to_dict("records"))
+    want = engine_side(embedded(rules, batches))
+    assert got == want
+    assert {op for _, op, *_ in want[0]} >= {"c", "u", "d"}
+    assert {dict(m)["rule"] for m in want[1]} == {"gold_payment", "per_country"}
+    assert sum(1 for (_, reason) in want[2] if "late change" in reason) >= 2  # each table's, written once
