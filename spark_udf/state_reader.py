@@ -120,8 +120,8 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
     """
     from spark_udf.core import rule_key
     from spark_udf.keyed import KEYED_KINDS, HostedSearch, is_keyed, kind_of
-    from spark_udf.views import ViewJoinedOperator
     from spark_udf.state import BucketHeader, RuleChangedError, StateEncodingError, decode_state
+    from spark_udf.views import ViewJoinedOperator
 
     log = offset_log(checkpoint)
     meta = spark.read.format("state-metadata").load(checkpoint).collect()

@@ -5,9 +5,9 @@ interleaved; a restart from the saved blobs anywhere) gives the embedded engine'
 from __future__ import annotations
 
 import pickle
-from collections import Counter
 import random
 import zlib
+from collections import Counter
 from typing import Any
 
 import numpy as np
