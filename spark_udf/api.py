@@ -948,7 +948,7 @@ def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLa
     live = lambda spec: spec.stream in layout.streams  # noqa: E731
     views = dict(views or {})
     on_tables = [r for r in rules if not (rule_join(r) is not None and str(rule_join(r).table) in views)]
-    out = table_bindings(on_tables, dict(tables), live, by_key)
+    out: dict[str, Any] = dict(table_bindings(on_tables, dict(tables), live, by_key))
     if views:  # a rule joining a view: each of its groups keeps the view's tables and the view
         from dataclasses import replace
 

@@ -143,13 +143,13 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
         source["groups"] = len(blobs)
     keyed = [r for r in rules if is_keyed(r)]
     tables = dict(getattr(rules, "tables", None) or {})
-    views = dict(getattr(rules, "views", None) or {})
+    view_specs = dict(getattr(rules, "views", None) or {})
     view_binding: dict[str, Any] = {}
-    if views:  # the views' replicas, read as the stage builds them (snapshot files read here)
+    if view_specs:  # the views' replicas, read as the stage builds them (snapshot files read here)
         from spark_udf.views import view_bindings
 
-        view_binding = view_bindings(views, tables, lambda spec: True, set(tables))
-    view_groups = {rule_key(n): n for n in views}
+        view_binding = view_bindings(view_specs, tables, lambda spec: True, set(tables))
+    view_groups = {rule_key(n): n for n in view_specs}
     replicas: dict[str, list[Any]] = {}
     by_code = {rule_key(r.name): r for r in keyed}
     parts: dict[str, list[RuleView]] = {r.name: [] for r in keyed}

@@ -201,7 +201,8 @@ class ViewEmitter:
     def _rows(self, final: bool) -> OperatorOutput:
         out = OperatorOutput()
         out.matches.extend(dict(r, rule=self.binding.target) for r in self.replicas.advance(final))
-        self.replicas.compact(None)
+        # no rule looks this copy of the view up: it keeps what the next step compares with (as embedded)
+        self.replicas.compact(self.replicas.view.emitted_to)
         return out
 
     def advance_to(self, watermark: int) -> OperatorOutput:
