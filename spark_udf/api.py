@@ -255,7 +255,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         elif k in STATELESS_KINDS:
             stateless.append(r)
         else:
-            known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
+            known = ", ".join(sorted((set(KEYED_KINDS) - {"view"}) | set(STATELESS_KINDS)))  # a view is no rule kind
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
         joined = _joined_table(r)
         if joined is not None and not is_keyed(r):
