@@ -48,7 +48,14 @@ VIEW_FIELDS = [("view", "string"), ("op", "string"), ("key", "string"), ("before
 
 
 def needed(view: str, views: dict[str, ViewSpec], tables: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The tables and the views (file order, ending with ``view``) a view is computed from."""
+    """The tables and the views (file order, ending with ``view``) a view is computed from.
+
+    Example:
+        >>> from types import SimpleNamespace as V
+        >>> views = {"ab": V(left="a", right="b"), "abc": V(left="ab", right="c"), "x": V(left="a", right="d")}
+        >>> needed("abc", views, dict.fromkeys("abcd"))
+        (['a', 'b', 'c'], ['ab', 'abc'])
+    """
     want_views: set[str] = set()
     want_tables: set[str] = set()
 
