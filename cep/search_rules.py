@@ -153,7 +153,8 @@ class SearchOperator:
         As :meth:`process`, but a document with a valid time before its ``late_before`` is late,
         instead of one behind the largest time seen before it; the smallest int64 means "no
         watermark yet" (never late). For hosts that know the watermark better than one operator
-        (a Spark backfill replaying arrival order).
+        (a Spark backfill replaying arrival order). With a join, the documents on time then wait for
+        the table as in :meth:`process` (:meth:`release` lets out those its moved watermark allows).
 
         Example:
             >>> from patterns.rules import parse_rules
@@ -165,10 +166,6 @@ class SearchOperator:
             >>> [m["id"] for m in out.matches], out.late[0]["reason"][:40]
             ([1], 'late: event time 1970-01-01T00:00:00.003')
         """
-        if self.join is not None:
-            raise NotImplementedError(
-                f"rule {self.name!r} joins table {self.join.table.name!r}: a host's clock (Spark) does not drive "
-                "joined search rules yet; run it in the embedded engine (cep run)")
         batch = to_batch(events)
         out = OperatorOutput()
         self._process(batch, out, late_before)

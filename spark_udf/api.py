@@ -58,7 +58,7 @@ from spark_udf.core import (
     rule_key,
 )
 from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
-from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, kind_of
+from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, is_keyed, kind_of
 from spark_udf.schema import (
     INTEGRAL,
     NUMERIC,
@@ -242,10 +242,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     cfg = config or SparkRunConfig()
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
-    views = getattr(rules, "views", None) or {}
-    if views:
-        raise CepError(f"view {next(iter(views))!r}: table-table views cannot run on Spark yet (docs/tables.md); run "
-                       "the rule file in the embedded engine (cep run)")
+    views = dict(getattr(rules, "views", None) or {})
     tables = dict(getattr(rules, "tables", None) or {})
     rules = list(rules)
     if not rules:
@@ -253,22 +250,23 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     keyed, stateless = [], []
     for r in rules:
         k = kind_of(r)
-        if k in KEYED_KINDS:
+        if is_keyed(r):
             keyed.append(r)
         elif k in STATELESS_KINDS:
             stateless.append(r)
         else:
-            known = ", ".join(sorted(set(KEYED_KINDS) | set(STATELESS_KINDS)))
+            known = ", ".join(sorted((set(KEYED_KINDS) - {"view"}) | set(STATELESS_KINDS)))  # a view is no rule kind
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
         joined = _joined_table(r)
-        if joined is not None and k not in KEYED_KINDS:
+        if joined is not None and not is_keyed(r):
             raise CepError(f"rule {r.name!r} joins table {joined!r}: a {k} rule's temporal join cannot run on Spark "
-                           "yet (its groups keep no state to hold the table; docs/spark.md, \"Tables\"); run it in the "
-                           "embedded engine (cep run), or join the table in a pattern or analytics rule")
-        if joined is not None and joined not in tables:
+                           "yet (docs/spark.md, \"Tables\"); run it in the embedded engine (cep run)")
+        if joined is not None and joined not in tables and joined not in views:
             raise CepError(f"rule {r.name!r} joins table {joined!r}, which the rules do not declare (tables:); pass "
                            "the whole rule file (its RuleSet), not a list of its rules")
 
+    if views:  # before any work (one DataFrame has no named inputs: its tables are static)
+        _check_views(views, tables, rules, tuple(frame) if isinstance(frame, Mapping) else ())
     frame, layout = _inputs(frame, cfg)
     # changelog rows feed their tables, never a rule that reads every stream (as in cep run)
     changelogs = sorted({spec.stream for spec in tables.values() if spec.stream in layout.streams})
@@ -277,14 +275,17 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         frame = frame.withColumnRenamed(corrupt, CORRUPT_COL)
     frame = _with_source(frame, cfg)
     frame, output_types, engine_types = _engine_view(frame)
-    bindings = _table_bindings(rules, tables, layout, engine_types)
+    bindings = _table_bindings(rules, tables, layout, engine_types, views)
+    view_rules = _view_rules(views, tables, layout, rules)
     rules = _read_time_types_as_ms(rules, output_types)
-    keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
-    stateless = [r for r in rules if kind_of(r) not in KEYED_KINDS]
+    keyed = [r for r in rules if is_keyed(r)]
+    stateless = [r for r in rules if not is_keyed(r)]
     rule_fields = {}
     for r in rules:
-        kind = KEYED_KINDS.get(kind_of(r)) or STATELESS_KINDS[kind_of(r)]
+        kind = KEYED_KINDS[kind_of(r)] if is_keyed(r) else STATELESS_KINDS[kind_of(r)]
         rule_fields[r.name] = (kind_of(r), kind.output_fields(r, output_types))
+    for v in view_rules:  # a view's changelog: kind "view", the view's name in "rule"
+        rule_fields[v.name] = (v.kind, KEYED_KINDS[v.kind].output_fields(v, output_types))
     env = Envelope.build(rule_fields)
     by_type = types_by_name(frame.schema)
 
@@ -306,7 +307,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
         parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout,
-                                     bindings, changelogs))
+                                     bindings, changelogs, view_rules))
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
     if corrupt and not (keyed or staged):
@@ -631,7 +632,7 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
                     layout: InputLayout, bindings: dict[str, Any] | None = None,
-                    changelogs: list[str] | None = None) -> DataFrame:
+                    changelogs: list[str] | None = None, views: list[Any] | None = None) -> DataFrame:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules.
 
     Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
@@ -662,6 +663,9 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     specs = {r.name: RuleSpec.of(r, env) for r in keyed}
     for name, binding in bindings.items():
         specs[name].table = binding
+    views = list(views or [])
+    for v in views:  # each view's changelog: one group, (view, 0)
+        specs[v.name] = RuleSpec.of(v, env)
     unit, skew = _stage_reading(keyed, staged)
     # a backfill reads the wall clock once, here, for every task and both arrival passes
     clock = cfg.clock if frame.isStreaming else FixedClock((cfg.clock or wall_clock_ms)())
@@ -689,7 +693,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
             event_ms = F.when(~_any_stream(live), event_ms)
         x = frame.withColumn(TIME_COL, F.timestamp_millis(event_ms))
         x = x.withWatermark(TIME_COL, "0 seconds")
-        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings, live)
+        x = _assign_groups(x, keyed, kinds, cfg, None, corrupt, layout, extra, bindings, live, views)
         # The stage needs a watermark column among its inputs for an event-time timeout, and
         # Spark drops rows behind the watermark before a stage with one. A NULL column that
         # carries the watermark marker satisfies the first and is never "behind", so late rows
@@ -732,7 +736,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     else:
         x = x.withColumn(SEQ_COL, F.monotonically_increasing_id())
     prior_cols = {ks: f"{PRIOR_COL}_{i}" for i, ks in enumerate(key_sets)} if priors else None
-    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings, live)
+    x = _assign_groups(x, keyed, kinds, cfg, prior_cols, corrupt, layout, [], bindings, live, views)
 
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
@@ -748,7 +752,8 @@ def _any_stream(streams: list[str]) -> Column:
 def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig,
                    prior_cols: dict[tuple[str, ...], str] | None, corrupt: bool, layout: InputLayout,
                    extra: list[tuple[int, Column, Column | None]],
-                   bindings: dict[str, Any] | None = None, changelogs: list[str] | None = None) -> DataFrame:
+                   bindings: dict[str, Any] | None = None, changelogs: list[str] | None = None,
+                   views: list[Any] | None = None) -> DataFrame:
     """Add the group key (rule, bucket); one row per rule (or staged kind) that reads the row.
 
     A rule whose FROM names one of the input streams reads that stream's rows; ``extra`` are
@@ -782,6 +787,11 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
         entries.append((struct(F.lit(rule_key(r.name)).alias("r"), bucket.alias("b"), *prior), reads))
         if binding is None or binding.static:
             continue
+        if hasattr(binding, "views"):  # a view's replica in every group: every change row of its tables
+            for b in range(cfg.buckets if hashed else 1):
+                entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior),
+                                _any_stream(list(binding.streams))))
+            continue
         spec = binding.spec
         changes = F.col(STREAM_COL) == F.lit(spec.stream)
         if binding.keyed:
@@ -799,6 +809,10 @@ def _assign_groups(x: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkR
             # every group of a joined rule gets every change row once: its replica of the table
             for b in range(cfg.buckets if hashed else 1):
                 entries.append((struct(F.lit(rule_key(r.name)).alias("r"), F.lit(b).alias("b"), *prior), changes))
+    for v in views or []:  # a view's changelog group gets every change row of its tables
+        prior = [F.lit(None).cast("bigint").alias("p")] if prior_cols is not None else []
+        entries.append((struct(F.lit(rule_key(v.name)).alias("r"), F.lit(0).alias("b"), *prior),
+                        _any_stream(list(v.binding.streams))))
     for group, bucket, reads in extra:
         entries.append((struct(F.lit(group).alias("r"), bucket.alias("b")), reads))
     drop = list(prior_cols.values()) if prior_cols else []
@@ -883,8 +897,40 @@ def _hash_columns(kind: Any, rule: Any, binding: Any) -> tuple[str, ...]:
     return _bucket_columns(kind, rule)
 
 
+def _check_views(views: Mapping[str, Any], tables: Mapping[str, Any], rules: list[Any], streams: tuple[str, ...]) -> None:
+    """Refuse, before any work, the views the Spark plan cannot hold (docs/spark.md, "Views on Spark")."""
+    from spark_udf.views import needed
+
+    names = {r.name for r in rules}
+    if not any(is_keyed(r) for r in rules):
+        raise CepError(f"view {next(iter(views))!r}: a view runs on Spark in the keyed stage, beside a pattern, "
+                       "analytics or joined search rule; the rule file has none (run it in the embedded engine, cep run)")
+    for name in views:
+        if name in names:
+            raise CepError(f"view {name!r}: a rule has the same name; on Spark a view's changelog rows carry the "
+                           "view's name in 'rule': rename one of them")
+        used, _ = needed(name, dict(views), dict(tables))
+        if not any(tables[t].stream in streams for t in used):
+            raise CepError(f"view {name!r}: none of its tables' changelogs ({', '.join(tables[t].stream for t in used)}) "
+                           "is among the named inputs; on Spark a view of snapshot files alone is not run (its rows "
+                           "would never change: run it in the embedded engine, cep run, or name a changelog input)")
+
+
+def _view_rules(views: Mapping[str, Any], tables: Mapping[str, Any], layout: InputLayout,
+                rules: list[Any]) -> list[Any]:
+    """Each view's changelog group, as a rule-like record of the stage (file order)."""
+    if not views:
+        return []
+    from spark_udf.tables import rule_join
+    from spark_udf.views import view_bindings, view_rule
+
+    direct = {str(rule_join(r).table) for r in rules if is_keyed(r) and rule_join(r) is not None}
+    bound = view_bindings(dict(views), dict(tables), lambda spec: spec.stream in layout.streams, direct)
+    return [view_rule(name, b) for name, b in bound.items()]
+
+
 def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLayout,
-                    types: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    types: Mapping[str, str] | None = None, views: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per joined keyed rule, its table's replica: the snapshot file read here, once.
 
     A table is fed by its changelog when its ``from`` is one of the named inputs; otherwise it is
@@ -899,7 +945,21 @@ def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLa
         return (cols is not None and types is not None
                 and all(types.get(e) is not None and types.get(e) == types.get(k) for e, k in zip(cols, spec.primary_key)))
 
-    return table_bindings(rules, dict(tables), lambda spec: spec.stream in layout.streams, by_key)
+    live = lambda spec: spec.stream in layout.streams  # noqa: E731
+    views = dict(views or {})
+    on_tables = [r for r in rules if not (rule_join(r) is not None and str(rule_join(r).table) in views)]
+    out: dict[str, Any] = dict(table_bindings(on_tables, dict(tables), live, by_key))
+    if views:  # a rule joining a view: each of its groups keeps the view's tables and the view
+        from dataclasses import replace
+
+        from spark_udf.views import view_bindings
+
+        bound = view_bindings(views, dict(tables), live, set(tables))  # reports nothing: the view's group does
+        for r in rules:
+            join = rule_join(r) if is_keyed(r) else None
+            if join is not None and str(join.table) in views:
+                out[r.name] = replace(bound[str(join.table)], report=())
+    return out
 
 
 def _joined_table(rule: Any) -> str | None:

@@ -198,7 +198,12 @@ class GroupCore:
             if hasattr(op, "clock"):
                 op.clock = self.clock  # type: ignore[attr-defined]
             fingerprint = kind.fingerprint(op)
-            if spec.table is not None:  # a temporal join: the group keeps a replica of the table
+            if spec.table is not None and hasattr(spec.table, "views"):  # a join of a view: the group keeps it
+                from spark_udf.views import ViewJoinedOperator
+
+                fingerprint = spec.table.fingerprint(fingerprint)
+                op = ViewJoinedOperator(op, spec.table)
+            elif spec.table is not None:  # a temporal join: the group keeps a replica of the table
                 from spark_udf.tables import JoinedOperator, joined_fingerprint
 
                 fingerprint = joined_fingerprint(fingerprint, spec.table.spec)
@@ -211,7 +216,7 @@ class GroupCore:
         """Put the bucket's saved state into ``op`` (or empty it)."""
         if stored is None:
             op.reset()
-            if spec.table is not None:
+            if hasattr(op, "startup"):  # a joined rule's or a view's snapshot-file errors
                 out.extend(op.startup())  # type: ignore[attr-defined]
             return
         blob, version = stored
@@ -258,10 +263,12 @@ class GroupCore:
         lateness = spec.lateness_ms
         wm = int(spark_watermark_ms) - lateness
         if not timed_out:
-            if spec.table is not None and not spec.table.static:
+            held = spec.table if spec.table is not None else getattr(spec.rule, "binding", None)
+            if held is not None and not held.static:
                 from spark_udf.tables import changes_in_order
 
-                chunks = changes_in_order(list(chunks), spec.table.spec)  # every replica applies them alike
+                # every replica applies them alike
+                chunks = held.order(list(chunks)) if hasattr(held, "order") else changes_in_order(list(chunks), held.spec)
             for pdf in chunks:
                 batch, src = self._batch(pdf)
                 res = op.ingest(batch, wm)
@@ -290,6 +297,7 @@ class GroupCore:
         if spec.table is not None:  # each change's late or error row is written by one group
             op.reporting = spec.table.reporter and (spec.table.keyed or int(key[1]) == 0)  # type: ignore[attr-defined]
             op.first_group = int(key[1]) == 0  # type: ignore[attr-defined]
+        if hasattr(op, "startup"):  # a joined rule's or a view's snapshot-file errors
             out.extend(op.startup())  # type: ignore[attr-defined]
         if SEQ_COL in pdf.columns:
             pdf = pdf.sort_values(SEQ_COL, kind="stable")

@@ -28,6 +28,7 @@ from spark_udf.keyed import (
     KeyedKind,
     KeyedOperator,
     PatternKind,
+    is_keyed,
     kind_of,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "STATELESS_KINDS",
     "register_kind",
     "kind_of",
+    "is_keyed",
 ]
 
 

@@ -119,8 +119,9 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
     (another state encoding, a damaged header) or :class:`RuleMismatch` (a rule changed since).
     """
     from spark_udf.core import rule_key
-    from spark_udf.keyed import KEYED_KINDS, kind_of
+    from spark_udf.keyed import KEYED_KINDS, HostedSearch, is_keyed, kind_of
     from spark_udf.state import BucketHeader, RuleChangedError, StateEncodingError, decode_state
+    from spark_udf.views import ViewJoinedOperator
 
     log = offset_log(checkpoint)
     meta = spark.read.format("state-metadata").load(checkpoint).collect()
@@ -140,8 +141,15 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
                          "value.groupState.version").collect()
         blobs = [(int(r[0]), int(r[1]), bytes(r[2]), int(r[3])) for r in rows if r[2] is not None]
         source["groups"] = len(blobs)
-    keyed = [r for r in rules if kind_of(r) in KEYED_KINDS]
+    keyed = [r for r in rules if is_keyed(r)]
     tables = dict(getattr(rules, "tables", None) or {})
+    view_specs = dict(getattr(rules, "views", None) or {})
+    view_binding: dict[str, Any] = {}
+    if view_specs:  # the views' replicas, read as the stage builds them (snapshot files read here)
+        from spark_udf.views import view_bindings
+
+        view_binding = view_bindings(view_specs, tables, lambda spec: True, set(tables))
+    view_groups = {rule_key(n): n for n in view_specs}
     replicas: dict[str, list[Any]] = {}
     by_code = {rule_key(r.name): r for r in keyed}
     parts: dict[str, list[RuleView]] = {r.name: [] for r in keyed}
@@ -149,6 +157,23 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
     for code, bucket, blob, version in sorted(blobs, key=lambda b: (b[0], b[1])):
         head = _header(blob)
         rule = by_code.get(code)
+        if rule is None and code in view_groups:  # a view's changelog group: its replicas and the view
+            from spark_udf.views import ViewEmitter
+
+            name = view_groups[code]
+            emitter = ViewEmitter(view_binding[name])
+            expected = BucketHeader(name, "view", view_binding[name].fingerprint("view"),
+                                    int(head.get("buckets", 0) or 0))
+            try:
+                emitter.restore(decode_state(blob, version, expected))
+            except RuleChangedError as e:
+                raise RuleMismatch(str(e)) from None
+            except Exception as e:  # noqa: BLE001 - another encoding, a damaged blob
+                raise UnreadableState(f"view {name!r}: the saved state cannot be read: {e}") from None
+            st = emitter.replicas.view.stats()
+            notes.append(f"view {name!r}: its changelog group holds {st['keys']} keys, {st['versions']} versions; "
+                         f"emitted up to {emitter.replicas.view.emitted_to}")
+            continue
         if rule is None:
             notes.append(f"bucket {bucket} of rule {head.get('rule', code)!r} is in the checkpoint but not in the "
                          "rule file (a removed rule's state, dropped at its next call)")
@@ -157,7 +182,15 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
         op: Any = kind.new_operator(rule)
         fingerprint = kind.fingerprint(op)
         table = tables.get(_joined(rule) or "")
-        if table is not None:  # a joined rule's group holds its replica of the table beside the operator
+        if (_joined(rule) or "") in view_binding:  # a rule joining a view: its group keeps the view's replicas
+            from dataclasses import replace
+
+            from spark_udf.views import ViewJoinedOperator
+
+            vb = replace(view_binding[str(_joined(rule))], report=())
+            fingerprint = vb.fingerprint(fingerprint)
+            op = ViewJoinedOperator(op, vb)
+        elif table is not None:  # a joined rule's group holds its replica of the table beside the operator
             from spark_udf.tables import JoinedOperator, TableBinding, joined_fingerprint
 
             fingerprint = joined_fingerprint(fingerprint, table)
@@ -173,8 +206,10 @@ def spark_state_view(spark: Any, checkpoint: str, rules: Any) -> StateView:
             op.restore(snapshot)
         except Exception as e:  # noqa: BLE001 - a snapshot the operator refuses (crafted, another version)
             raise UnreadableState(f"rule {rule.name!r}, bucket {bucket}: the saved state cannot be read: {e}") from None
-        if table is not None:
+        if table is not None or isinstance(op, ViewJoinedOperator):
             replicas.setdefault(rule.name, []).append(op.table.stats())
+            op = op.op
+        if isinstance(op, HostedSearch):  # a joined search rule: the embedded operator inside
             op = op.op
         parts[rule.name].append(operator_view(op))
     views = []

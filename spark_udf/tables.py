@@ -273,10 +273,8 @@ def table_bindings(rules: list[Any], tables: dict[str, TableSpec], live: Any,
     the table its changelog, ``keyed(rule, spec)`` whether the rule keeps it by key (default: never).
     Each snapshot file is read once; the first joined rule of each table (by name) reports the
     table's rows."""
-    from spark_udf.keyed import KEYED_KINDS, kind_of
-
-    joined = sorted((r.name, str(rule_join(r).table)) for r in rules
-                    if kind_of(r) in KEYED_KINDS and rule_join(r) is not None)
+    # every joined rule is keyed (pattern, analytics, search with join:): spark_udf.keyed.is_keyed
+    joined = sorted((r.name, str(rule_join(r).table)) for r in rules if rule_join(r) is not None)
     built: dict[str, TableBinding] = {}
     out: dict[str, TableBinding] = {}
     by_name = {r.name: r for r in rules}

@@ -47,6 +47,25 @@ rules:
       WHERE tier = 'gold'
       GROUP BY account, TUMBLE(ts, INTERVAL '100' MILLISECOND)
 """
+SEARCH_RULES = RULES.replace("rules:\n", """rules:
+  - name: gold_docs
+    kind: search
+    from: payments
+    time_field: ts
+    join: {table: accounts, on: {account: id}, kind: left}
+    fields: [account, ts, amount, tier, country]
+    queries:
+      - {id: gold, query: 'tier:gold'}
+      - {id: nl_silver, query: 'tier:silver AND country:NL', metadata: {desk: nl}}
+  - name: inner_docs
+    kind: search
+    from: payments
+    time_field: ts
+    lateness: 30ms
+    join: {table: accounts, on: account}
+    fields: [account, ts, tier]
+    query: 'tier:*'
+""", 1)
 PAYMENTS = "account long, ts long, amount long"
 CHANGES = "id long, ts long, tier string, country string, __deleted string"
 
@@ -121,3 +140,14 @@ def engine_outputs(out: Any) -> tuple[Counter, Counter, Counter]:
     return matches, late, errors
 
 
+
+
+def search_metadata(row: dict[str, Any]) -> dict[str, Any]:
+    """A search row's query metadata as JSON text (the engine's dict, Spark's string column)."""
+    import json
+
+    out = dict(row)
+    for k, v in row.items():
+        if k.split("__")[0] == "metadata" and v is not None:
+            out[k] = json.dumps(json.loads(v) if isinstance(v, str) else v, sort_keys=True)
+    return out

@@ -288,44 +288,42 @@ def test_next_in_define_unmatched_rows_and_anchors_give_the_embedded_engines_row
     assert sum(1 for m in exp.matches if m["rule"] == "unmatched" and m["mn"] is None) > 20
 
 
-@pytest.mark.parametrize("rule, message", [
-    ("""  - {name: r, kind: search, from: p, time_field: ts, join: {table: accounts, on: a}, query: gold}""",
-     "rule 'r' joins table 'accounts': a search rule's temporal join cannot run on Spark yet"),
+@pytest.mark.parametrize("rule", [
+    "  - name: r\n    sql: |\n      SELECT * FROM p JOIN accounts FOR SYSTEM_TIME AS OF p.ts ON p.a = accounts.id\n"
+    "      MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE A AS tier = 'gold')\n",
+    "  - {name: r, kind: search, from: p, time_field: ts, join: {table: accounts, on: a}, query: gold}\n",
 ])
-def test_joined_search_rules_are_refused_on_spark_before_any_work(rule, message):
-    """A search rule's join has no state to keep a table in on Spark: refused with the reason, not run
-    without its table (pattern and analytics rules run: test_tables_core.py)."""
+def test_a_joined_rule_without_its_tables_is_refused_on_spark(rule):
+    """A plain list of rules has no tables: section; the rule (pattern or search) is refused rather than
+    run without its table."""
     from patterns.errors import CepError
     from patterns.rules import parse_rules
     from spark_udf.api import apply_rules
 
     rules = parse_rules("tables:\n  - {name: accounts, from: changes, primary_key: id, columns: [tier], "
-                        "time_field: ts}\nrules:\n" + rule + "\n")
-    with pytest.raises(CepError, match=message):
-        apply_rules(None, rules)  # type: ignore[arg-type]
-
-
-def test_a_joined_rule_without_its_tables_is_refused_on_spark():
-    """A plain list of rules has no tables: section; the rule is refused rather than run without its table."""
-    from patterns.errors import CepError
-    from patterns.rules import parse_rules
-    from spark_udf.api import apply_rules
-
-    rules = parse_rules("tables:\n  - {name: accounts, from: changes, primary_key: id, columns: [tier], "
-                        "time_field: ts}\nrules:\n  - name: r\n    sql: |\n      SELECT * FROM p JOIN accounts "
-                        "FOR SYSTEM_TIME AS OF p.ts ON p.a = accounts.id\n      MATCH_RECOGNIZE (ORDER BY ts "
-                        "PATTERN (A) DEFINE A AS tier = 'gold')\n")
+                        "time_field: ts}\nrules:\n" + rule)
     with pytest.raises(CepError, match="rule 'r' joins table 'accounts', which the rules do not declare"):
         apply_rules(None, list(rules))  # type: ignore[arg-type]
 
 
-def test_views_are_refused_on_spark_before_any_work():
-    """Table-table views do not run on Spark yet: a rule file with one is refused with the reason."""
+_VIEW_FILE = ("tables:\n  - {name: a, from: ca, primary_key: id, columns: [b], time_field: ts}\n"
+              "  - {name: b, from: cb, primary_key: id, columns: [x], time_field: ts}\n"
+              "views:\n  - {name: ab, sql: SELECT b.x FROM a JOIN b ON a.b = b.id}\nrules:\n")
+_JOINING_AB = ("  - name: %s\n    sql: |\n      SELECT * FROM p JOIN ab FOR SYSTEM_TIME AS OF p.ts ON p.k = ab.id\n"
+               "      MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts PATTERN (A) DEFINE A AS x > 1)\n")
+
+
+@pytest.mark.parametrize("rules, inputs, message", [
+    ("  - {name: s, kind: search, from: p, query: gold}\n", ("p", "ca"),
+     "view 'ab': a view runs on Spark in the keyed stage, beside a pattern, analytics or joined search rule"),
+    (_JOINING_AB % "ab", ("p", "ca"), "view 'ab': a rule has the same name"),
+    (_JOINING_AB % "r", ("p",), r"view 'ab': none of its tables' changelogs \(ca, cb\) is among the named inputs"),
+])
+def test_the_views_spark_cannot_hold_are_refused_before_any_work(rules, inputs, message):
+    """A view runs on Spark in the keyed stage (docs/spark.md, "Views on Spark"); what that plan cannot hold
+    is refused with the reason, before any input is looked at."""
     from patterns.errors import CepError
     from spark_udf.api import apply_rules
 
-    rules = parse_rules("tables:\n  - {name: a, from: ca, primary_key: id, columns: [b], time_field: ts}\n"
-                        "  - {name: b, from: cb, primary_key: id, columns: [x], time_field: ts}\n"
-                        "views:\n  - {name: ab, sql: SELECT b.x FROM a JOIN b ON a.b = b.id}\nrules: []\n")
-    with pytest.raises(CepError, match="view 'ab': table-table views cannot run on Spark yet"):
-        apply_rules(None, rules)  # type: ignore[arg-type]
+    with pytest.raises(CepError, match=message):
+        apply_rules(dict.fromkeys(inputs), parse_rules(_VIEW_FILE + rules))  # type: ignore[arg-type]

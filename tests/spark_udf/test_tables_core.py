@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import random
 import zlib
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,15 @@ from spark_udf.tables import (
     table_bindings,
     tick_stream,
 )
-from tests.spark_udf.tables_workload import RULES, embedded, engine_outputs, spark_outputs, workload
+from tests.spark_udf.tables_workload import (
+    RULES,
+    SEARCH_RULES,
+    embedded,
+    engine_outputs,
+    search_metadata,
+    spark_outputs,
+    workload,
+)
 
 COLUMNS = ["account", "ts", "amount", "id", "tier", "country", "__deleted", "stream"]
 TYPES = {"account": "bigint", "ts": "bigint", "amount": "bigint", "id": "bigint", "tier": "string",
@@ -172,3 +181,25 @@ def test_every_replica_applies_a_micro_batchs_changes_alike_whatever_their_order
         tables.append(split_snapshot(decode_state(blob[0], blob[1], header))[1])
     assert pickle.dumps(tables[0]) == pickle.dumps(tables[1])
     assert tables[0]["counts"]["late"] == 1 and tables[0]["counts"]["applied"] == 4 + 5  # ts 2 < 4: late
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_joined_search_rules_in_the_core_give_the_embedded_rows(seed: int) -> None:
+    """Search rules with ``join:`` in the keyed stage (kept by key: grouped by the join's document
+    field): the embedded engine's rows, late rows and change errors, with a restart anywhere."""
+    rnd = random.Random(100 + seed)
+    rules = parse_rules(SEARCH_RULES)
+    batches = workload(seed, rnd.randint(2, 5))
+    buckets, chunk = rnd.randint(1, 4), rnd.randint(1, 9)
+    core = _core(rules, buckets)
+    assert core.specs["gold_docs"].table.keyed and core.specs["inner_docs"].table.keyed
+    frame = simulate(rules, batches, buckets, chunk, seed, restart_at=rnd.randint(1, len(batches) - 1))
+    got = spark_outputs([search_metadata(r) for r in _rows(frame)])
+    engine = embedded(rules, batches)
+    engine.matches = [search_metadata(m) for m in engine.matches]
+    want = engine_outputs(engine)
+    assert got == want
+    searched = Counter(dict(m)["rule"] for m in got[0].elements())
+    assert searched["gold_docs"] > 5 and searched["inner_docs"] > 5
+    assert any(r == "inner_docs" for r, _ in got[1])  # its own lateness: its own late rows
+

@@ -1,5 +1,5 @@
 """Temporal joins on Spark give the embedded engine's rows: a stream fed by a changelog input (late
-changes, deletes, LEFT and inner joins, a partition by a joined column), restarted from its
+changes, deletes, LEFT and inner joins, a partition by a joined column, joined search rules), restarted from its
 checkpoint in the middle; a backfill of the bundled S&P 500 sector rules; the state reader."""
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from tests.spark_udf.tables_workload import (
     CHANGES,
     PAYMENTS,
     RULES,
+    SEARCH_RULES,
     embedded,
     engine_outputs,
     own_columns,
+    search_metadata,
     spark_outputs,
     workload,
 )
@@ -42,7 +44,7 @@ def _stream(spark: Any, tmp: Path, rules: Any):
 
 def test_joined_stream_restarted_from_its_checkpoint_gives_the_embedded_rows(spark: Any, tmp_path: Path,
                                                                              capsys: Any) -> None:
-    rules = parse_rules(RULES)
+    rules = parse_rules(SEARCH_RULES)  # the pattern and analytics rules and two joined search rules
     batches = workload(7, 3)  # 4 micro-batches: 2, then a restart, then 2
     for i, (changes, pays) in enumerate(batches[:2]):
         write_events(tmp_path / "changes", i, changes)
@@ -52,22 +54,29 @@ def test_joined_stream_restarted_from_its_checkpoint_gives_the_embedded_rows(spa
         write_events(tmp_path / "changes", i, changes)
         write_events(tmp_path / "payments", i, pays)
     _stream(spark, tmp_path, rules)
-    got = spark_outputs(sink_rows(spark, tmp_path / "out"))
-    want = engine_outputs(embedded(rules, batches))
+    got = spark_outputs([search_metadata(r) for r in sink_rows(spark, tmp_path / "out")])
+    engine = embedded(rules, batches)
+    engine.matches = [search_metadata(m) for m in engine.matches]
+    want = engine_outputs(engine)
     assert got[0] == want[0]
     assert got[1] == want[1]
     assert got[2] == want[2]
     # the workload reaches what it is about: every rule matched, late changes and deletes, LEFT errors
     by_rule = Counter(dict(m)["rule"] for m in got[0].elements())
-    assert set(by_rule) == {"gold_pair", "tier_run", "per_country", "gold_per_account"}
+    assert set(by_rule) == {"gold_pair", "tier_run", "per_country", "gold_per_account", "gold_docs", "inner_docs"}
     assert sum(n for (rule, reason), n in got[1].items() if rule is None and "late change" in reason) == 2
-    assert sum(n for (rule, _), n in got[1].items() if rule is not None) == 2 * 4  # one late payment a file, 4 rules
+    late = Counter()
+    for (rule, _), n in got[1].items():
+        late[rule] += n
+    # one late payment a file: late for every rule but inner_docs, whose 30 ms lateness keeps one on time
+    assert [late[r] for r in ("gold_pair", "tier_run", "per_country", "gold_per_account", "gold_docs")] == [2] * 5
+    assert 1 <= late["inner_docs"] < 2
     assert any(c.get("__deleted") for ch, _ in batches for c in ch)  # deletes reached the table
     assert any("(LEFT JOIN)" in reason for (_, reason) in got[2])
 
     # the state reader still reads a joined rule's groups (operator and table replica)
     rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
+    rules_file.write_text(SEARCH_RULES)
     assert spark_cli.main(["state", "--checkpoint", str(tmp_path / "ck"), "--rules", str(rules_file),
                            "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
@@ -75,6 +84,7 @@ def test_joined_stream_restarted_from_its_checkpoint_gives_the_embedded_rows(spa
     assert any("table 'accounts': rows held in 2 groups" in n for n in shown["gold_pair"]["notes"])  # kept by key
     assert any("table 'accounts': rows held in 1 groups" in n for n in shown["tier_run"]["notes"])  # one group
     assert shown["gold_pair"]["keys"] and shown["per_country"]["keys"]  # the operators' own state is read too
+    assert any("table 'accounts': rows held in 2 groups" in n for n in shown["gold_docs"]["notes"])  # kept by key
 
 
 def test_backfill_of_the_sector_rules_gives_the_embedded_rows(spark: Any, tmp_path: Path, capsys: Any) -> None:
@@ -103,18 +113,20 @@ def test_backfill_with_the_changelog_as_an_input_gives_the_engines_rows(spark: A
     pays = [p for _, ps in batches for p in ps]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(c) + "\n" for c in changes))
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pays))
-    (tmp_path / "rules.yaml").write_text(RULES)
-    eng = Engine(parse_rules(RULES), streams=["payments", "account_changes"])
+    (tmp_path / "rules.yaml").write_text(SEARCH_RULES)
+    eng = Engine(parse_rules(SEARCH_RULES), streams=["payments", "account_changes"])
     out = eng.process(changes, stream="account_changes")  # the order of the two inputs does not matter
     out.extend(eng.process(pays, stream="payments"))
     out.extend(eng.finish())
+    out.matches = [search_metadata(m) for m in out.matches]
     args = ["backfill", str(tmp_path / "rules.yaml"), "--input", f"payments={tmp_path / 'p.jsonl'}",
             "--input", f"account_changes={tmp_path / 'c.jsonl'}", "--output", str(tmp_path / "out"),
             "--buckets", "2", "--shuffle-partitions", "2"]
     assert spark_cli.main(args) == 0, capsys.readouterr().err
-    got = spark_outputs(sink_rows(spark, tmp_path / "out"))
+    got = spark_outputs([search_metadata(r) for r in sink_rows(spark, tmp_path / "out")])
     assert got == engine_outputs(out)
     assert sum(n for (rule, reason), n in got[1].items() if rule is None and "late change" in reason) == 2
+    assert {dict(m)["rule"] for m in got[0]} >= {"gold_docs", "inner_docs"}  # joined search rules on Spark too
 
 
 def test_backfill_of_the_sp500_membership_rules_gives_the_rows_of_cep_run(spark: Any, tmp_path: Path,
