@@ -470,7 +470,8 @@ class PatternAutomaton:
         """
         new: list = []
         append = new.append
-        seen: set[int] | None = set() if self.merge_runs else None
+        # (one run's targets are distinct already: a closure lists each state once)
+        seen: set[int] | None = set() if self.merge_runs and len(threads) > 1 else None
         ctx = None
         steps = self.agg_steps
         moves = self.moves
