@@ -464,11 +464,14 @@ class PatternAutomaton:
     def _advance(self, a: Attempt, threads, m, rno, row, st, stats, hist) -> list:
         """Every run of attempt ``a`` that can take row ``rno``, extended by it, in preference order.
 
-        Runs are never merged here: this is the path of rules whose conditions look back at the
-        match, where two runs in one automaton state may have different futures.
+        Runs are not merged here when a condition looks back at the match (two runs in one
+        automaton state may have different futures); for the other rules on this path (anchored
+        ones, see ``merge_runs``) a run in a state that a more preferred run already holds ends.
         """
         new: list = []
         append = new.append
+        # (one run's targets are distinct already: a closure lists each state once)
+        seen: set[int] | None = set() if self.merge_runs and len(threads) > 1 else None
         ctx = None
         steps = self.agg_steps
         moves = self.moves
@@ -518,8 +521,14 @@ class PatternAutomaton:
                     continue
                 if v is not True and not truthy(v):
                     continue
-            for q in targets:
-                append((q, child))
+            if seen is None:
+                for q in targets:
+                    append((q, child))
+            else:
+                for q in targets:
+                    if q not in seen:
+                        seen.add(q)
+                        append((q, child))
             if matches:
                 a.best = child
                 if self.no_skip:  # every run's match is reported: nothing is cut
@@ -779,6 +788,11 @@ class PatternAutomaton:
         # NOT, timed-out runs and anchors need each run's node (the lazy DFA keeps automaton states)
         self.dfa = self.history_free and not self.anchored and not self.deadline_work and not self.no_skip
         self.track = not self.dfa
+        # an anchored history-free rule takes the general path (anchors need nodes), but its runs
+        # in one automaton state still share their future: _advance keeps the most preferred
+        # of them, as the DFA does, or (A|B)+ $ would hold 2^n runs (the growth check, which
+        # counts on that merge, gives it no budget, and the cap dropped the earliest start rows)
+        self.merge_runs = self.history_free and not self.deadline_work and not self.no_skip
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]
         self.dfa_ids: dict[tuple[int, ...], int] = {(): 0}

@@ -338,6 +338,9 @@ class TracingAutomaton(PatternAutomaton):
         self.dfa = False
         self.track = True
         self._dead = []
+        # and shows each run's own fate: runs the engine merges (the DFA, or merge_runs on an
+        # anchored rule) are followed one by one, to the same rows
+        self.merge_runs = False
 
     def bind(self, trace: Trace) -> None:
         self.trace = trace

@@ -7,6 +7,12 @@ restore in the middle, and one event at a time, and compares each key's rows, in
 plain look at a later row). Short keys with random patterns exercise the automaton's corners;
 keys of hundreds of rows with fixed patterns exercise batch cuts past the 64-row runs and the
 rows held back for ``NEXT``.
+
+A pattern whose partial matches can multiply with every row (``(A|B)+`` where both can take a row
+and a condition is not row-local; :func:`patterns.growth.find_growth`) gets a default work budget
+that drops runs and may change the answer (docs/reliability.md, "Work per event"). The comparisons
+run such a rule with a budget no key reaches, and check the default budget apart: it gives the
+reference's rows unless it dropped partial matches.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cep.operator import PatternOperator
@@ -156,14 +162,24 @@ def build_sql(pattern: A.Pattern, conds: dict[str, int], skip: str, within: int 
     )
 
 
+# the work budget of a rule whose runs can multiply: more partial matches than any key here holds
+NO_BUDGET = 1_000_000
+
+
+def exact_budget(sql: str) -> int | None:
+    """``max_steps_per_event`` that leaves the rule exact: None (no budget by default) unless the
+    check flags its runs as multiplying, which gives it a default budget that drops runs."""
+    return None if PatternOperator(parse_rule_text(sql).compiled).automaton.growth is None else NO_BUDGET
+
+
 def feed(sql: str, events: list[dict], cuts: list[int] | None, restore_at: int | None = None,
-         ttl: int | None = None) -> list[dict]:
+         ttl: int | None = None, budget: int | None = None) -> list[dict]:
     """Events in batches cut at ``cuts`` (None: one batch); snapshot and restore after batch
-    ``restore_at``; then the end of input."""
+    ``restore_at``; then the end of input. ``budget``: the rule's ``max_steps_per_event``."""
     rule = parse_rule_text(sql)
 
     def make():
-        op = PatternOperator(rule.compiled, name="r")
+        op = PatternOperator(rule.compiled, name="r", max_steps_per_event=budget)
         op.row_ids = True
         op.idle_state_ttl_ms = ttl
         return op
@@ -221,10 +237,12 @@ def check_all_batchings(sql, events, want_by_key, rnd, sizes, ttl=None):
     """One batch, random chunks with a restore in the middle, one at a time: the reference's rows,
     and the very same rows (``_id`` included) every way."""
     cuts = random_cuts(rnd, len(events), sizes)
+    budget = exact_budget(sql)
     runs = {
-        "one batch": feed(sql, events, None, ttl=ttl),
-        "chunks": feed(sql, events, cuts, restore_at=len(cuts) // 2 if cuts else None, ttl=ttl),
-        "one at a time": feed(sql, events, list(range(1, len(events))), restore_at=len(events) // 3, ttl=ttl),
+        "one batch": feed(sql, events, None, ttl=ttl, budget=budget),
+        "chunks": feed(sql, events, cuts, restore_at=len(cuts) // 2 if cuts else None, ttl=ttl, budget=budget),
+        "one at a time": feed(sql, events, list(range(1, len(events))), restore_at=len(events) // 3, ttl=ttl,
+                              budget=budget),
     }
     for how, rows in runs.items():
         for key, want in want_by_key.items():
@@ -232,6 +250,16 @@ def check_all_batchings(sql, events, want_by_key, rnd, sizes, ttl=None):
     ids = {how: sorted(r["_id"] for r in rows) for how, rows in runs.items()}
     assert ids["one batch"] == ids["chunks"] == ids["one at a time"]
     assert len(set(ids["one batch"])) == len(ids["one batch"])
+    if budget is not None:
+        # the default budget: the same rows unless it dropped partial matches (and said so)
+        op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+        op.row_ids = True
+        op.idle_state_ttl_ms = ttl
+        rows = op.process(events).matches + op.finish().matches
+        if op.stats.budget_dropped == 0:
+            assert sorted(r["_id"] for r in rows) == ids["one batch"], sql
+            for key, want in want_by_key.items():
+                assert engine_sequence(rows, key) == want, ("default budget", sql, key)
 
 
 # ------------------------------------------------------------------ random patterns, short keys
@@ -260,8 +288,23 @@ def short_cases(draw):
     return pattern, conds, skip, within, unmatched, keys, seed
 
 
+# (A|B)+? $ over [0,0,0,0,0,0,1,2] with B AS B.x < NEXT(B.x): A and B both take rows 5 and 6, and
+# B's condition is not row-local, so the runs of every start row double there and the default
+# work budget dropped row 0's (the engine started the match at row 1). Found by this test.
+RELUCTANT_ALT_END = A.PSeq((A.PQuant(A.PAlt((A.PVar("A"), A.PVar("B"))), 1, None, False), END))
+BUDGET_XS = [0, 0, 0, 0, 0, 0, 1, 2]
+# (A|B)+ $ with row-local conditions that both hold on every row: anchored, so not on the DFA path;
+# its runs in one automaton state share their future and must be merged (12 rows made 2^12 runs
+# per start row, the cap dropped the earliest, and the match started at row 2).
+GREEDY_ALT_END = A.PSeq((A.PQuant(A.PAlt((A.PVar("A"), A.PVar("B"))), 1, None), END))
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(short_cases())
+@example((RELUCTANT_ALT_END, {"A": 0, "B": 3}, "PAST_LAST_ROW", None, False, [BUDGET_XS], 0))
+@example((RELUCTANT_ALT_END, {"A": 0, "B": 3}, "PAST_LAST_ROW", None, True, [BUDGET_XS], 1))
+@example((RELUCTANT_ALT_END, {"A": 0, "B": 8}, "TO_NEXT_ROW", 9, True, [BUDGET_XS, [1, 0, 2]], 2))
+@example((GREEDY_ALT_END, {"A": 0, "B": 2}, "PAST_LAST_ROW", None, False, [[0] * 12], 3))
 def test_random_patterns_match_the_reference_whatever_the_batching(case):
     pattern, conds, skip, within, unmatched, keys, seed = case
     sql = build_sql(pattern, conds, skip, within, unmatched)
@@ -272,6 +315,53 @@ def test_random_patterns_match_the_reference_whatever_the_batching(case):
         for k, xs in enumerate(keys)
     }
     check_all_batchings(sql, events, want, random.Random(seed), [1, 2, 3, 5, 8])
+
+
+@pytest.mark.parametrize("unmatched", [False, True])
+def test_reluctant_alternation_before_the_end_anchor_starts_at_the_first_row(unmatched):
+    """``(A|B)+? $`` with ``NEXT`` in B's condition: the match starts at row 0, as the standard
+    (and the reference) says; only the default work budget, which the check attaches to this
+    pattern because its runs multiply where A and B overlap, may drop that start row, and then it
+    counts what it dropped."""
+    conds = {"A": 0, "B": 3}  # A AS A.x < 3, B AS B.x < NEXT(B.x): both hold on rows 5 and 6
+    sql = build_sql(RELUCTANT_ALT_END, conds, "PAST_LAST_ROW", None, unmatched)
+    events, tss = events_for([BUDGET_XS])
+    want = reference_sequence(RELUCTANT_ALT_END, conds, "PAST_LAST_ROW", BUDGET_XS, tss[0], None, None, unmatched)
+    # reluctant: the first row that can end a match at '$' is the last; A is preferred to B
+    assert want == [(1, i, "A") for i in range(8)]
+    assert PatternOperator(parse_rule_text(sql).compiled).automaton.growth is not None
+    assert exact_budget(sql) == NO_BUDGET
+    for cuts in (None, [1, 5, 6, 7], list(range(1, 8))):
+        assert engine_sequence(feed(sql, events, cuts, budget=NO_BUDGET), 0) == want, cuts
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.row_ids = True
+    got = engine_sequence(op.process(events).matches + op.finish().matches, 0)
+    assert got == want or op.stats.budget_dropped > 0
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("anchor", ["$", "^"])
+def test_anchored_rules_without_history_merge_their_runs(greedy, anchor):
+    """``(A|B)+ $`` and ``^ (A|B)+`` where A and B both hold on every row: the runs of a start row
+    that reach one automaton state are one (their futures are the same; the preferred is kept),
+    so a start row holds a few runs, not 2^n, and no cap cuts the match short."""
+    loop = A.PQuant(A.PAlt((A.PVar("A"), A.PVar("B"))), 1, None, greedy)
+    pattern = A.PSeq((loop, END) if anchor == "$" else (BEGIN, loop))
+    conds = {"A": 0, "B": 2}  # A AS A.x < 3, B always
+    xs = [0] * 40
+    sql = build_sql(pattern, conds, "PAST_LAST_ROW", None, False)
+    events, tss = events_for([xs])
+    want = reference_sequence(pattern, conds, "PAST_LAST_ROW", xs, tss[0], None, None, False)
+    # greedy: one match of every row from row 0 (with '$': a reluctant one too; with '^' the
+    # reluctant loop stops after row 0)
+    assert want == [(1, i, "A") for i in range(40 if greedy or anchor == "$" else 1)]
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    op.row_ids = True
+    got = engine_sequence(op.process(events).matches + op.finish().matches, 0)
+    assert got == want
+    assert op.automaton.growth is None and not op.automaton.dfa
+    assert op.stats.partial_matches_dropped == 0 and op.stats.cap_hits == 0
+    assert op.stats.partial_matches_peak <= 3 * len(xs)  # a few runs per start row, not 2^n
 
 
 # ------------------------------------------------------------------ fixed patterns, long keys
