@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import itertools
 import pickle
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -779,14 +779,15 @@ class WindowOperator:
                 self._join_saved = joined
 
 
-@functools.lru_cache(maxsize=256)
 def _row_maker(names: tuple[str, ...]) -> Callable[[list[list]], list[dict]]:
-    """A function turning columns into row dicts with these keys, written as a dict display: about
-    twice as fast as ``dict(zip(names, values))`` per row, which counts with every window emitted."""
-    args = [f"_{i}" for i in range(len(names))]
-    body = ", ".join(f"{n!r}: {a}" for n, a in zip(names, args))  # repr: any name is a literal
-    src = f"lambda cols: [{{{body}}} for ({', '.join(args)},) in zip(*cols)]"
-    return eval(src, {"zip": zip})  # noqa: S307 - source built from reprs of names only
+    """A function turning columns into row dicts with these keys. ``map`` keeps the loop in C; a
+    faster dict display would need source text evaluated at run time, which no module does
+    (tests/reliability/test_hostile_rules.py)."""
+
+    def rows(cols: list[list]) -> list[dict]:
+        return list(map(dict, map(zip, itertools.repeat(names), zip(*cols))))
+
+    return rows
 
 
 def _walk_cols(e: A.Expr):
