@@ -339,6 +339,9 @@ class TracingAutomaton(PatternAutomaton):
         self.track = True
         self._dead = []
 
+    def _lane_plan(self) -> None:
+        return None  # explain traces each partial match's runs: no start rows as arrays
+
     def bind(self, trace: Trace) -> None:
         self.trace = trace
         self.conditions = Conditions(self)
