@@ -164,9 +164,10 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
                 if pc_r >= 0 or (r >= 0 and vid != r):
                     return None
                 r, pc_r = vid, pc
-        if sum(1 for pc in cur if moves[pc][3]) > 1:
+        if sum(1 for pc in cur if (moves[pc] or (0, False, (), False))[3]) > 1:
             return None
-        nxt = moves[pc_r][2] if pc_r >= 0 else ()
+        mr = moves[pc_r] if pc_r >= 0 else None
+        nxt = mr[2] if mr is not None else ()
         if not cur:
             break
         if nxt == cur:
@@ -466,8 +467,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     bit_r, bit_b = 1 << plan.r, 1 << plan.b
     cond_r, cond_b = plan.cond[plan.r], plan.cond[plan.b]
     has_r, has_b, greedy, nthreads, last = plan.has_r, plan.has_b, plan.greedy, plan.nthreads, plan.last
-    upd_r = [(slot, a.aggs[slot]) for slot in plan.aggs if a.aggs[slot].vars is None or plan.r in a.aggs[slot].vars]
-    upd_b = [(slot, a.aggs[slot]) for slot in plan.aggs if a.aggs[slot].vars is None or plan.b in a.aggs[slot].vars]
+    upd_r, upd_b, upd_s = (_updates(a, plan, v) for v in (plan.r, plan.b, plan.s))
     need_prev = bool(plan.prev_cols)
     agg_args = [a.aggs[slot].arg for slot in plan.aggs if a.aggs[slot].arg is not None]
 
@@ -477,13 +477,12 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     # a start row needs no node when S's condition reads nothing of the match, and its values
     # are exact as floats (checked per row below)
     direct_start = hist[plan.s] is None
-    upd_s = [(slot, a.aggs[slot]) for slot in plan.aggs if a.aggs[slot].vars is None or plan.s in a.aggs[slot].vars]
     pending: list[int] = []
     lanes = st.lanes
     live_ids: list[int] = []
     general = 0  # live start rows on the general path (node chains)
     if lanes is None or lanes.plan is not plan or lanes.n > 2 * len(attempts) + 256:
-        old, lanes = lanes, _Lanes(plan, 2 * len(attempts) + (e - s))
+        lanes = _Lanes(plan, 2 * len(attempts) + (e - s))
         st.lanes = lanes
         for att in attempts:
             th = att.threads
@@ -602,10 +601,11 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                         if v is not None:
                             lanes.sums[slot][took] += _num(v)
                             lanes.cnts[slot][took] += 1
-                    alive = nthreads[np.minimum(lanes.k[took], last)] > 0
-                    if not plan.loops and not alive.all():
-                        ok_r[ok_r] = alive
-                        took = took[alive]
+                    if not plan.loops:  # R{n,m}: a start row that took m R rows and no B ends
+                        alive = nthreads[np.minimum(lanes.k[took], last)] > 0
+                        if not alive.all():
+                            ok_r[ok_r] = alive
+                            took = took[alive]
                 if not ok_r.all():
                     for i in live[~ok_r].tolist():
                         lanes.objs[i].threads = a._dead
@@ -620,8 +620,9 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 attempts.append(att)
                 pending.append(i)
             elif m & start_bits and rno >= st.resume:
-                att = _new_attempt(a, st, rno, t, m, row, stats, hist, init_later)
-                if att is not None:
+                got_att = _new_attempt(a, st, rno, t, m, row, stats, hist, init_later)
+                if got_att is not None:
+                    att = got_att
                     attempts.append(att)
                     got = _to_lane(a, st, att) if att.threads else None
                     if got is not None:
@@ -662,6 +663,16 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
         rows.extend(rows_all[mat:e] if rows_all is not None else zip(*[c[mat:e] for c in cols]))
     if len(rows) > 128:
         a._trim(st)
+
+
+def _updates(a: PatternAutomaton, plan: LanePlan, vid: int) -> list[tuple[int, Any]]:
+    """The aggregates the conditions read that a row taken as variable ``vid`` updates."""
+    out = []
+    for slot in plan.aggs:
+        vs = a.aggs[slot].vars
+        if vs is None or vid in vs:
+            out.append((slot, a.aggs[slot]))
+    return out
 
 
 def _exact(row: tuple, prev: tuple | None, plan: LanePlan, agg_args: list) -> bool:

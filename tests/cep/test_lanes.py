@@ -115,7 +115,7 @@ def _counters(op: PatternOperator) -> tuple:
             s.eval_errors, op.counts.processed)
 
 
-@settings(max_examples=24, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(sorted(SHAPES)), seed=st.integers(0, 10_000), keys=st.integers(1, 3),
        n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans())
 def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n, ncuts, snap):
