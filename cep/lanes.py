@@ -36,7 +36,9 @@ USE_LANES = os.environ.get("CEP_LANES", "1") != "0"
 
 # the most R rows a pattern may require before its loop (R{n,}: n); longer chains stay general
 _MAX_CHAIN = 4096
-_EXACT = float(2**53)  # numbers beyond this are not exact as float64: such rows take the general path
+_EXACT = float(2**53)
+# R{n,m} with m below this keeps at most m + 2 start rows per key alive: the general path serves it
+_MIN_BOUND = 16  # numbers beyond this are not exact as float64: such rows take the general path
 
 
 class _Odd(Exception):
@@ -178,6 +180,8 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
         states.append(nxt)
     if r < 0 or b < 0 or r == b:
         return None
+    if not loops and len(states) < _MIN_BOUND:
+        return None  # few live start rows per key: numpy's per-call cost would outweigh them
     plan = LanePlan(a, s, r, b, states, loops)
     for vid in (r, b):
         e = a.hist_exprs[vid]

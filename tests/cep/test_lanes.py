@@ -62,7 +62,7 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     "reluctant_last": (
         """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
            MEASURES S.ts AS t0, B.ts AS t1, COUNT(*) AS n
-           PATTERN (S R{2,6}? B)
+           PATTERN (S R{2,30}? B)
            DEFINE S AS S.x > 4, R AS R.x >= S.x, B AS B.x < LAST(R.x) - 1)""",
         {"S": lambda x, v, i, a: x[i] > 4, "R": lambda x, v, i, a: x[i] >= x[a[0][0]], "B": _b_last},
     ),
@@ -200,6 +200,7 @@ def test_shapes_the_path_declines():
         ("S R+ B", "R AS NOT (R.x > S.x), B AS B.x < S.x"),  # NOT: NULL is not FALSE
         ("S R+ B", "R AS R.x > S.x, B AS B.x < MAX(R.x)"),  # MIN/MAX
         ("(S R)+ B", "R AS R.x > S.x, B AS B.x < S.x"),
+        ("S R{2,5} B", "R AS R.x > S.x, B AS B.x < S.x"),  # at most 7 live start rows per key
     ]:
         sql = f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES S.ts AS t0
                   PATTERN ({pattern}) DEFINE {define})"""
