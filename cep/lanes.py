@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from cep.expressions import Node
 from patterns import ast as A
 from patterns.compiler import OP_VAR
 
-if TYPE_CHECKING:
-    from cep.expressions import Node
-    from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
+# cep.nfa imports this module: its classes are named here, not imported (no import circle); the
+# automaton hands over its Attempt class (PatternAutomaton.attempt_class)
+Attempt = Any
+KeyState = Any
+PatternAutomaton = Any
+StepStats = Any
 
 __all__ = ["LanePlan", "LaneRun", "lane_plan", "step_key_lanes", "lane_threads", "USE_LANES"]
 
@@ -475,8 +479,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     need_prev = bool(plan.prev_cols)
     agg_args = [a.aggs[slot].arg for slot in plan.aggs if a.aggs[slot].arg is not None]
 
-    from cep.nfa import Attempt
-
+    new_attempt = a.attempt_class
     max_runs = int(nthreads.max())
     # a start row needs no node when S's condition reads nothing of the match, and its values
     # are exact as floats (checked per row below)
@@ -617,7 +620,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
             # a new start row
             if m & start_bits and rno >= st.resume and direct_start and _start_exact(row, plan, agg_args):
                 # S has no condition on the match: the start row's lane, without a node
-                att = Attempt(rno, t, None)
+                att = new_attempt(rno, t, None)
                 sums, cnts = _start_aggs(row, upd_s, plan)
                 i = lanes.add(att, row, 0, sums, cnts, plan)
                 att.threads = LaneRun(lanes, i)
@@ -740,9 +743,7 @@ def _contrib(env: _Env, upd: list, row: tuple, plan: LanePlan) -> None:
 
 def _new_attempt(a: PatternAutomaton, st: KeyState, rno: int, t: int, m: int, row: tuple, stats: StepStats,
                  hist, init_later) -> Attempt | None:
-    from cep.nfa import Attempt
-
-    att = Attempt(rno, t, [])
+    att = a.attempt_class(rno, t, [])
     att.threads = a._advance(att, init_later, m, rno, row, st, stats, hist)
     return att if att.threads or att.best is not None else None
 

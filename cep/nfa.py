@@ -121,6 +121,8 @@ class StepStats:
 class PatternAutomaton:
     """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
 
+    attempt_class = Attempt  # (cep/lanes.py builds attempts without importing this module)
+
     def __init__(
         self,
         cp: CompiledPattern,
