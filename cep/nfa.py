@@ -28,6 +28,7 @@ from cep.expressions import (
     split_conjuncts,
     truthy,
 )
+from cep.lanes import LanePlan, lane_match, lane_plan, step_key_lanes
 from patterns import ast as A
 from patterns.compiler import OP_BEGIN, OP_END, OP_IGNORE, OP_MATCH, OP_VAR, CompiledPattern
 from patterns.growth import GROWING_PATTERN_STEPS, find_growth
@@ -75,7 +76,7 @@ class KeyState:
     """One partition key's runtime state: retained rows, live attempts, match counter."""
 
     __slots__ = ("rows", "base", "nrows", "attempts", "resume", "match_number", "last_ts", "deferred",
-                 "unmatched_from", "covered_end")
+                 "unmatched_from", "covered_end", "lanes")
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []  # rows [base, base + len(rows)) of the partition
@@ -92,6 +93,7 @@ class KeyState:
         # last row of the matches output so far
         self.unmatched_from = 0
         self.covered_end = -1
+        self.lanes: Any = None  # the lane path's arrays of this key's start rows (cep/lanes.py)
 
 
 @dataclass
@@ -118,6 +120,8 @@ class StepStats:
 
 class PatternAutomaton:
     """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
+
+    attempt_class = Attempt  # (cep/lanes.py builds attempts without importing this module)
 
     def __init__(
         self,
@@ -213,6 +217,7 @@ class PatternAutomaton:
         self.local_kernels: list[list[Callable]] = [[] for _ in range(self.nvars)]
         self.local_exprs: list[list[A.Expr]] = [[] for _ in range(self.nvars)]
         self.hist: list[Callable | None] = [None] * self.nvars
+        self.hist_exprs: list[A.Expr | None] = [None] * self.nvars  # what hist[] evaluates
         self.row_local_fns: list[list[Callable]] = [[] for _ in range(self.nvars)]
         max_back = 0
         for vid, expr in cp.defines.items():
@@ -232,6 +237,7 @@ class PatternAutomaton:
             if rest:
                 cond = rest[0] if len(rest) == 1 else A.Logical("AND", tuple(rest))
                 self.hist[vid] = compile_match_expr(cond, layout, vid)
+                self.hist_exprs[vid] = cond
         self.history_free = all(h is None for h in self.hist)
 
         # MEASURES
@@ -270,6 +276,11 @@ class PatternAutomaton:
         self._init_dfa()
         self.fast_plan = self._fast_plan()
         self._fast_cache: dict[tuple[int, ...], list[int]] = {}
+        # many live start rows of a linear pattern as arrays (cep/lanes.py), or None
+        self.lanes: LanePlan | None = self._lane_plan()
+
+    def _lane_plan(self) -> LanePlan | None:
+        return lane_plan(self)
 
     # ------------------------------------------------------------------ compile helpers
     def _closure(self, pc: int, at_start: bool = False) -> tuple[int, ...]:
@@ -372,6 +383,8 @@ class PatternAutomaton:
         rows are already in ``st.rows`` (from partition row ``st.nrows`` on, maybe with more known
         rows after them), so none is appended or dropped here.
         """
+        if self.lanes is not None:
+            return step_key_lanes(self, st, cols, s, e, masks, ts, emit, stats, candidates, rows_all, materialised)
         if self.dfa:
             return self._step_key_dfa(st, cols, s, e, masks, ts, emit, stats, candidates, rows_all, materialised)
         start_rno = st.nrows - s  # partition row number of batch row j is start_rno + j
@@ -606,11 +619,13 @@ class PatternAutomaton:
         if self.on_cap == "skip_key":
             # forget every partial match of the key; it starts afresh from the next row
             for a in st.attempts:
-                stats.partial_matches_dropped += len(a.threads) if isinstance(a.threads, list) else 1
+                stats.partial_matches_dropped += 1 if isinstance(a.threads, int) else len(a.threads)
             st.attempts.clear()
             return
+
         def size(a: Attempt) -> int:
-            return len(a.threads) if isinstance(a.threads, list) else 1
+            # a DFA state is one run; a list or a lane (cep/lanes.py) has its runs' count
+            return 1 if isinstance(a.threads, int) else len(a.threads)
 
         live = sum(size(a) for a in st.attempts)
         while live > self.max_partial_matches and len(st.attempts) > 1:
@@ -934,6 +949,8 @@ class PatternAutomaton:
         With a fast measure plan the match stays a :class:`FastMatch` (the variable of each row);
         otherwise it becomes a node chain, as the general path builds.
         """
+        if not self.dfa:  # a match found by the lane path (cep/lanes.py) holds its last row
+            return lane_match(self, st, a, end)
         consumers = self._consumers(st, a, end)
         ins = self.ins
         start = a.start

@@ -39,6 +39,7 @@ from cep.events import (
     unit_hint,
 )
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
+from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
@@ -450,7 +451,7 @@ class PatternOperator:
             total += self._keyed.live()
         for key in self.active:
             for a in self.states[key].attempts:
-                total += len(a.threads) if isinstance(a.threads, list) else (1 if a.threads else 0)
+                total += (1 if a.threads else 0) if isinstance(a.threads, int) else len(a.threads)
         return total
 
     def finish(self) -> OperatorOutput:
@@ -688,7 +689,7 @@ class PatternOperator:
         import heapq
 
         def size(x: Attempt) -> int:
-            return len(x.threads) if isinstance(x.threads, list) else (1 if x.threads else 0)
+            return (1 if x.threads else 0) if isinstance(x.threads, int) else len(x.threads)
 
         cap = int(self.max_partial_matches_total or 0)
         live = {k: sum(size(x) for x in self.states[k].attempts) for k in self.active}
@@ -1313,15 +1314,24 @@ class PatternOperator:
             return nodes[id(node)]
 
         keys = []
+        keep: list = []
         for k, st in self.states.items():
             attempts = []
             for a in st.attempts:
+                best_at = a.best
                 if isinstance(a.threads, int):  # lazy-DFA attempt: its automaton states, by value
                     ds = self.automaton.dfa_states
                     threads: Any = ("dfa", ds[a.threads], [ds[x] for x in a.path])
+                elif isinstance(a.threads, LaneRun):  # a lane (cep/lanes.py): saved as the general path's runs
+                    built = lane_threads(self.automaton, st, a)
+                    keep.append(built)  # (nid keys nodes by id: built nodes must outlive the snapshot)
+                    threads = [(pc, nid(nd)) for pc, nd in built]
                 else:
                     threads = [(pc, nid(nd)) for pc, nd in a.threads]
-                best = ("row", a.best) if isinstance(a.best, int) else nid(a.best)
+                if isinstance(best_at, int) and self.automaton.lanes is not None:
+                    best_at = lane_match(self.automaton, st, a, best_at)
+                    keep.append(best_at)
+                best = ("row", best_at) if isinstance(best_at, int) else nid(best_at)
                 if a.timeout is None:
                     attempts.append((a.start, a.start_ts, threads, best))
                 else:

@@ -342,6 +342,9 @@ class TracingAutomaton(PatternAutomaton):
         # anchored rule) are followed one by one, to the same rows
         self.merge_runs = False
 
+    def _lane_plan(self) -> None:
+        return None  # explain traces each partial match's runs: no start rows as arrays
+
     def bind(self, trace: Trace) -> None:
         self.trace = trace
         self.conditions = Conditions(self)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from cep.lanes import LaneRun, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton
 from cep.operator import PatternOperator
 from cep.state_view.model import RuleView, key_dict, key_text, plain, time_text
@@ -115,7 +116,8 @@ def _attempt_view(a: PatternAutomaton, st: KeyState, att: Attempt, cols: list[st
                 "variables": _variables(rows)}
     # general path: runs (pc, node) in preference order; runs that share their rows are one sequence
     groups: dict[int, tuple[Any, list[int]]] = {}
-    for pc, node in att.threads:
+    threads = lane_threads(a, st, att) if isinstance(att.threads, LaneRun) else att.threads
+    for pc, node in threads:
         groups.setdefault(id(node), (node, []))[1].append(pc)
     node, pcs = next(iter(groups.values()))  # the most preferred sequence is the one shown
     rows = []
@@ -124,7 +126,7 @@ def _attempt_view(a: PatternAutomaton, st: KeyState, att: Attempt, cols: list[st
         values = _values(st.rows[i], cols) if 0 <= i < len(st.rows) else {}
         rows.append({"row": nd.rno, "variable": a.var_names[nd.vid], "excluded": bool(nd.excl), "values": values})
     best = att.best.rno if att.best is not None and not isinstance(att.best, int) else att.best
-    out = {**base, "runs": len(att.threads), "waiting_for": _waiting(a, pcs), "rows": rows,
+    out = {**base, "runs": len(threads), "waiting_for": _waiting(a, pcs), "rows": rows,
            "match_found_up_to_row": best, "variables": _variables(rows)}
     if len(groups) > 1:
         out["other_row_sequences"] = len(groups) - 1

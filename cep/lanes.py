@@ -1,0 +1,770 @@
+"""Many live start rows at once: a linear pattern's partial matches of a key as numpy arrays.
+
+For a pattern of the shape ``S R{n,m} B`` (a first variable taken once, one repeated variable,
+one closing variable) every partial match that starts at a row is one run: its start row and how
+many ``R`` rows it took. A condition that reads only the current row, the start row's columns
+(``S.close``), the previous row (``LAST(R.close)`` when ``R`` is the last variable taken) and
+running ``COUNT``/``SUM``/``AVG`` aggregates is then a function of a few numbers per start row, so
+one numpy expression evaluates it for every live start row of the key instead of one Python
+evaluation per partial match. Rows, preference, skip, caps, ``WITHIN`` and snapshots are the
+general path's: start rows are still :class:`cep.nfa.Attempt` objects in ``KeyState.attempts``
+(their ``threads`` a :class:`LaneRun` while on this path), and a partial match becomes a node
+chain (the general path's form) whenever something needs one: a snapshot, ``cep state``, a row
+whose values are not numbers, or a match to output.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from typing import Any, Callable
+
+import numpy as np
+
+from cep.expressions import Node
+from patterns import ast as A
+from patterns.compiler import OP_VAR
+
+# cep.nfa imports this module: its classes are named here, not imported (no import circle); the
+# automaton hands over its Attempt class (PatternAutomaton.attempt_class)
+Attempt = Any
+KeyState = Any
+PatternAutomaton = Any
+StepStats = Any
+
+__all__ = ["LanePlan", "LaneRun", "lane_plan", "step_key_lanes", "lane_threads", "USE_LANES"]
+
+# The switch: CEP_LANES=0 in the environment (or this set False before an engine is built) keeps
+# every rule on the general path, so tests and benchmarks can compare both.
+USE_LANES = os.environ.get("CEP_LANES", "1") != "0"
+
+# the most R rows a pattern may require before its loop (R{n,}: n); longer chains stay general
+_MAX_CHAIN = 4096
+_EXACT = float(2**53)
+# R{n,m} with m below this keeps at most m + 2 start rows per key alive: the general path serves it
+_MIN_BOUND = 16  # numbers beyond this are not exact as float64: such rows take the general path
+
+
+class _Odd(Exception):
+    """A value the vectorised form cannot take exactly (a string, a bool, a huge integer)."""
+
+
+class LaneRun:
+    """The runs of one start row on this path: its index into its key's arrays (:class:`_Lanes`).
+
+    Truthy while alive (dead start rows hold the general path's empty list); ``len`` is the
+    number of runs the general path would hold for it (counters and caps count runs).
+    """
+
+    __slots__ = ("lanes", "i")
+
+    def __init__(self, lanes: _Lanes, i: int):
+        self.lanes = lanes
+        self.i = i
+
+    @property
+    def k(self) -> int:
+        """The R rows it took."""
+        return int(self.lanes.k[self.i])
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        p = self.lanes.plan
+        return int(p.nthreads[min(self.k, p.last)])
+
+    def aggs(self) -> tuple[tuple, tuple]:
+        lanes, i = self.lanes, self.i
+        return (tuple(float(lanes.sums[x][i]) for x in lanes.plan.aggs),
+                tuple(int(lanes.cnts[x][i]) for x in lanes.plan.aggs))
+
+
+class LanePlan:
+    """What the path needs of an automaton: its variables, the run states per ``k`` and the conditions."""
+
+    def __init__(self, a: PatternAutomaton, s: int, r: int, b: int, states: list[tuple[int, ...]], loops: bool):
+        self.s, self.r, self.b = s, r, b
+        self.states = states  # the runs (pcs) after k R rows; the last one repeats when ``loops``
+        self.last = len(states) - 1
+        self.loops = loops
+        self.has_r = np.array([any(a.ins[pc][1] == r for pc in st) for st in states], dtype=bool)
+        self.has_b = np.array([any(a.ins[pc][1] == b for pc in st) for st in states], dtype=bool)
+        # greedy: the R run comes before the B run (a B match does not cut the R run)
+        self.greedy = np.array(
+            [not (st and a.ins[st[0]][1] == b and len(st) > 1) for st in states], dtype=bool
+        )
+        self.nthreads = np.array([len(st) for st in states], dtype=np.int64)
+        self.s_cols: list[int] = []  # row columns of the start row the conditions read
+        self.aggs: list[int] = []  # aggregate slots the conditions read
+        self.cur_cols: list[int] = []  # current-row columns (for the odd-value check)
+        self.prev_cols: list[int] = []
+        self.cond: dict[int, Callable[[_Env], Any] | None] = {}
+        self.zero_sums: tuple = ()
+        self.zero_cnts: tuple = ()
+
+
+class _Env:
+    """What one vectorised condition reads: the row, the live lanes' values."""
+
+    __slots__ = ("row", "prev", "k", "svals", "sums", "cnts", "add_sum", "add_cnt", "n")
+
+    def __init__(self) -> None:
+        self.row: tuple = ()
+        self.prev: tuple | None = None
+        self.k: np.ndarray = np.zeros(0, np.int64)
+        self.svals: dict[int, np.ndarray] = {}
+        self.sums: dict[int, np.ndarray] = {}
+        self.cnts: dict[int, np.ndarray] = {}
+        self.add_sum: dict[int, Any] = {}  # the current row's contribution to each aggregate
+        self.add_cnt: dict[int, int] = {}
+        self.n = 0
+
+
+def _num(v: Any) -> float:
+    """A column value as a float64, NULL as NaN; anything else cannot be taken exactly."""
+    if v is None:
+        return np.nan
+    t = type(v)
+    if t is float:
+        return v
+    if t is int and -_EXACT <= v <= _EXACT:
+        return float(v)
+    raise _Odd(v)
+
+
+def lane_plan(a: PatternAutomaton) -> LanePlan | None:
+    """The plan for automaton ``a``, or None when the path does not apply (see the module doc)."""
+    if not USE_LANES or a.dfa or a.anchored or a.has_not or a.timeout_rows or a.no_skip:
+        return None
+    if a.skip.mode != "PAST_LAST_ROW" or a.max_steps is not None or a.lookahead or a.with_unmatched:
+        return None
+    if a.max_partial_matches < 2 or a.max_next:
+        return None
+    ins, moves = a.ins, a.moves
+    if len(a.start_closure) != 1 or a.first_closure != a.start_closure:
+        return None
+    pc_s = a.start_closure[0]
+    mv = moves[pc_s]
+    if ins[pc_s][0] != OP_VAR or mv is None or mv[1] or mv[3]:
+        return None
+    s = mv[0]
+    r = b = -1
+    states: list[tuple[int, ...]] = [mv[2]]
+    loops = False
+    while True:
+        cur = states[-1]
+        pc_r = -1
+        for pc in cur:
+            m = moves[pc]
+            if ins[pc][0] != OP_VAR or m is None or m[1]:
+                return None
+            vid, _, targets, completes = m
+            if vid == s:
+                return None
+            if completes:  # the closing variable: it completes the match and nothing outranks it
+                if targets or (b >= 0 and vid != b):
+                    return None
+                b = vid
+            else:
+                if pc_r >= 0 or (r >= 0 and vid != r):
+                    return None
+                r, pc_r = vid, pc
+        if sum(1 for pc in cur if (moves[pc] or (0, False, (), False))[3]) > 1:
+            return None
+        mr = moves[pc_r] if pc_r >= 0 else None
+        nxt = mr[2] if mr is not None else ()
+        if not cur:
+            break
+        if nxt == cur:
+            loops = True
+            break
+        if nxt in states or len(states) > _MAX_CHAIN:
+            return None
+        states.append(nxt)
+    if r < 0 or b < 0 or r == b:
+        return None
+    if not loops and len(states) < _MIN_BOUND:
+        return None  # few live start rows per key: numpy's per-call cost would outweigh them
+    plan = LanePlan(a, s, r, b, states, loops)
+    for vid in (r, b):
+        e = a.hist_exprs[vid]
+        if e is None:
+            plan.cond[vid] = None
+            continue
+        try:
+            plan.cond[vid] = _compile(e, a, plan, vid)
+        except _Unsupported:
+            return None
+    plan.zero_sums, plan.zero_cnts = (0.0,) * len(plan.aggs), (0,) * len(plan.aggs)
+    return plan
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callable[[_Env], Any]:
+    """Condition ``e`` of variable ``vid`` as a function of the lanes: a bool array (TRUE only).
+
+    Only monotone connectives (AND, OR, comparisons, BETWEEN) are taken, so NULL (NaN here) can
+    stand for FALSE: a NULL operand never turns a condition TRUE under them.
+    """
+    layout = a.layout
+    s, r, b = plan.s, plan.r, plan.b
+
+    def col_src(x: A.Column) -> Callable[[_Env], Any]:
+        i = layout.column(x.name)
+        vs = layout.var_set(x.var)
+        if vs is None or vs == frozenset([vid]):  # the row being tested
+            plan.cur_cols.append(i)
+            return lambda env: _num(env.row[i]) if i < len(env.row) else np.nan
+        if vs == frozenset([s]):
+            if i not in plan.s_cols:
+                plan.s_cols.append(i)
+            return lambda env: env.svals[i]
+        if vs == frozenset([r]) and vid == b:
+            # the last R row is the previous row once one R row was taken
+            plan.prev_cols.append(i)
+
+            def last_r(env: _Env) -> Any:
+                p = env.prev
+                v = _num(p[i]) if p is not None and i < len(p) else np.nan
+                return np.where(env.k >= 1, v, np.nan)
+
+            return last_r
+        if vs == frozenset([b]) and vid == r:
+            return lambda env: np.nan  # B is never bound while R rows are taken
+        raise _Unsupported(x)
+
+    def val(x: A.Expr) -> Callable[[_Env], Any]:
+        if isinstance(x, A.Literal):
+            v = x.value
+            if v is None:
+                return lambda env: np.nan
+            if type(v) not in (int, float) or abs(v) > _EXACT:
+                raise _Unsupported(x)
+            fv = float(v)
+            return lambda env: fv
+        if isinstance(x, A.Column):
+            return col_src(x)
+        if isinstance(x, A.Nav) and x.kind == "LAST" and x.offset == 0 and x.semantics == "RUNNING" \
+                and isinstance(x.arg, A.Column) and x.arg.var is not None:
+            return col_src(x.arg)
+        if isinstance(x, A.Unary):
+            f = val(x.operand)
+            return (lambda env: -f(env)) if x.op == "-" else f
+        if isinstance(x, A.Binary):
+            lf, rf = val(x.left), val(x.right)
+            lit_l = isinstance(x.left, A.Literal)
+            lit_r = isinstance(x.right, A.Literal)
+            if x.op == "+":
+                return lambda env: lf(env) + rf(env)
+            if x.op == "-":
+                return lambda env: lf(env) - rf(env)
+            if x.op == "*" and (lit_l or lit_r):  # (a product of two columns could pass 2**53)
+                return lambda env: lf(env) * rf(env)
+            if x.op == "/" and lit_r and x.right.value not in (0, None):  # type: ignore[attr-defined]
+                return lambda env: lf(env) / rf(env)
+            raise _Unsupported(x)
+        if isinstance(x, A.Agg):
+            if x.semantics != "RUNNING" or x.func not in ("COUNT", "SUM", "AVG"):
+                raise _Unsupported(x)
+            vars_ = layout.var_set(x.var) if x.var is not None else _arg_vars(x.arg, layout)
+            slot = layout.agg_slot(x.func, vars_, x.arg)
+            if slot not in plan.aggs:
+                plan.aggs.append(slot)
+            if x.func == "COUNT":
+                return lambda env: (env.cnts[slot] + env.add_cnt[slot]).astype(np.float64)
+            if x.func == "SUM":
+                def sum_(env: _Env) -> Any:
+                    c = env.cnts[slot] + env.add_cnt[slot]
+                    return np.where(c > 0, env.sums[slot] + env.add_sum[slot], np.nan)
+                return sum_
+
+            def avg(env: _Env) -> Any:
+                c = env.cnts[slot] + env.add_cnt[slot]
+                q = (env.sums[slot] + env.add_sum[slot]) / c  # (0/0 is NaN, x/0 inf: NULL below)
+                return q if c.all() else np.where(c > 0, q, np.nan)
+            return avg
+        raise _Unsupported(x)
+
+    def cond(x: A.Expr) -> Callable[[_Env], Any]:
+        if isinstance(x, A.Compare):
+            lf, rf, op = val(x.left), val(x.right), x.op
+            if op == "<>":
+                def ne(env: _Env) -> Any:
+                    u, v = lf(env), rf(env)
+                    return (u != v) & ~np.isnan(u) & ~np.isnan(v)
+                return ne
+            f = {"=": np.equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}[op]
+            return lambda env: f(lf(env), rf(env))
+        if isinstance(x, A.Between):
+            vf, lo, hi = val(x.operand), val(x.low), val(x.high)
+            if x.negated:  # TRUE only when every operand is known and the value is outside
+                def outside(env: _Env) -> Any:
+                    v, a_, b_ = vf(env), lo(env), hi(env)
+                    return ((v < a_) | (v > b_)) & ~np.isnan(a_) & ~np.isnan(b_)
+                return outside
+            return lambda env: (vf(env) >= lo(env)) & (vf(env) <= hi(env))
+        if isinstance(x, A.Logical):
+            fs = [cond(y) for y in x.args]
+            if x.op == "AND":
+                def and_(env: _Env) -> Any:
+                    out = _full(fs[0](env), env.n)
+                    for f in fs[1:]:
+                        if not out.any():  # (the rest cannot make a lane TRUE)
+                            break
+                        out = out & f(env)
+                    return out
+                return and_
+
+            def or_(env: _Env) -> Any:
+                out = fs[0](env)
+                for f in fs[1:]:
+                    out = out | f(env)
+                return out
+            return or_
+        raise _Unsupported(x)
+
+    f = cond(e)
+    return lambda env: _full(f(env), env.n)
+
+
+def _full(v: Any, n: int) -> np.ndarray:
+    """A condition's value as one bool per lane (a condition on the row alone is one bool)."""
+    if isinstance(v, np.ndarray) and v.shape == (n,):
+        return v
+    return np.full(n, bool(v))
+
+
+def _arg_vars(arg: A.Expr | None, layout: Any) -> frozenset[int] | None:
+    if arg is None:
+        return None
+    for col in A.walk_expr(arg):
+        if isinstance(col, A.Column) and col.var is not None:
+            return layout.var_set(col.var)
+    return None
+
+
+# ---------------------------------------------------------------------------------- node chains
+
+
+def lane_threads(a: PatternAutomaton, st: KeyState, att: Attempt) -> list[tuple[int, Node]]:
+    """The general path's runs of a start row on this path: (pc, node) in preference order."""
+    lr = att.threads
+    assert isinstance(lr, LaneRun)
+    plan = a.lanes
+    assert plan is not None
+    node = _chain(a, st, att.start, lr.k, None)
+    return [(pc, node) for pc in plan.states[min(lr.k, plan.last)]]
+
+
+def _chain(a: PatternAutomaton, st: KeyState, start: int, k: int, end_b: int | None) -> Node:
+    plan = a.lanes
+    assert plan is not None
+    rows, base = st.rows, st.base
+    node = a.new_node(start, plan.s, None, rows[start - base], False)
+    for rno in range(start + 1, start + 1 + k):
+        node = a.new_node(rno, plan.r, node, rows[rno - base], False)
+    if end_b is not None:
+        node = a.new_node(end_b, plan.b, node, rows[end_b - base], False)
+    return node
+
+
+def lane_match(a: PatternAutomaton, st: KeyState, att: Attempt, end: int) -> Node:
+    """The node chain of a match found on this path: S, then R rows, then B at ``end``."""
+    return _chain(a, st, att.start, end - att.start - 1, end)
+
+
+def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[int, tuple, tuple] | None:
+    """(k, sums, cnts) of a general-path start row that can go on this path, or None."""
+    plan = a.lanes
+    assert plan is not None
+    th = att.threads
+    if not isinstance(th, list) or not th:
+        return None
+    node = th[0][1]
+    if node is None or any(n is not node for _, n in th):
+        return None
+    k = node.n - 1
+    if tuple(pc for pc, _ in th) != plan.states[min(k, plan.last)]:
+        return None
+    if not plan.loops and k > plan.last:
+        return None
+    sums, cnts = [], []
+    for slot in plan.aggs:
+        spec = a.aggs[slot]
+        state = node.aggs[slot]
+        try:
+            if spec.func == "COUNT":
+                sums.append(0.0)
+                cnts.append(int(state))
+            else:
+                sums.append(_num(state[0]))
+                cnts.append(int(state[1]))
+        except _Odd:
+            return None
+    try:
+        row = st.rows[att.start - st.base]
+        for i in plan.s_cols:
+            _num(row[i] if i < len(row) else None)
+    except _Odd:
+        return None
+    return k, tuple(sums), tuple(cnts)
+
+
+# ---------------------------------------------------------------------------------- stepping
+
+
+class _Lanes:
+    """The arrays of one key's start rows on this path (``KeyState.lanes``), grown as rows start
+    and rebuilt from the live start rows when mostly dead."""
+
+    def __init__(self, plan: LanePlan, cap: int):
+        cap = max(cap, 16)
+        self.plan = plan
+        self.n = 0
+        self.start = np.zeros(cap, np.int64)
+        self.start_ts = np.zeros(cap, np.int64)
+        self.k = np.zeros(cap, np.int64)
+        self.svals = {i: np.zeros(cap) for i in plan.s_cols}
+        self.sums = {i: np.zeros(cap) for i in plan.aggs}
+        self.cnts = {i: np.zeros(cap, np.int64) for i in plan.aggs}
+        self.objs: list[Attempt] = []
+
+    def add(self, att: Attempt, row: tuple, k: int, sums: tuple, cnts: tuple, plan: LanePlan) -> int:
+        i = self.n
+        if i == len(self.start):
+            grow = lambda x: np.concatenate([x, np.zeros_like(x)])  # noqa: E731
+            self.start, self.start_ts, self.k = grow(self.start), grow(self.start_ts), grow(self.k)
+            self.svals = {c: grow(v) for c, v in self.svals.items()}
+            self.sums = {c: grow(v) for c, v in self.sums.items()}
+            self.cnts = {c: grow(v) for c, v in self.cnts.items()}
+        self.start[i] = att.start
+        self.start_ts[i] = att.start_ts
+        self.k[i] = k
+        for c in plan.s_cols:
+            self.svals[c][i] = _num(row[c] if c < len(row) else None)
+        for j, slot in enumerate(plan.aggs):
+            self.sums[slot][i] = sums[j]
+            self.cnts[slot][i] = cnts[j]
+        self.objs.append(att)
+        self.n += 1
+        return i
+
+
+def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, masks, ts, emit, stats: StepStats,
+                   candidates=None, rows_all=None, materialised: bool = False) -> None:
+    """:meth:`PatternAutomaton.step_key` for a rule with a lane plan (same contract, same rows)."""
+    plan = a.lanes
+    assert plan is not None
+    start_rno = st.nrows - s
+    st.nrows += e - s
+    if e > s:
+        st.last_ts = ts[e - 1]
+    max_back = a.max_back
+    rows = st.rows
+    mat = e if materialised else s
+    start_bits = a.start_bits
+    hist = a.hist
+    within = a.within
+    attempts = st.attempts
+    cap = a.max_partial_matches
+    init_later = [(pc, None) for pc in a.start_closure]
+    bit_r, bit_b = 1 << plan.r, 1 << plan.b
+    cond_r, cond_b = plan.cond[plan.r], plan.cond[plan.b]
+    has_r, has_b, greedy, nthreads, last = plan.has_r, plan.has_b, plan.greedy, plan.nthreads, plan.last
+    upd_r, upd_b, upd_s = (_updates(a, plan, v) for v in (plan.r, plan.b, plan.s))
+    need_prev = bool(plan.prev_cols)
+    agg_args = [a.aggs[slot].arg for slot in plan.aggs if a.aggs[slot].arg is not None]
+
+    new_attempt = a.attempt_class
+    max_runs = int(nthreads.max())
+    # a start row needs no node when S's condition reads nothing of the match, and its values
+    # are exact as floats (checked per row below)
+    direct_start = hist[plan.s] is None
+    pending: list[int] = []
+    lanes = st.lanes
+    live_ids: list[int] = []
+    general = 0  # live start rows on the general path (node chains)
+    if lanes is None or lanes.plan is not plan or lanes.n > 2 * len(attempts) + 256:
+        lanes = _Lanes(plan, 2 * len(attempts) + (e - s))
+        st.lanes = lanes
+        for att in attempts:
+            th = att.threads
+            if isinstance(th, LaneRun):  # (from the arrays being replaced)
+                sums, cnts = th.aggs()
+                i = lanes.add(att, rows[att.start - st.base], th.k, sums, cnts, plan)
+                att.threads = LaneRun(lanes, i)
+                live_ids.append(i)
+            elif th:
+                got = _to_lane(a, st, att)
+                if got is None:
+                    general += 1
+                    continue
+                i = lanes.add(att, rows[att.start - st.base], *got, plan)
+                att.threads = LaneRun(lanes, i)
+                live_ids.append(i)
+    else:
+        for att in attempts:
+            th = att.threads
+            if isinstance(th, LaneRun):
+                live_ids.append(th.i)
+            elif th:
+                got = _to_lane(a, st, att)
+                if got is None:
+                    general += 1
+                    continue
+                i = lanes.add(att, rows[att.start - st.base], *got, plan)
+                att.threads = LaneRun(lanes, i)
+                live_ids.append(i)
+    live = np.array(live_ids, dtype=np.int64)
+    env = _Env()
+
+    def demote() -> None:
+        """Every lane back to node chains (a row the arrays cannot take exactly)."""
+        nonlocal live, general
+        for i in live.tolist():
+            att = lanes.objs[i]
+            att.threads = lane_threads(a, st, att)
+            general += 1
+        live = live[:0]
+
+    j = s
+    ci = 0
+    ncand = len(candidates) if candidates is not None else 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        while j < e:
+            if not attempts and candidates is not None:
+                ci = bisect_left(candidates, max(j, st.resume - start_rno), ci)
+                if ci >= ncand:
+                    break
+                j = candidates[ci]
+                keep_from = j - max_back
+                if keep_from > mat and not st.deferred:
+                    rows = a._drop_before(st, start_rno + keep_from)
+                    mat = keep_from
+            if mat <= j:
+                upto = min(e, j + 64)
+                rows.extend(rows_all[mat:upto] if rows_all is not None else zip(*[c[mat:upto] for c in cols]))
+                mat = upto
+            m = masks[j]
+            rno = start_rno + j
+            row = rows[rno - st.base]
+            t = ts[j]
+            prev = rows[rno - 1 - st.base] if need_prev and rno - 1 >= st.base else None
+            if live.size and not _exact(row, prev, plan, agg_args):
+                demote()  # this row's values cannot be taken exactly as floats: node chains from here
+            # the start rows on the general path (rows the arrays could not take)
+            if general:
+                general = 0
+                for att in attempts:
+                    th = att.threads
+                    if not th or isinstance(th, LaneRun):
+                        continue
+                    if within is not None and t - att.start_ts >= within:
+                        a._within_ended(att, rno, stats)
+                        continue
+                    att.threads = a._advance(att, th, m, rno, row, st, stats, hist)
+                    if att.threads:
+                        general += 1
+            if live.size:
+                if within is not None:
+                    gone = (t - lanes.start_ts[live]) >= within
+                    if gone.any():
+                        for i in live[gone].tolist():
+                            a._within_ended(lanes.objs[i], rno, stats)
+                        live = live[~gone]
+            if live.size:
+                env.row, env.prev = row, prev
+                k = lanes.k[live]
+                kk = np.minimum(k, last)
+                env.k, env.n = k, live.size
+                if (cond_r is not None and m & bit_r) or (cond_b is not None and m & bit_b):
+                    env.svals = {c: v[live] for c, v in lanes.svals.items()}
+                    env.sums = {c: v[live] for c, v in lanes.sums.items()}
+                    env.cnts = {c: v[live] for c, v in lanes.cnts.items()}
+                ok_r = has_r[kk] if m & bit_r else np.zeros(live.size, bool)
+                if cond_r is not None and m & bit_r:
+                    _contrib(env, upd_r, row, plan)
+                    ok_r = ok_r & cond_r(env)
+                ok_b = has_b[kk] if m & bit_b else np.zeros(live.size, bool)
+                if cond_b is not None and m & bit_b:
+                    _contrib(env, upd_b, row, plan)
+                    ok_b = ok_b & cond_b(env)
+                if ok_b.any():
+                    for i in live[ok_b].tolist():
+                        lanes.objs[i].best = rno
+                    ok_r = ok_r & (greedy[kk] | ~ok_b)
+                took = live[ok_r]
+                if took.size:
+                    lanes.k[took] += 1
+                    for slot, spec in upd_r:
+                        if spec.arg is None:
+                            lanes.cnts[slot][took] += 1
+                            continue
+                        v = spec.arg(row)
+                        if v is not None:
+                            lanes.sums[slot][took] += _num(v)
+                            lanes.cnts[slot][took] += 1
+                    if not plan.loops:  # R{n,m}: a start row that took m R rows and no B ends
+                        alive = nthreads[np.minimum(lanes.k[took], last)] > 0
+                        if not alive.all():
+                            ok_r[ok_r] = alive
+                            took = took[alive]
+                if not ok_r.all():
+                    for i in live[~ok_r].tolist():
+                        lanes.objs[i].threads = a._dead
+                live = took
+            # a new start row
+            if m & start_bits and rno >= st.resume and direct_start and _start_exact(row, plan, agg_args):
+                # S has no condition on the match: the start row's lane, without a node
+                att = new_attempt(rno, t, None)
+                sums, cnts = _start_aggs(row, upd_s, plan)
+                i = lanes.add(att, row, 0, sums, cnts, plan)
+                att.threads = LaneRun(lanes, i)
+                attempts.append(att)
+                pending.append(i)
+            elif m & start_bits and rno >= st.resume:
+                got_att = _new_attempt(a, st, rno, t, m, row, stats, hist, init_later)
+                if got_att is not None:
+                    att = got_att
+                    attempts.append(att)
+                    got = _to_lane(a, st, att) if att.threads else None
+                    if got is not None:
+                        i = lanes.add(att, row, *got, plan)
+                        att.threads = LaneRun(lanes, i)
+                        pending.append(i)
+                    elif att.threads:
+                        general += 1
+            if pending:
+                live = np.concatenate((live, pending)) if live.size else np.array(pending, dtype=np.int64)
+                pending.clear()
+            if attempts:
+                n_before = len(attempts)
+                if n_before > 1 and (live.size + general) * max_runs > cap:
+                    total = int(nthreads[np.minimum(lanes.k[live], last)].sum()) if live.size else 0
+                    if general:
+                        total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
+                    if total > cap:
+                        _over_cap(a, st, stats, lanes, plan)
+                a._resolve(st, emit, stats, True)
+                if len(attempts) != n_before:
+                    if live.size:
+                        live = _still_there(attempts, lanes, live)
+                    if general:
+                        general = sum(1 for x in attempts if x.threads and not isinstance(x.threads, LaneRun))
+                # (live start rows bound the runs: most rows cannot raise the peak)
+                if (live.size + general) * max_runs > stats.partial_matches_peak:
+                    total = int(nthreads[np.minimum(lanes.k[live], last)].sum()) if live.size else 0
+                    if general:
+                        total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
+                    if total > stats.partial_matches_peak:
+                        stats.partial_matches_peak = total
+            j += 1
+    if not attempts and not st.deferred and e - max_back > mat:
+        rows = a._drop_before(st, start_rno + e - max_back)
+        mat = e - max_back
+    if mat < e:
+        rows.extend(rows_all[mat:e] if rows_all is not None else zip(*[c[mat:e] for c in cols]))
+    if len(rows) > 128:
+        a._trim(st)
+
+
+def _updates(a: PatternAutomaton, plan: LanePlan, vid: int) -> list[tuple[int, Any]]:
+    """The aggregates the conditions read that a row taken as variable ``vid`` updates."""
+    out = []
+    for slot in plan.aggs:
+        vs = a.aggs[slot].vars
+        if vs is None or vid in vs:
+            out.append((slot, a.aggs[slot]))
+    return out
+
+
+def _exact(row: tuple, prev: tuple | None, plan: LanePlan, agg_args: list) -> bool:
+    """Whether every value the conditions read of this row (and the previous one) is exact as a float."""
+    try:
+        for c in plan.cur_cols:
+            _num(row[c] if c < len(row) else None)
+        if prev is not None:
+            for c in plan.prev_cols:
+                _num(prev[c] if c < len(prev) else None)
+        for f in agg_args:
+            _num(f(row))
+    except _Odd:
+        return False
+    return True
+
+
+def _start_exact(row: tuple, plan: LanePlan, agg_args: list) -> bool:
+    """Whether a start row's values the conditions read are exact as floats."""
+    try:
+        for c in plan.s_cols:
+            _num(row[c] if c < len(row) else None)
+        for f in agg_args:
+            _num(f(row))
+    except _Odd:
+        return False
+    return True
+
+
+def _start_aggs(row: tuple, upd: list, plan: LanePlan) -> tuple[tuple, tuple]:
+    """The aggregate states of a start row's lane after its S row."""
+    if not upd:
+        return plan.zero_sums, plan.zero_cnts
+    sums = dict.fromkeys(plan.aggs, 0.0)
+    cnts = dict.fromkeys(plan.aggs, 0)
+    for slot, spec in upd:
+        if spec.arg is None:
+            cnts[slot] = 1
+            continue
+        v = spec.arg(row)
+        if v is not None:
+            sums[slot] = _num(v)
+            cnts[slot] = 1
+    return tuple(sums[x] for x in plan.aggs), tuple(cnts[x] for x in plan.aggs)
+
+
+def _contrib(env: _Env, upd: list, row: tuple, plan: LanePlan) -> None:
+    """The current row's part of each aggregate, when the variable being tested takes it."""
+    for slot in plan.aggs:
+        env.add_sum[slot] = 0.0
+        env.add_cnt[slot] = 0
+    for slot, spec in upd:
+        if spec.arg is None:
+            env.add_cnt[slot] = 1
+            continue
+        v = spec.arg(row)
+        if v is not None:
+            env.add_sum[slot] = _num(v)
+            env.add_cnt[slot] = 1
+
+
+def _new_attempt(a: PatternAutomaton, st: KeyState, rno: int, t: int, m: int, row: tuple, stats: StepStats,
+                 hist, init_later) -> Attempt | None:
+    att = a.attempt_class(rno, t, [])
+    att.threads = a._advance(att, init_later, m, rno, row, st, stats, hist)
+    return att if att.threads or att.best is not None else None
+
+
+def _still_there(attempts: list, lanes: _Lanes, live: np.ndarray) -> np.ndarray:
+    """The live lanes still among the start rows after a resolve or a cap dropped some.
+
+    Both drop a prefix of the start rows, and a resolve also the start rows after a live head up
+    to its match so far; so which lanes remain follows from start rows alone.
+    """
+    if not attempts:
+        return live[:0]
+    st_ = lanes.start[live]
+    keep = st_ >= attempts[0].start
+    head = attempts[0]
+    if head.threads and head.best is not None:
+        end = head.best if isinstance(head.best, int) else head.best.rno
+        keep &= ~((st_ > head.start) & (st_ <= end))
+    return live[keep]
+
+
+def _over_cap(a: PatternAutomaton, st: KeyState, stats: StepStats, lanes: _Lanes, plan: LanePlan) -> None:
+    """The cap on a key's partial matches, counting each start row's runs as the general path does."""
+    a._over_cap(st, stats)

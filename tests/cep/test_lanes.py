@@ -1,0 +1,208 @@
+"""The lane path (cep/lanes.py) gives the general path's rows and counters and the brute force's matches."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cep.lanes as lanes
+from cep.operator import PatternOperator
+from patterns.match_recognize import parse_statement
+from patterns.rules import parse_rule_text
+from tests.reference import reference_matches
+
+
+def _avg(vals: list) -> float | None:
+    got = [v for v in vals if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _rows_of(asg: tuple, var: str) -> list[int]:
+    return [i for i, v, _ in asg if v == var]
+
+
+def _b_range(x, v, i, asg):
+    s = asg[0][0]
+    avg = _avg([v[j] for j in _rows_of(asg, "R")])
+    return x[i] > x[s] + 2 and v[i] is not None and avg is not None and v[i] > 1.2 * avg
+
+
+def _b_last(x, v, i, asg):
+    rs = _rows_of(asg, "R")
+    return bool(rs) and x[i] < x[rs[-1]] - 1
+
+
+def _r_count(x, v, i, asg):
+    return len(asg) <= 40 and x[i] != x[asg[0][0]]
+
+
+def _b_sum(x, v, i, asg):
+    got = [v[j] for j in _rows_of(asg, "R") if v[j] is not None]
+    return bool(got) and v[i] is not None and sum(got) > 3 * v[i]
+
+
+# (statement, conditions for the brute force: (x, v, row, assignment including the row) -> holds)
+SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
+    # range_breakout's shape: a band around the start row, a breakout on volume
+    "range_breakout": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, B.ts AS t1, COUNT(R.*) AS nr, AVG(R.v) AS av, LAST(R.x) AS lr
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S R{3,} B)
+           DEFINE R AS R.x BETWEEN S.x - 2 AND S.x + 2,
+                  B AS B.x > S.x + 2 AND B.v > 1.2 * AVG(R.v))""",
+        {"S": lambda x, v, i, a: True, "R": lambda x, v, i, a: x[a[0][0]] - 2 <= x[i] <= x[a[0][0]] + 2,
+         "B": _b_range},
+    ),
+    # reluctant, bounded, LAST(R.x) in B (the previous row), a row-local condition on S
+    "reluctant_last": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, B.ts AS t1, COUNT(*) AS n
+           PATTERN (S R{2,30}? B)
+           DEFINE S AS S.x > 4, R AS R.x >= S.x, B AS B.x < LAST(R.x) - 1)""",
+        {"S": lambda x, v, i, a: x[i] > 4, "R": lambda x, v, i, a: x[i] >= x[a[0][0]], "B": _b_last},
+    ),
+    # COUNT(*) and <> in R, SUM in B, no lower bound
+    "count_sum": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, B.ts AS t1, SUM(R.v) AS sv
+           PATTERN (S R* B)
+           DEFINE R AS COUNT(*) <= 40 AND R.x <> S.x, B AS SUM(R.v) > 3 * B.v)""",
+        {"S": lambda x, v, i, a: True, "R": _r_count, "B": _b_sum},
+    ),
+}
+
+
+def _events(rnd: random.Random, n: int, keys: int) -> list[dict]:
+    out, x = [], {k: 10 for k in range(keys)}
+    for i in range(n):
+        k = rnd.randrange(keys)
+        x[k] = max(0, min(20, x[k] + rnd.choice((-2, -1, 0, 0, 0, 1, 1, 2))))
+        out.append({"k": k, "ts": i, "x": x[k], "v": None if rnd.random() < 0.05 else rnd.randrange(1, 100)})
+    return out
+
+
+def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use: bool, **opts) -> tuple[list, Any]:
+    """Rows of the rule over ``events`` cut into batches at ``cuts``; snapshot and restore into a
+    fresh operator after batch ``snap_at``."""
+    old = lanes.USE_LANES
+    lanes.USE_LANES = use
+    try:
+        compiled = parse_rule_text(sql).compiled
+        op = PatternOperator(compiled, name="r", **opts)
+        assert (op.automaton.lanes is not None) == use
+        rows: list = []
+        bounds = [0] + sorted(set(cuts)) + [len(events)]
+        for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            rows += op.process(events[lo:hi]).matches
+            if b == snap_at:
+                data = op.snapshot()
+                op = PatternOperator(compiled, name="r", **opts)
+                op.restore(data)
+        rows += op.finish().matches
+        return rows, op
+    finally:
+        lanes.USE_LANES = old
+
+
+def _counters(op: PatternOperator) -> tuple:
+    s = op.stats
+    return (s.matches, s.rows_emitted, s.partial_matches_peak, s.cap_hits, s.partial_matches_dropped,
+            s.eval_errors, op.counts.processed)
+
+
+@settings(max_examples=18, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(sorted(SHAPES)), seed=st.integers(0, 10_000), keys=st.integers(1, 3),
+       n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans())
+def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n, ncuts, snap):
+    """Keys of hundreds of rows, batches that split runs, a snapshot and restore in the middle:
+    the general path's rows in its order and its counters, and per key the brute force's matches."""
+    sql, cond = SHAPES[shape]
+    rnd = random.Random(seed)
+    events = _events(rnd, n, keys)
+    cuts = [rnd.randrange(1, n) for _ in range(ncuts)]
+    snap_at = rnd.randrange(0, ncuts + 1) if snap else None
+    fast, op_fast = _run(sql, events, cuts, snap_at, True)
+    slow, op_slow = _run(sql, events, cuts, None, False)
+    assert fast == slow
+    assert _counters(op_fast) == _counters(op_slow)
+    stmt = parse_statement(sql)
+    expected = []
+    for key in range(keys):
+        evs = [e for e in events if e["k"] == key]
+        xs, vs = [e["x"] for e in evs], [e["v"] for e in evs]
+
+        def c(var: str, i: int, asg: tuple, xs: list = xs, vs: list = vs) -> bool:
+            return cond[var](xs, vs, i, asg)
+
+        expected += [(key, evs[a[0][0]]["ts"], evs[a[-1][0]]["ts"]) for a in reference_matches(len(xs), stmt.pattern, c)]
+    assert sorted((r["k"], r["t0"], r["t1"]) for r in fast) == sorted(expected)
+
+
+@pytest.mark.parametrize("on_cap", ["drop_oldest", "skip_key"])
+def test_per_key_cap(on_cap):
+    """``max_partial_matches`` drops start rows as the general path does (rows and counters)."""
+    sql = SHAPES["range_breakout"][0]
+    events = _events(random.Random(3), 3000, 2)
+    cuts = list(range(250, 3000, 250))
+    fast, op_fast = _run(sql, events, cuts, 4, True, max_partial_matches=7, on_cap=on_cap)
+    slow, op_slow = _run(sql, events, cuts, None, False, max_partial_matches=7, on_cap=on_cap)
+    assert fast == slow and len(fast) > 5
+    assert op_fast.stats.cap_hits > 0
+    assert _counters(op_fast) == _counters(op_slow)
+
+
+def test_within_and_odd_values():
+    """WITHIN ends start rows at their own times; a string where a number is expected sends the
+    key's start rows back to node chains (the general path's errors and rows)."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+             MEASURES S.ts AS t0, B.ts AS t1 PATTERN (S R{2,} B) WITHIN INTERVAL '40' MILLISECOND
+             DEFINE R AS R.x BETWEEN S.x - 3 AND S.x + 3, B AS B.x > S.x + 3)"""
+    events = _events(random.Random(5), 2000, 2)
+    for i in (300, 301, 1200):
+        events[i]["x"] = "n/a"
+    cuts = list(range(111, 2000, 111))
+    fast, op_fast = _run(sql, events, cuts, 6, True)
+    slow, op_slow = _run(sql, events, cuts, None, False)
+    assert fast == slow and len(fast) > 5
+    assert op_fast.stats.eval_errors > 0
+    assert _counters(op_fast) == _counters(op_slow)
+
+
+def test_live_partial_matches_and_state():
+    """Between batches the operator reports the general path's live partial matches."""
+    sql = SHAPES["range_breakout"][0]
+    events = _events(random.Random(8), 3000, 4)
+    seen: dict[bool, list] = {}
+    for use in (True, False):
+        old = lanes.USE_LANES
+        lanes.USE_LANES = use
+        try:
+            op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+            seen[use] = []
+            for lo in range(0, 3000, 700):
+                op.process(events[lo : lo + 700])
+                seen[use].append(op.live_partial_matches())
+        finally:
+            lanes.USE_LANES = old
+    assert seen[True] == seen[False] and any(seen[True])
+
+
+def test_shapes_the_path_declines():
+    """Rules outside the path's shape or expressions stay on the general path."""
+    for pattern, define in [
+        ("S R+ B C", "R AS R.x > S.x, B AS B.x < S.x"),  # two closing variables
+        ("S R+ B", "R AS R.x * R.v > S.x, B AS B.x < S.x"),  # a product of two columns
+        ("S R+ B", "R AS NOT (R.x > S.x), B AS B.x < S.x"),  # NOT: NULL is not FALSE
+        ("S R+ B", "R AS R.x > S.x, B AS B.x < MAX(R.x)"),  # MIN/MAX
+        ("(S R)+ B", "R AS R.x > S.x, B AS B.x < S.x"),
+        ("S R{2,5} B", "R AS R.x > S.x, B AS B.x < S.x"),  # at most 7 live start rows per key
+    ]:
+        sql = f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES S.ts AS t0
+                  PATTERN ({pattern}) DEFINE {define})"""
+        op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+        assert op.automaton.lanes is None, pattern
