@@ -1,9 +1,10 @@
 """Events in, as columnar batches: decoding JSON lines, CSV, Parquet, pandas and Arrow; event time.
 
-One concept over about 1,030 lines, so one module: every reader ends in the same
+One concept over about 1,070 lines, so one module: every reader ends in the same
 :class:`EventBatch` with the same value and dtype rules (numbers narrowed alike, dates left as
 text, bad lines kept with their file and line), and event time is read from those columns. The
-block JSON-lines parser that needs none of this lives apart in :mod:`cep.json_blocks`.
+block JSON-lines parsers that need none of this live apart in :mod:`cep.json_blocks` and
+:mod:`cep.json_flat`.
 """
 
 from __future__ import annotations

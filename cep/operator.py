@@ -5,12 +5,12 @@ the watermark (largest event time seen minus the allowed lateness) passes them, 
 the automaton in event-time order (ties keep arrival order). An event behind the watermark is
 late: it goes to the late output with its reason. ``finish`` is the final watermark.
 
-One concept over about 1,450 lines, so one module: :class:`PatternOperator` is a single class whose
+One concept over about 1,500 lines, so one module: :class:`PatternOperator` is a single class whose
 parts (buffering to the watermark, the deadline heap, idle sessions and state caps, the column-wise
 masks it feeds the automaton, snapshot and restore) all read and write the same per-key states,
 buffers and counters. Split across files they would be one class spread over mixins, or functions
 reaching into its private fields. What has a job of its own lives apart: the automaton's stepping
-in :mod:`cep.nfa`, the column-wise absence path in :mod:`cep.absence`, idle progress in
+in :mod:`cep.nfa` (every key of a batch at once in :mod:`cep.batch_dfa`), the column-wise absence path in :mod:`cep.absence`, idle progress in
 :mod:`cep.idle`, first-seen filters in :mod:`cep.seen`, work shared with other rules over a batch in
 :mod:`cep.sharing`, temporal joins in :mod:`cep.tables`.
 """

@@ -47,12 +47,13 @@ class WindowJoin:
         self.counts: dict[str, int] = {"joined": 0, "unmatched": 0, "dropped": 0}
 
     # ------------------------------------------------------------------ arrival
-    def accept(self, op: Any, batch: EventBatch, out: OperatorOutput) -> None:
-        """Judge a batch's events on the rule's own clock; queue the ones on time."""
-        n = batch.n
-        op.counts.read += n
-        if n == 0:
-            return
+    @staticmethod
+    def _times(op: Any, batch: EventBatch, out: OperatorOutput) -> tuple[np.ndarray, np.ndarray] | None:
+        """Count the batch as read, report rows without a readable event time, and return the
+        positions and times (int64 ms) of the others; None when none is left."""
+        op.counts.read += batch.n
+        if batch.n == 0:
+            return None
         ms, ok, reasons = event_times(batch, op.time_col, op.time_unit, op.max_future_skew_ms, op.clock)
         if not op.unit_checked:
             op.unit_checked = True
@@ -61,8 +62,16 @@ class WindowJoin:
             op._error(out, batch, i, f"event-time field {op.time_col!r}: {reasons[i] or 'not a time'}")
         idx = np.flatnonzero(ok)
         if not len(idx):
+            return None
+        return idx, ms[idx].astype(np.int64)
+
+    def accept(self, op: Any, batch: EventBatch, out: OperatorOutput) -> None:
+        """Judge a batch's events on the rule's own clock; queue the ones on time."""
+        n = batch.n
+        got = self._times(op, batch, out)
+        if got is None:
             return
-        ts = ms[idx].astype(np.int64)
+        idx, ts = got
         start = self.max_ts if self.max_ts is not None else _NEG
         clock = np.maximum.accumulate(np.concatenate(([start], ts)))[:-1]
         with np.errstate(over="ignore"):
@@ -84,19 +93,10 @@ class WindowJoin:
         the clock it found (``late_before + lateness``). The host moves the rule's clock
         (:meth:`advance`); events do not."""
         n = batch.n
-        op.counts.read += n
-        if n == 0:
+        got = self._times(op, batch, out)
+        if got is None:
             return
-        ms, ok, reasons = event_times(batch, op.time_col, op.time_unit, op.max_future_skew_ms, op.clock)
-        if not op.unit_checked:
-            op.unit_checked = True
-            op.unit_hint = unit_hint(batch, op.time_col, op.time_unit)
-        for i in np.flatnonzero(~ok).tolist():
-            op._error(out, batch, i, f"event-time field {op.time_col!r}: {reasons[i] or 'not a time'}")
-        idx = np.flatnonzero(ok)
-        if not len(idx):
-            return
-        ts = ms[idx].astype(np.int64)
+        idx, ts = got
         wm = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[idx]
         late = (wm != _NEG) & (ts < wm)
         for j in np.flatnonzero(late).tolist():
