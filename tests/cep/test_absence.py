@@ -20,6 +20,7 @@ from cep.operator import PatternOperator
 from patterns.errors import RuleError
 from patterns.rules import parse_rule_text, parse_rules
 from tests.reference import reference_outcomes
+from tests.replay import replay
 
 WITHIN_MS = 10_000
 
@@ -302,18 +303,13 @@ def run_with(monkeypatch, use_path: bool, sql: str, events, cuts, restore_at, **
 
     monkeypatch.setattr(cep.absence, "USE_ABSENCE_PATH", use_path)
     compiled = parse_rule_text(sql).compiled
-    op = PatternOperator(compiled, name="r", **kw)
-    op.row_ids = True
-    rows = []
-    bounds = [0, *cuts, len(events)]
-    for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        rows += op.process(events[lo:hi]).matches
-        if b == restore_at:
-            blob = op.snapshot()
-            op = PatternOperator(compiled, name="r", **kw)
-            op.row_ids = True
-            op.restore(blob)
-    rows += op.finish().matches
+
+    def make() -> PatternOperator:
+        op = PatternOperator(compiled, name="r", **kw)
+        op.row_ids = True
+        return op
+
+    rows, op = replay(make, events, cuts, restore_at)
     assert (op._fast is not None) == use_path
     return sorted(rows, key=lambda r: r["_id"]), op.stats
 

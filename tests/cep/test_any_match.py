@@ -19,6 +19,7 @@ from cep.operator import PatternOperator
 from patterns.errors import RuleError
 from patterns.rules import parse_rule_text
 from tests.reference import reference_all_matches
+from tests.replay import replay
 
 WITHIN_MS = 6_000
 
@@ -89,18 +90,13 @@ def expected(sql: str, events: list[dict], history: bool) -> dict[str, Counter]:
 
 def run(sql: str, events: list[dict], cuts: list[int], restore_at: int | None, **kw):
     compiled = parse_rule_text(sql).compiled
-    op = PatternOperator(compiled, name="r", **kw)
-    op.row_ids = True
-    rows = []
-    bounds = [0, *cuts, len(events)]
-    for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        rows += op.process(events[lo:hi]).matches
-        if b == restore_at:
-            blob = op.snapshot()
-            op = PatternOperator(compiled, name="r", **kw)
-            op.row_ids = True
-            op.restore(blob)
-    return rows + op.finish().matches, op
+
+    def make() -> PatternOperator:
+        op = PatternOperator(compiled, name="r", **kw)
+        op.row_ids = True
+        return op
+
+    return replay(make, events, cuts, restore_at)
 
 
 def as_counters(rows) -> dict[str, Counter]:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from cep.operator import PatternOperator
 from patterns.rules import parse_rule_text
+from tests.replay import replay
 
 # ------------------------------------------------------------------ the skip-till-next reference
 
@@ -140,16 +141,9 @@ def mr_sql(comps, conds, within, skip, all_rows, form) -> str:
 def feed(sql: str, events: list[dict], cuts: list[int], restore_at: int | None, budget: int | None = None) -> list[dict]:
     """Run ``events`` in batches cut at ``cuts``; snapshot and restore into a fresh operator after
     batch ``restore_at``. ``budget``: the rule's ``max_steps_per_event``."""
-    op = PatternOperator(parse_rule_text(sql).compiled, name="r", max_steps_per_event=budget)
-    out: list[dict] = []
-    bounds = [0, *cuts, len(events)]
-    for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        out += op.process(events[lo:hi]).matches
-        if b == restore_at:
-            blob = op.snapshot()
-            op = PatternOperator(parse_rule_text(sql).compiled, name="r", max_steps_per_event=budget)
-            op.restore(blob)
-    return out + op.finish().matches
+    # each operator from a fresh parse: a snapshot must not lean on the identity of compiled objects
+    return replay(lambda: PatternOperator(parse_rule_text(sql).compiled, name="r", max_steps_per_event=budget),
+                  events, cuts, restore_at)[0]
 
 
 def as_matches(rows: list[dict], key: int, names: list[str], all_rows: bool) -> list[list[tuple[int, str]]]:

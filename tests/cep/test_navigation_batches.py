@@ -21,6 +21,7 @@ from cep.operator import PatternOperator
 from patterns import ast as A
 from patterns.rules import parse_rule_text
 from tests.reference import reference_matches
+from tests.replay import replay
 
 ISSUE_SQL = (
     "SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY key ORDER BY ts "
@@ -36,16 +37,8 @@ def issue_events() -> list[dict]:
 
 def feed(sql: str, events: list[dict], cuts: list[int], restore_at: int | None = None) -> list[dict]:
     """Run ``events`` cut into batches at ``cuts``; snapshot and restore after batch ``restore_at``."""
-    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
-    out: list[dict] = []
-    bounds = [0, *cuts, len(events)]
-    for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        out += op.process(events[lo:hi]).matches
-        if b == restore_at:
-            blob = op.snapshot()
-            op = PatternOperator(parse_rule_text(sql).compiled, name="r")
-            op.restore(blob)
-    return out + op.finish().matches
+    # each operator from a fresh parse: a snapshot must not lean on the identity of compiled objects
+    return replay(lambda: PatternOperator(parse_rule_text(sql).compiled, name="r"), events, cuts, restore_at)[0]
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
