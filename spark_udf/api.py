@@ -100,6 +100,10 @@ class SparkRunConfig:
     sorted values order the segments; empty: Spark partitions in order."""
     state_version: int = STATE_ENCODING_VERSION
     """Encoding version written to and expected from state (tests simulate upgrades with it)."""
+    key_set_groups: bool = True
+    """Backfill: run pattern rules in one group per PARTITION BY column set and bucket, with the arrival
+    watermarks' second pass only when some row can be late (docs/spark.md, "Backfill"); False: one
+    group per rule and bucket, as for analytics rules and joins."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
     worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
@@ -123,6 +127,10 @@ class CepResult:
     rules: list[Any]
     observation: Observation | None = None
     config: SparkRunConfig = field(default_factory=SparkRunConfig)
+    keyed_groups: str | None = None
+    """How the keyed rules run: ``"stream"`` (a stateful stage), ``"key-set"`` (a backfill of pattern rules,
+    one group per PARTITION BY column set and bucket), ``"rule"`` (a backfill, one group per rule and
+    bucket: analytics rules, joins, named inputs), None (no keyed rule)."""
 
     @property
     def is_streaming(self) -> bool:
@@ -304,10 +312,12 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         if not timed:  # no event time anywhere: no watermark to judge by, a plain map is cheaper
             staged = {}
     parts: list[DataFrame] = []
+    keyed_groups = None
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
-        parts.append(_stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None, layout,
-                                     bindings, changelogs, view_rules))
+        stage, keyed_groups = _stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None,
+                                              layout, bindings, changelogs, view_rules)
+        parts.append(stage)
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
     if corrupt and not (keyed or staged):
@@ -332,7 +342,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     else:
         observation = Observation(METRICS_NAME)
         out = out.observe(observation, *metrics)
-    return CepResult(out, env, rules, observation, cfg)
+    return CepResult(out, env, rules, observation, cfg, keyed_groups)
 
 
 def time_unit_warnings(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Iterable[Rule] | str | Path,
@@ -632,8 +642,9 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
                     layout: InputLayout, bindings: dict[str, Any] | None = None,
-                    changelogs: list[str] | None = None, views: list[Any] | None = None) -> DataFrame:
-    """The keyed stage: pattern and analytics rules, and (streams) the search rules.
+                    changelogs: list[str] | None = None, views: list[Any] | None = None) -> tuple[DataFrame, str]:
+    """The keyed stage: pattern and analytics rules, and (streams) the search rules, and which form it took
+    (``"stream"``, ``"key-set"`` or ``"rule"`` groups: :attr:`CepResult.keyed_groups`).
 
     Groups are ``(rule, bucket of the rule's key)`` for keyed rules and ``(-1 - i, bucket of
     the row's hash)`` for the i-th staged stateless kind (every search rule in one group per
@@ -726,8 +737,11 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
 
         return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandasWithState(
             stream_fn, schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
-        )
+        ), "stream"
 
+    if cfg.key_set_groups and _key_set_ready(keyed, bindings, views, layout, live):
+        return _key_set_stage(frame, keyed, kinds, cfg, core, schema, time_col, key_sets, corrupt, layout,
+                              TimeReading(unit, skew, clock)), "key-set"
     x = frame
     priors = None
     if cfg.arrival_order:
@@ -741,7 +755,74 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
 
-    return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(static_fn, schema)
+    return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(static_fn, schema), "rule"
+
+
+def _key_set_ready(keyed: list[Any], bindings: Mapping[str, Any], views: list[Any], layout: InputLayout,
+                   changelogs: list[str]) -> bool:
+    """Whether a backfill's keyed rules can run in key-set groups (:mod:`spark_udf.backfill`): pattern
+    rules only, no table or view joined, one unnamed input (no FROM routing)."""
+    return (bool(keyed) and all(kind_of(r) == "pattern" for r in keyed) and not bindings and not views
+            and not layout.streams and not changelogs)
+
+
+def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig, core: GroupCore,
+                   schema: T.StructType, time_col: str, key_sets: list[tuple[str, ...]], corrupt: bool,
+                   layout: InputLayout, reading: TimeReading) -> DataFrame:
+    """A backfill of pattern rules: one group per (PARTITION BY column set, bucket) runs all its rules.
+
+    The first arrival pass (each input segment's largest and smallest event time and largest lag)
+    says whether any row can be late; only then does the second pass add arrival watermarks
+    (see :mod:`spark_udf.backfill`). Rows keep their input segment's columns and Spark's row
+    order, by which each group puts them back in arrival order.
+    """
+    from spark_udf.backfill import ORDER_COL, KeySetCore, late_free, segment_stats
+    from spark_udf.core import arrival_plan
+
+    index = {ks: i for i, ks in enumerate(key_sets)}
+    rules_of: dict[int, list[str]] = {}
+    lateness: dict[int, list[int]] = {}
+    for k, r in zip(kinds, keyed):
+        i = index[_bucket_columns(k, r)]
+        rules_of.setdefault(i, []).append(r.name)
+        lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
+    seg_cols = tuple(layout.segment_columns)
+    judged = {i: False for i in rules_of}
+    x = frame
+    if cfg.arrival_order:
+        # the first pass reads only what it needs: the time, the keys and the segment's columns
+        needed = list(dict.fromkeys([*seg_cols, time_col, *[c for ks in key_sets for c in ks]]))
+        stats_schema = "seg string, ks int, mx bigint, mn bigint, lag bigint"
+        rows = [(r.seg, r.ks, r.mx, r.mn, r.lag) for r in frame.select(*[F.col(_q(c)) for c in needed]).mapInPandas(
+            lambda it: segment_stats(it, time_col, key_sets, seg_cols, reading), stats_schema).collect()]
+        plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in rows), len(key_sets))
+        judged = {i: not all(late_free(rows, plan, i, lt) for lt in lateness[i]) for i in rules_of}
+        if any(judged.values()):
+            x, _ = arrival_watermarks(frame, time_col, key_sets, seg_cols, False, reading)
+    if SEQ_COL not in x.columns:
+        x = x.withColumn(ORDER_COL, F.monotonically_increasing_id())
+    entries = []
+    for ks, i in index.items():
+        hashed = [F.col(_q(c)) for c in ks]
+        bucket = F.pmod(F.xxhash64(*hashed), F.lit(cfg.buckets)).cast("int") if hashed else F.lit(0)
+        entries.append(F.struct(F.lit(i).alias("r"), bucket.alias("b")))
+    if len(entries) == 1 and not corrupt:
+        x = x.withColumn("_cep_g", entries[0])
+    else:
+        groups = F.array(*entries)
+        if corrupt:
+            groups = F.when(F.col(CORRUPT_COL).isNotNull(),
+                            F.array(F.struct(F.lit(0).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")))).otherwise(groups)
+        x = x.withColumn("_cep_g", F.explode(groups))
+    x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b")).drop("_cep_g")
+    drop = [f"{PRIOR_COL}_{i}" for i in range(len(key_sets)) if not judged.get(i)]
+    x = x.drop(*[c for c in drop if c in x.columns])
+    runner = KeySetCore(core, rules_of, judged, (*seg_cols, ORDER_COL))
+
+    def key_set_fn(key, pdf):
+        return runner.group(key, pdf)
+
+    return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(key_set_fn, schema)
 
 
 def _any_stream(streams: list[str]) -> Column:

@@ -1,0 +1,232 @@
+"""A backfill's key-set groups (spark_udf.backfill): the rows of ``cep run``, and the general path where they cannot run."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cep.engine import Engine
+from cep.events import read_events
+from patterns.rules import parse_rules
+from spark_udf.backfill import late_free, segment_stats
+from spark_udf.core import MALFORMED, TimeReading, annotate_arrival, arrival_plan
+from tests.spark_udf.conftest import counted, event_of, match_key, write_events
+
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+
+# Four pattern rules, three key sets (k; g; none): a lane-path shape (S R{2,} B), a batch-DFA shape
+# (A B C, row-local conditions), a rule keyed by another column with WITHIN, and one without PARTITION BY
+RULES_YAML = """
+rules:
+  - name: lanes
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY k ORDER BY ts
+        MEASURES S.ts AS t0, LAST(R.ts) AS t1, COUNT(R.*) AS nr, B.px AS bpx
+        PATTERN (S R{2,} B)
+        DEFINE R AS R.px < S.px, B AS B.px >= S.px)
+  - name: abc
+    lateness: 800
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS ta, C.ts AS tc
+        PATTERN (A B C)
+        DEFINE A AS px < 3, B AS px BETWEEN 3 AND 6, C AS px > 6)
+  - name: by_group
+    lateness: 2000
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        PARTITION BY g ORDER BY ts
+        MEASURES FIRST(U.ts) AS t0, LAST(U.ts) AS t1, COUNT(U.*) AS n
+        ONE ROW PER MATCH
+        PATTERN (U{3,})
+        WITHIN INTERVAL '2' SECOND
+        DEFINE U AS px > PREV(px))
+  - name: no_partition
+    sql: |
+      SELECT * FROM ticks MATCH_RECOGNIZE (
+        ORDER BY ts
+        MEASURES X.k AS k1, Y.k AS k2
+        PATTERN (X Y)
+        DEFINE X AS px = 9, Y AS px = 0)
+"""
+SCHEMA = "k string, g string, ts long, px long, _corrupt_record string"
+
+
+def _files(seed: int, late: bool) -> list[list[Any]]:
+    """Three files of ~150 rows over 23 keys: time rises with some disorder (within 800 ms unless
+    ``late``, when some rows fall seconds behind); file 1 holds a row without a key, one without a
+    time and a malformed line."""
+    rng = random.Random(seed)
+    keys = [f"key{i}" for i in range(23)]
+    t = 1_000_000
+    out = []
+    for f in range(3):
+        rows: list[Any] = []
+        for _ in range(rng.randint(120, 180)):
+            t += rng.randint(0, 300)
+            ts = t - rng.randint(0, 800)
+            if late and rng.random() < 0.04:
+                ts -= rng.randint(900, 6000)
+            rows.append({"k": rng.choice(keys), "g": rng.choice("xyz"), "ts": ts, "px": rng.randint(0, 9)})
+        if f == 1:
+            rows.insert(5, {"k": None, "g": "x", "ts": t, "px": 1})
+            rows.insert(9, {"k": "key1", "g": "y", "ts": None, "px": 1})
+            rows.insert(11, '{"k": "key2", "ts": ')
+        out.append(rows)
+    return out
+
+
+def _embedded(paths: list[Path]) -> Any:
+    eng = Engine(parse_rules(RULES_YAML))
+    out = eng.process([])
+    for p in paths:
+        for b in read_events(p):
+            out.extend(eng.process(b))
+    out.extend(eng.finish())
+    return out
+
+
+def _backfill(spark: Any, folder: Path, **config: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    from spark_udf.api import SparkRunConfig, apply_rules
+
+    frame = (spark.read.schema(SCHEMA).json(str(folder))
+             .withColumn("_cep_source", F.col("_metadata.file_path"))
+             .withColumn("_cep_block", F.col("_metadata.file_block_start")))
+    return apply_rules(frame, parse_rules(RULES_YAML), SparkRunConfig(
+        buckets=5, source_column="_cep_source", arrival_columns=("_cep_source", "_cep_block"), **config))
+
+
+def _event(row: dict[str, Any]) -> str:
+    """The event of a late or error row, order-free; a malformed record's text as it is."""
+    try:
+        return json.dumps(event_of(row), sort_keys=True)
+    except ValueError:
+        return str(row["event"])
+
+
+def _problems(rows: list[dict[str, Any]], output: str) -> Counter:
+    return Counter((r["rule"], r["reason"], _event(r)) for r in rows if r["output"] == output)
+
+
+def _expected(records: list[dict[str, Any]]) -> Counter:
+    return Counter((r.get("rule"), r["reason"], _event(r)) for r in records)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("seed,late", [(1, False), (2, True), (3, True)])
+def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int, late: bool) -> None:
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(seed, late))]
+    exp = _embedded(paths)
+    result = _backfill(spark, tmp_path / "in")
+    assert result.keyed_groups == "key-set"
+    rows = [r.asDict() for r in result.envelope.collect()]
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
+    assert all(n > 0 for n in Counter(m["rule"] for m in exp.matches).values())
+    assert len({m["rule"] for m in exp.matches}) == 4  # every rule found something: nothing is vacuous
+    assert _problems(rows, "late") == _expected(exp.late)
+    # errors of each rule (no key, no time) as embedded; a malformed line is one row of no rule
+    assert _problems(rows, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
+        [e for e in exp.errors if e.get("rule") is not None])
+    assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
+    assert bool(exp.late) == late  # the late seeds take the second arrival pass, the other skips it
+    # and the general path (one group per rule) agrees row for row
+    general = _backfill(spark, tmp_path / "in", key_set_groups=False)
+    assert general.keyed_groups == "rule"
+    other = [r.asDict() for r in general.envelope.collect()]
+    assert counted(other, "match") == counted(rows, "match")
+    assert _problems(other, "late") == _problems(rows, "late")
+
+
+ANALYTICS = """
+rules:
+  - name: per_key
+    kind: analytics
+    sql: |
+      SELECT k, COUNT(*) AS n FROM ticks GROUP BY k, TUMBLE(ts, INTERVAL '5' SECOND)
+"""
+JOINED = """
+tables:
+  - name: limits
+    from: limit_changes
+    primary_key: k
+    columns: [cap]
+    time_field: ts
+    snapshot: {snapshot}
+rules:
+  - name: over_limit
+    sql: |
+      SELECT * FROM ticks AS t JOIN limits FOR SYSTEM_TIME AS OF t.ts AS l ON t.k = l.k
+      MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS at PATTERN (A)
+                       DEFINE A AS A.px > l.cap)
+"""
+
+
+@pytest.mark.spark
+def test_rules_the_key_set_groups_cannot_run_take_the_general_path(spark: Any, tmp_path: Path) -> None:
+    from spark_udf.api import apply_rules
+
+    rows = [{"k": "a", "g": "x", "ts": 1000 * i, "px": i % 10} for i in range(30)]
+    frame = spark.createDataFrame(pd.DataFrame(rows))
+    pattern = parse_rules(RULES_YAML)
+    assert apply_rules(frame, pattern).keyed_groups == "key-set"
+    # analytics rules read the arrival watermark as their clock: one group per rule and bucket
+    mixed = parse_rules(ANALYTICS.replace("rules:\n", "rules:\n" + RULES_YAML.split("rules:\n", 1)[1], 1))
+    analytics = apply_rules(frame, mixed)
+    assert analytics.keyed_groups == "rule"
+    got = [r.asDict() for r in analytics.envelope.collect()]
+    eng = Engine(mixed)
+    exp = eng.process(rows)
+    exp.extend(eng.finish())
+    assert counted(got, "match") == Counter(match_key(m) for m in exp.matches)
+    # a temporal join keeps its table's replica in each rule group
+    snap = tmp_path / "limits.jsonl"
+    snap.write_text("".join(json.dumps({"k": k, "ts": 0, "cap": 5}) + "\n" for k in "ab"))
+    joined = parse_rules(JOINED.format(snapshot=json.dumps(str(snap))))
+    assert apply_rules(frame, joined).keyed_groups == "rule"
+    # named inputs (FROM routing) and a stream are not key-set groups either
+    assert apply_rules({"ticks": frame}, pattern).keyed_groups == "rule"
+
+
+def _late_rows(segments: list[list[int]], lateness: int) -> int:
+    """Brute force: rows whose time is earlier than every earlier row's largest time minus the lateness."""
+    seen, late = None, 0
+    for seg in segments:
+        for t in seg:
+            if seen is not None and t < seen - lateness:
+                late += 1
+            seen = t if seen is None else max(seen, t)
+    return late
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.integers(0, 60), min_size=0, max_size=12), min_size=1, max_size=5),
+       st.integers(0, 30), st.integers(1, 5))
+def test_late_free_says_whether_any_row_is_late(segments: list[list[int]], lateness: int, chunk: int) -> None:
+    """The first pass's statistics (batches that split segments included) against a brute-force reading."""
+    rows = [{"s": i, "k": "a", "ts": t} for i, seg in enumerate(segments) for t in seg]
+    frame = pd.DataFrame(rows, columns=["s", "k", "ts"]).astype({"ts": "int64"})
+    batches = [frame.iloc[a : a + chunk].reset_index(drop=True) for a in range(0, len(frame), chunk)]
+    stats = pd.concat(list(segment_stats(iter(batches), "ts", [("k",)], ("s",), TimeReading(max_future_skew_ms=None))))
+    got = [(r.seg, r.ks, r.mx, r.mn, r.lag) for r in stats.itertuples()]
+    plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in got), 1)
+    assert late_free(got, plan, 0, lateness) == (_late_rows(segments, lateness) == 0)
+    # the same plan gives the second pass's watermarks: the rows it would find late
+    if len(frame):
+        annotated = pd.concat(list(annotate_arrival(iter(batches), "ts", [("k",)], ("s",), plan,
+                                                    TimeReading(max_future_skew_ms=None))))
+        prior = annotated["_cep_prior_0"].to_numpy(dtype="float64", na_value=np.nan)
+        late = int(np.sum(~np.isnan(prior) & (annotated["ts"].to_numpy() < prior - lateness)))
+        assert late == _late_rows(segments, lateness)
