@@ -24,7 +24,6 @@ checks them against ``cep run``). Analytics rules read the per-row watermark as 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -172,8 +171,3 @@ class KeySetCore:
         if not frames:
             return core._empty()
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-
-
-def _seg_key(values: list[Any]) -> str:
-    """A segment's key as :func:`~spark_udf.core._segments` writes it."""
-    return json.dumps(values, default=str)
