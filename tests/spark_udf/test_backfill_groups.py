@@ -144,7 +144,9 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
         [e for e in exp.errors if e.get("rule") is not None])
     assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
     assert bool(exp.late) == late  # the late seeds take the second arrival pass; without late rows it is skipped
-    # and the general path (one group per rule) agrees row for row
+    if seed != 2:
+        return
+    # and the general path (one group per rule) agrees row for row (one seed: each run is a Spark job)
     general = _backfill(spark, tmp_path / "in", key_set_groups=False)
     assert general.keyed_groups == "rule"
     other = [r.asDict() for r in general.envelope.collect()]
