@@ -595,8 +595,11 @@ class PatternOperator:
             for key in list(self.active):
                 self._close_key(self.states[key], emit, end)
             self.active.clear()
-        elif watermark is not None and a.within is not None and self._deadlines:
-            self._fire_deadlines(watermark, emit)
+        elif watermark is not None and a.within is not None:
+            if self._deadlines:
+                self._fire_deadlines(watermark, emit)
+            if self._keyed is not None:
+                self._keyed.expire(watermark)
         if not final and watermark is not None:
             if self.max_partial_matches_total is not None and self.active:
                 self._global_cap(emit)
