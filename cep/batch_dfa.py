@@ -221,7 +221,6 @@ class BatchDFA:
         self.s_prev = np.zeros(4096, dtype=np.int64)
         self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
-        self.compact_at = 1 << 16
         self._ids_now = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------ sizes
@@ -353,14 +352,20 @@ class BatchDFA:
         remap[idx] = np.arange(len(idx))
         m = len(idx)
         prev = remap[self.s_prev[idx]]  # -1 maps to remap[-1] == -1
-        cap = max(4096, 2 * m)
-        self.s_prev = _grown(prev, cap)
-        self.s_mask = _grown(self.s_mask[idx], cap)
-        self.cols = [_grown(c[idx], cap) for c in self.cols]
+        if 2 * m <= len(self.s_mask):
+            # in place: the store keeps its size, so the next batches' rows go in without growing it
+            self.s_prev[:m] = prev
+            self.s_mask[:m] = self.s_mask[idx]
+            for c in self.cols:
+                c[:m] = c[idx]
+        else:
+            cap = max(4096, 2 * m)
+            self.s_prev = _grown(prev, cap)
+            self.s_mask = _grown(self.s_mask[idx], cap)
+            self.cols = [_grown(c[idx], cap) for c in self.cols]
         self.k[3, :nk] = remap[self.k[3, :nk]]
         self.pool[4, :used] = remap[self.pool[4, :used]]
         self.s_used = m
-        self.compact_at = max(1 << 16, 3 * m)
 
     # ------------------------------------------------------------------ stepping
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
@@ -371,8 +376,11 @@ class BatchDFA:
 
         n = len(masks)
         cap = self.pool_used + self.live_attempts + n + 1
-        if self.s_used + n > self.compact_at or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
-            self._compact()  # before this batch's rows go in: they are linked while stepping
+        if (self.s_used and self.s_used + n > len(self.s_mask)) or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
+            # before this batch's rows go in (they are linked while stepping): drop what no match and
+            # no PREV can read rather than grow the store; it then settles at about two batches of
+            # rows and is rewritten in place (growing and copying every column each time cost more)
+            self._compact()
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
@@ -550,7 +558,6 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
-        self.compact_at = max(1 << 16, 3 * m)
 
 
 def _grown(x: np.ndarray, n: int) -> np.ndarray:

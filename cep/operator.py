@@ -519,9 +519,12 @@ class PatternOperator:
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
         p.seq = np.concatenate((p.seq, seq))
-        p.keys = keys[idx] if len(p.keys) == 0 else _concat(p.keys, keys[idx])
+        # every row accepted (the usual case): the batch's own arrays, not copies of them; nothing
+        # writes into pending arrays (releasing builds new ones), so rules can share them
+        whole = m == n
+        p.keys = (keys if whole else keys[idx]) if len(p.keys) == 0 else _concat(p.keys, keys[idx])
         for ci, c in enumerate(self.columns):
-            col = batch.column(c)[idx]
+            col = batch.column(c) if whole else batch.column(c)[idx]
             p.cols[ci] = col if len(p.cols[ci]) == 0 else _concat(p.cols[ci], col)
         if self.keep_records:
             recs = np.empty(m, dtype=object)
