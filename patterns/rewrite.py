@@ -31,7 +31,7 @@ def predecessors(cp: CompiledPattern) -> dict[int, set[int]]:
     for pc in _closure_pcs(ins, 0):
         if ins[pc][0] == OP_VAR:
             out.setdefault(ins[pc][1], set()).add(-1)
-    for pc, x in enumerate(ins):
+    for x in ins:
         if x[0] == OP_VAR:
             before, nxt = x[1], x[2]
         elif x[0] == OP_IGNORE:
@@ -81,17 +81,15 @@ def last_as_prev(expr: A.Expr, var: str, vid: int, preds: set[int], cp: Compiled
         return (x is not None and x != var and x in members and vid not in members[x]
                 and bool(preds) and preds <= members[x])
 
-    def prev_of(arg: A.Expr) -> A.Expr:
-        def col(y: A.Expr) -> A.Expr:
-            if isinstance(y, A.Column):
-                return A.Column(var, y.name, pos=y.pos, end=y.end)
-            return _map_children(y, col)
-
-        return A.Nav("PREV", col(arg), 1, pos=arg.pos, end=arg.end)
+    def on_var(arg: A.Expr) -> A.Expr:
+        """``arg`` with every column read at ``var``'s row."""
+        if isinstance(arg, A.Column):
+            return A.Column(var, arg.name, pos=arg.pos, end=arg.end)
+        return _map_children(arg, on_var)
 
     def rw(x: A.Expr) -> A.Expr:
         if isinstance(x, A.Column):
-            return prev_of(x) if before(x.var) else x
+            return A.Nav("PREV", on_var(x), 1, pos=x.pos, end=x.end) if before(x.var) else x
         if isinstance(x, A.Nav):
             if x.kind != "LAST" or x.offset != 0 or x.semantics != "RUNNING":
                 return x  # PREV/NEXT/FIRST of another variable's row: its own meaning, kept
@@ -100,7 +98,7 @@ def last_as_prev(expr: A.Expr, var: str, vid: int, preds: set[int], cp: Compiled
             # arithmetic over one variable's columns only: anything else keeps its own meaning
             if (cols and all(isinstance(y, (A.Column, A.Literal, A.Binary, A.Unary)) for y in inner)
                     and len({y.var for y in cols}) == 1 and before(cols[0].var)):
-                return A.Nav("PREV", prev_of(x.arg).arg, 1, pos=x.pos, end=x.end)
+                return A.Nav("PREV", on_var(x.arg), 1, pos=x.pos, end=x.end)
             return x
         if isinstance(x, (A.Agg, A.Classifier, A.MatchNumber)):
             return x
