@@ -108,7 +108,16 @@ def last_as_prev(expr: A.Expr, var: str, vid: int, preds: set[int], cp: Compiled
 
 
 def rewrite_defines(cp: CompiledPattern) -> dict[int, A.Expr]:
-    """The DEFINE conditions of ``cp`` after the exact rewrites (the same dict when none applies)."""
+    """The DEFINE conditions of ``cp`` after the exact rewrites, by variable id.
+
+    Example:
+        >>> from patterns.compiler import compile_statement
+        >>> from patterns.match_recognize import parse_statement
+        >>> cp = compile_statement(parse_statement("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts "
+        ...     "PATTERN (R{2} D) DEFINE R AS R.x > PREV(R.x), D AS D.x < LAST(R.x) * 0.9)"))
+        >>> rewrite_defines(cp)[cp.var_ids["D"]].right.left
+        Nav(kind='PREV', arg=Column(var='D', name='x'), offset=1, semantics='RUNNING')
+    """
     preds = predecessors(cp)
     out = {}
     for vid, expr in cp.defines.items():
@@ -120,7 +129,12 @@ def rewrite_defines(cp: CompiledPattern) -> dict[int, A.Expr]:
 
 def fixed_length(p: A.Pattern) -> int | None:
     """The number of rows every match of pattern ``p`` has, or None when it can vary (or when ``p``
-    holds ``ANY``, ``NOT`` or anchors, whose matches this does not model)."""
+    holds ``ANY``, ``NOT`` or anchors, whose matches this does not model).
+
+    Example:
+        >>> fixed_length(A.PSeq((A.PQuant(A.PVar("R"), 3, 3), A.PVar("D")))), fixed_length(A.PQuant(A.PVar("R"), 1, None))
+        (4, None)
+    """
     if isinstance(p, A.PVar):
         return 1
     if isinstance(p, (A.PSeq, A.PPermute)):
