@@ -519,9 +519,9 @@ class PatternOperator:
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
         p.seq = np.concatenate((p.seq, seq))
-        # every row accepted (the usual case): the batch's own arrays, not copies of them; nothing
-        # writes into pending arrays (releasing builds new ones), so rules can share them
-        whole = m == n
+        # every row accepted (the usual case): the batch's own arrays, not copies of them; only a
+        # temporal join writes into pending columns (cep/tables/join.py), so it keeps copies
+        whole = m == n and self.join is None
         p.keys = (keys if whole else keys[idx]) if len(p.keys) == 0 else _concat(p.keys, keys[idx])
         for ci, c in enumerate(self.columns):
             col = batch.column(c) if whole else batch.column(c)[idx]
