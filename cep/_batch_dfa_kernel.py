@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["step", "flush", "compact"]
+__all__ = ["step", "flush", "compact", "expire"]
 
 # key rows: rows stepped, resume row, match number, store index of the last row, live order, pool offset
 _NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
@@ -107,9 +107,10 @@ def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, paren
 
 @njit(cache=True)
 def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
-         pc_vid, start_sid, start_bits, past_last, merge, max_pm, skip_key, kinds, bits, o_int, o_meas,
+         pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
          counters):  # pragma: no cover - compiled
-    """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa."""
+    """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa
+    (``within`` -1: no WITHIN)."""
     nseg = len(starts)
     width = 2
     for i in range(nseg):
@@ -146,6 +147,9 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
             for q in range(h, t):
                 sid = sc[_SID, q]
                 if sid == 0:
+                    continue
+                if within >= 0 and ts[j] - sc[_TS, q] >= within:
+                    sc[_SID, q] = 0
                     continue
                 if match_pc[sid, m] >= 0:
                     sc[_BEST, q] = rno
@@ -267,3 +271,28 @@ def compact(k, alen, nk, pool, newpool, s_prev, s_used, keep, max_back):  # prag
             idx = s_prev[idx]
             c += 1
     return used
+
+
+@njit(cache=True)
+def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compiled
+    """The automaton's ``expire`` for the keys in ``keys``: end the attempts whose WITHIN has run
+    out by ``watermark`` and drop the ended ones at the head (the batch path takes WITHIN only for
+    patterns whose matches all have one length, where no match waits behind a live attempt, so
+    ending attempts emits nothing). Returns how many attempts were dropped."""
+    dropped = 0
+    for key in keys:
+        na = alen[key]
+        off = k[_AOFF, key]
+        for q in range(na):
+            if pool[_SID, off + q] != 0 and watermark - pool[_TS, off + q] >= within:
+                pool[_SID, off + q] = 0
+        h = 0
+        while h < na and pool[_SID, off + h] == 0 and pool[_BEST, off + h] < 0:
+            h += 1
+        if h:
+            k[_AOFF, key] = off + h
+            alen[key] = na - h
+            dropped += h
+            if na == h:
+                k[_ACT, key] = -1
+    return dropped

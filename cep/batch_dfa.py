@@ -14,8 +14,8 @@ same backward replay as :meth:`cep.nfa.PatternAutomaton._consumers`.
 
 It applies (:func:`batch_plan`) to lazy-DFA rules with the DFA's fast measures (ONE ROW PER
 MATCH; each measure a column, FIRST/LAST of one without offset, CLASSIFIER(), MATCH_NUMBER(),
-COUNT(*) or COUNT(var.*)), ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, no ``WITHIN``,
-no ``NEXT``, no ``WITH UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables,
+COUNT(*) or COUNT(var.*)), ``AFTER MATCH SKIP PAST LAST ROW`` or ``TO NEXT ROW``, ``WITHIN``
+only when every match has the same number of rows (then ending runs by time emits nothing), no ``NEXT``, no ``WITH UNMATCHED ROWS``, no work budget, at most :data:`MAX_VARS` variables,
 :data:`MAX_STATES` DFA states and :data:`MAX_CELLS` table cells, and (the operator checks) no
 idle-state TTL, global cap, temporal join or FIRST_SEEN/MATCHES. Its rows, their order,
 match numbers and counters are the automaton's (``tests/cep/test_batch_dfa.py`` runs both on the
@@ -32,6 +32,7 @@ import numpy as np
 from cep.compiled import numba_allowed
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
+from patterns.rewrite import fixed_length
 
 __all__ = ["BatchDFA", "DfaTable", "batch_plan", "measure_plan", "USE_BATCH_DFA", "MAX_VARS", "MAX_STATES", "MAX_CELLS"]
 
@@ -160,7 +161,11 @@ def measure_plan(a: Any) -> list[tuple[str, str, frozenset[int] | None, int]] | 
 
 def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str, str, int, int]]] | None:
     """(table, measure kinds, measure variable bits, measures) when automaton ``a`` fits the path."""
-    if not (a.dfa and a.within is None and not a.lookahead and not a.with_unmatched):
+    if not (a.dfa and not a.lookahead and not a.with_unmatched):
+        return None
+    # WITHIN where ending runs by time can emit nothing (see _batch_dfa_kernel.expire): every
+    # match has the same number of rows, so no match waits behind an earlier live attempt
+    if a.within is not None and fixed_length(a.mr.pattern) is None:
         return None
     fast_plan = measure_plan(a)
     if fast_plan is None:
@@ -216,7 +221,6 @@ class BatchDFA:
         self.s_prev = np.zeros(4096, dtype=np.int64)
         self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
-        self.compact_at = 1 << 16
         self._ids_now = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------ sizes
@@ -348,14 +352,20 @@ class BatchDFA:
         remap[idx] = np.arange(len(idx))
         m = len(idx)
         prev = remap[self.s_prev[idx]]  # -1 maps to remap[-1] == -1
-        cap = max(4096, 2 * m)
-        self.s_prev = _grown(prev, cap)
-        self.s_mask = _grown(self.s_mask[idx], cap)
-        self.cols = [_grown(c[idx], cap) for c in self.cols]
+        if 2 * m <= len(self.s_mask):
+            # in place: the store keeps its size, so the next batches' rows go in without growing it
+            self.s_prev[:m] = prev
+            self.s_mask[:m] = self.s_mask[idx]
+            for c in self.cols:
+                c[:m] = c[idx]
+        else:
+            cap = max(4096, 2 * m)
+            self.s_prev = _grown(prev, cap)
+            self.s_mask = _grown(self.s_mask[idx], cap)
+            self.cols = [_grown(c[idx], cap) for c in self.cols]
         self.k[3, :nk] = remap[self.k[3, :nk]]
         self.pool[4, :used] = remap[self.pool[4, :used]]
         self.s_used = m
-        self.compact_at = max(1 << 16, 3 * m)
 
     # ------------------------------------------------------------------ stepping
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
@@ -366,8 +376,11 @@ class BatchDFA:
 
         n = len(masks)
         cap = self.pool_used + self.live_attempts + n + 1
-        if self.s_used + n > self.compact_at or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
-            self._compact()  # before this batch's rows go in: they are linked while stepping
+        if (self.s_used and self.s_used + n > len(self.s_mask)) or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
+            # before this batch's rows go in (they are linked while stepping): drop what no match and
+            # no PREV can read rather than grow the store; it then settles at about two batches of
+            # rows and is rewritten in place (growing and copying every column each time cost more)
+            self._compact()
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
@@ -381,11 +394,13 @@ class BatchDFA:
         counters[1] = self.act_seq
         counters[2] = stats.partial_matches_peak
         counters[6] = self.live_attempts
-        merge = self.past_last and nfa.MERGE_EQUIVALENT_ATTEMPTS
+        within = self.a.within
+        merge = self.past_last and within is None and nfa.MERGE_EQUIVALENT_ATTEMPTS
         nm = step(self._ids_now, starts.astype(np.int64), ends.astype(np.int64), ts.astype(np.int64),
                   masks.astype(np.int64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
-                  self.past_last, merge, self.a.max_partial_matches, self.a.on_cap == "skip_key",
+                  self.past_last, merge, -1 if within is None else int(within),
+                  self.a.max_partial_matches, self.a.on_cap == "skip_key",
                   self.kinds, self.bits, o_int, o_meas, counters)
         self.pool_used = int(counters[0])
         self.act_seq = int(counters[1])
@@ -395,6 +410,17 @@ class BatchDFA:
         stats.partial_matches_dropped += int(counters[5])
         self.live_attempts = int(counters[6])
         return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+
+    def expire(self, watermark: int) -> None:
+        """WITHIN by the watermark: end the attempts it rules out (nothing is emitted, see
+        :func:`batch_plan`), as the automaton's ``expire`` does for keys that send nothing more."""
+        if self.a.within is None or not self.live_attempts:
+            return
+        from cep._batch_dfa_kernel import expire
+
+        nk = len(self.key_list)
+        keys = np.flatnonzero(self.alen[:nk] > 0)
+        self.live_attempts -= int(expire(keys, self.k, self.alen, self.pool, int(watermark), int(self.a.within)))
 
     def flush(self, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """End of input: every attempt's best match is final; keys in the order they became live."""
@@ -532,7 +558,6 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
-        self.compact_at = max(1 << 16, 3 * m)
 
 
 def _grown(x: np.ndarray, n: int) -> np.ndarray:

@@ -34,6 +34,7 @@ from cep.lanes import LanePlan, lane_match, lane_plan, step_key_lanes
 from patterns import ast as A
 from patterns.compiler import OP_BEGIN, OP_END, OP_IGNORE, OP_MATCH, OP_VAR, CompiledPattern
 from patterns.growth import GROWING_PATTERN_STEPS, find_growth
+from patterns.rewrite import rewrite_defines
 
 __all__ = ["PatternAutomaton", "KeyState", "Attempt", "StepStats"]
 
@@ -44,6 +45,11 @@ _NO_ROW = 1 << 16
 # Drop later attempts that sit in the head attempt's automaton state (see _step_key_dfa); a
 # switch so benchmarks and tests can measure and check the engine without it.
 MERGE_EQUIVALENT_ATTEMPTS = True
+
+# Apply the exact rewrites of patterns/rewrite.py (LAST(X.col) as PREV(col) where X's row is always
+# the one before) to DEFINE before splitting it; a switch so tests compare with the unrewritten
+# automaton.
+REWRITE_CONDITIONS = True
 
 
 
@@ -124,6 +130,7 @@ class PatternAutomaton:
     """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
 
     attempt_class = Attempt  # (cep/lanes.py builds attempts without importing this module)
+    rewrite = True  # apply patterns/rewrite.py (a tracing subclass shows the conditions as written)
 
     def __init__(
         self,
@@ -222,7 +229,9 @@ class PatternAutomaton:
         self.hist_exprs: list[A.Expr | None] = [None] * self.nvars  # what hist[] evaluates
         self.row_local_fns: list[list[Callable]] = [[] for _ in range(self.nvars)]
         max_back = 0
-        for vid, expr in cp.defines.items():
+        # what the conditions are evaluated as: the user's text, or its exact rewrite
+        self.defines = rewrite_defines(cp) if REWRITE_CONDITIONS and self.rewrite else cp.defines
+        for vid, expr in self.defines.items():
             name = self.var_names[vid]
             local, rest = [], []
             for conj in split_conjuncts(expr):
@@ -246,7 +255,7 @@ class PatternAutomaton:
         self.measures: list[tuple[str, Callable]] = []
         for m in mr.measures:
             self.measures.append((m.name, compile_match_expr(m.expr, layout)))
-        for e in [m.expr for m in mr.measures] + list(cp.defines.values()):
+        for e in [m.expr for m in mr.measures] + list(self.defines.values()):
             for x in A.walk_expr(e):
                 if isinstance(x, A.Nav) and x.kind in ("PREV", "NEXT"):
                     max_back = max(max_back, x.offset if x.kind == "PREV" else 0)
@@ -258,7 +267,7 @@ class PatternAutomaton:
         # NEXT in DEFINE: a row is stepped once this many rows of its key follow it (or at the
         # partition's end); see PatternOperator._step_held
         self.lookahead = max(
-            [x.offset for e in cp.defines.values() for x in A.walk_expr(e) if isinstance(x, A.Nav) and x.kind == "NEXT"],
+            [x.offset for e in self.defines.values() for x in A.walk_expr(e) if isinstance(x, A.Nav) and x.kind == "NEXT"],
             default=0,
         )
         self.with_unmatched = mr.with_unmatched

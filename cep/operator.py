@@ -519,9 +519,12 @@ class PatternOperator:
         self.seq += m
         p.ts = np.concatenate((p.ts, ts[keep]))
         p.seq = np.concatenate((p.seq, seq))
-        p.keys = keys[idx] if len(p.keys) == 0 else _concat(p.keys, keys[idx])
+        # every row accepted (the usual case): the batch's own arrays, not copies of them; only a
+        # temporal join writes into pending columns (cep/tables/join.py), so it keeps copies
+        whole = m == n and self.join is None
+        p.keys = (keys if whole else keys[idx]) if len(p.keys) == 0 else _concat(p.keys, keys[idx])
         for ci, c in enumerate(self.columns):
-            col = batch.column(c)[idx]
+            col = batch.column(c) if whole else batch.column(c)[idx]
             p.cols[ci] = col if len(p.cols[ci]) == 0 else _concat(p.cols[ci], col)
         if self.keep_records:
             recs = np.empty(m, dtype=object)
@@ -595,8 +598,11 @@ class PatternOperator:
             for key in list(self.active):
                 self._close_key(self.states[key], emit, end)
             self.active.clear()
-        elif watermark is not None and a.within is not None and self._deadlines:
-            self._fire_deadlines(watermark, emit)
+        elif watermark is not None and a.within is not None:
+            if self._deadlines:
+                self._fire_deadlines(watermark, emit)
+            if self._keyed is not None:
+                self._keyed.expire(watermark)
         if not final and watermark is not None:
             if self.max_partial_matches_total is not None and self.active:
                 self._global_cap(emit)

@@ -330,6 +330,9 @@ class TracingAutomaton(PatternAutomaton):
     """The engine's automaton on its general path, telling a :class:`Trace` what it did for one key."""
 
     trace: Trace
+    # explain shows each condition as the rule's text says it (patterns/rewrite.py gives the same
+    # verdicts, but would show LAST(R.close) as PREV(D.close))
+    rewrite = False
 
     def _init_dfa(self) -> None:
         super()._init_dfa()

@@ -581,3 +581,27 @@ def test_reload_refuses_a_rule_joining_an_undeclared_table():
     assert not rep.accepted
     assert rep.errors == ["rule 'seen' joins table 'accounts', which the new rules do not declare (tables:)"]
     assert list(engine.tables) == ["accounts"] and list(engine.operators) == ["seen"]
+
+
+def test_a_join_does_not_write_into_the_batch_other_rules_read():
+    """A joined rule fills its buffered column from the table; another rule over the same events
+    (which buffers the batch's own arrays when every row is accepted) still reads the events' value."""
+    from cep import Engine
+
+    text = JOIN_RULES.format(kind="", table_lateness=0, rule_lateness=0) + """
+  - name: plain
+    sql: |
+      SELECT * FROM payments MATCH_RECOGNIZE (PARTITION BY account ORDER BY ts
+        MEASURES A.ts AS ts, A.tier AS tier AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A) DEFINE A AS A.n >= 0)
+"""
+    engine = Engine(parse_rules(text))
+    # the table's watermark is past the events: the joined rule enriches them as they come
+    engine.process([{"id": 1, "ts": 0, "tier": "gold"}, {"id": 2, "ts": 100, "tier": "silver"}],
+                   stream="account_changes")
+    rows = []
+    for t in range(1, 6):
+        rows += engine.process([{"account": 1, "ts": t, "n": t, "tier": "own"}], stream="payments").matches
+    rows += engine.finish().matches
+    tiers = {(r["rule"], r["tier"]) for r in rows}
+    assert tiers == {("seen", "gold"), ("plain", "own")}
