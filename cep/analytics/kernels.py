@@ -449,7 +449,7 @@ class _StringHashes:
     """The hashes of the strings an operator has seen: batches bring the same hosts and URLs
     again, and a dictionary look-up costs a fraction of hashing."""
 
-    __slots__ = ("index", "h0", "h1", "n")
+    __slots__ = ("index", "h0", "h1", "n", "last")
 
     def __init__(self) -> None:
         self._reset()
@@ -459,12 +459,18 @@ class _StringHashes:
         self.h0 = np.zeros(1024, dtype=np.uint64)
         self.h1 = np.zeros(1024, dtype=np.uint64)
         self.n = 0
+        # the last distinct-value table asked for and its answer: aggregates over one column ask
+        # with the decoder's same table object in a row (held, so its id is not reused)
+        self.last: tuple[Any, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.n
 
     def get(self, uniq: Any) -> tuple[np.ndarray, np.ndarray]:
         """(h0, h1) of each of ``uniq`` (strings)."""
+        last = self.last
+        if last is not None and last[0] is uniq:
+            return last[1], last[2]
         at = np.fromiter(map(self.index.get, uniq, repeat(-1)), dtype=np.int64, count=len(uniq))
         miss = np.flatnonzero(at < 0)
         if len(miss):
@@ -486,7 +492,10 @@ class _StringHashes:
                     self.h0[k], self.h1[k] = a, b
                     self.n += 1
                 at[j] = k
-        return self.h0[at], self.h1[at]
+        got = self.h0[at], self.h1[at]
+        # only a decoder's table (an object array, never changed once made) is worth holding
+        self.last = (uniq, *got) if isinstance(uniq, np.ndarray) else None
+        return got
 
 
 def _string_hashes(uniq: Any, cache: _StringHashes) -> tuple[np.ndarray, np.ndarray]:

@@ -106,7 +106,8 @@ class WindowOperator:
         self.value_kinds: dict[str, str] = {}
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
-        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}  # id -> (column, its codes)
+        # id -> (column, its codes, its name): the argument columns of the batch being prepared
+        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray], str]] = {}
         self._string_hash_cache = _StringHashes()  # hashes of the strings seen, each hashed once
         self.counts = OperatorCounts()
         self.stats = WindowStats()
@@ -559,10 +560,15 @@ class WindowOperator:
         if a.arg is None:
             return np.zeros(len(idx))
         if isinstance(a.arg, A.Column):
+            # aggregates of one column (COUNT(DISTINCT url), APPROX_COUNT_DISTINCT(url)) share its
+            # rows: the same array, so its codes and hashes are gathered once per batch
+            for got in self._args.values():
+                if got[2] == a.arg.name:
+                    return got[0]
             vals = batch.column(a.arg.name)[idx]
             enc = batch.encoded(a.arg.name)
             if enc is not None:  # kept for this batch's kernels (hashing per distinct value)
-                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]))
+                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]), a.arg.name)
             return vals
         if isinstance(a.arg, A.Literal):
             out = np.empty(len(idx), dtype=object)
