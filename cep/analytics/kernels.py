@@ -60,6 +60,14 @@ class _Kernel:
         """The state of cells ``a`` to ``b - 1`` of a partial, as if built from their rows alone."""
         raise NotImplementedError
 
+    def stack(self, states: list, offsets: list[int]) -> Any:
+        """One state of partials whose cells follow each other (the cells of part j moved up by
+        ``offsets[j]``, every cell of a part above those before it): what :meth:`combine` gives
+        for them, without a merge. Only kernels whose ``stackable`` is True."""
+        raise NotImplementedError
+
+    stackable = False
+
     def result(self, state: Any, n: np.ndarray, cells: np.ndarray, ctx: _Ctx) -> tuple[np.ndarray, Any]:
         raise NotImplementedError
 
@@ -83,6 +91,9 @@ class _Aligned(_Kernel):
 
     def slice(self, state, a, b):
         return tuple(x[a:b] for x in state)
+
+    def stack(self, states, offsets):
+        return tuple(np.concatenate([st[i] for st in states]) for i in range(len(self.reducers)))
 
     def combine(self, parts, nout):
         out = []
@@ -176,6 +187,7 @@ def _short(v: Any) -> str:
 class _CountNonNull(_Aligned):
     reducers = ("sum",)
     cellwise = True
+    stackable = True
 
     def prepare(self, vals):
         if vals.dtype.kind == "f":
@@ -342,6 +354,7 @@ class _FirstSeen(_Aligned):
     reducers = ("sum",)
     needs_seen = True
     cellwise = True
+    stackable = True
 
     def prepare(self, vals):
         hb, bad = _hash(vals, self.agg.text, skip_empty=False)
@@ -537,6 +550,13 @@ class _Entries(_Kernel):
         lo, hi = np.searchsorted(idx, (a, b))
         return idx[lo:hi] - a, h0[lo:hi], h1[lo:hi]
 
+    stackable = True
+
+    def stack(self, states, offsets):
+        # each state is sorted by (cell, h0, h1) and unique; moved up they stay so, one after another
+        return (np.concatenate([st[0] + off for st, off in zip(states, offsets)]),
+                np.concatenate([st[1] for st in states]), np.concatenate([st[2] for st in states]))
+
     def combine(self, parts, nout):
         idx, a, b = [], [], []
         for (ci, c0, c1), pos, _cells in parts:
@@ -691,6 +711,15 @@ class _HyperLogLog(_Kernel):
         idx, cp, dense = state  # sparse words sorted by cell; a dense cell's registers by cell
         lo, hi = np.searchsorted(idx, (a, b))
         return idx[lo:hi] - a, cp[lo:hi], {c - a: r for c, r in dense.items() if a <= c < b}
+
+    stackable = True
+
+    def stack(self, states, offsets):
+        # sparse words sorted by (cell, coupon), one per address, a cell dense or sparse: moved up,
+        # one after another, they are what the merge would make
+        dense = {c + off: r for (_i, _c, d), off in zip(states, offsets) for c, r in d.items()}
+        return (np.concatenate([st[0] + off for st, off in zip(states, offsets)]),
+                np.concatenate([st[1] for st in states]), dense)
 
     def combine(self, parts, nout):
         idx, cps = [], []
@@ -920,6 +949,11 @@ class _CountStar(_Kernel):
         return None
 
     def combine(self, parts, nout):
+        return None
+
+    stackable = True
+
+    def stack(self, states, offsets):
         return None
 
     def slice(self, state, a, b):

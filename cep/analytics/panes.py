@@ -171,15 +171,20 @@ class _PaneWindows:
         """:meth:`emit` of every key of each window in ``ks`` (with the keys holding data in it),
         read in one evaluation: the windows' partials are merged under (window, key id) cells."""
         op = self.op
-        parts = []
-        for j, k in enumerate(ks):
-            for p in self.panes_of(k):
-                for c in self.panes.get(p, ()):
-                    parts.append(_Partial((np.int64(j) << 32) | c.cells, c.n, c.states))
         empty = np.zeros(0, dtype=np.int64)
-        if not parts:
-            return {k: ([], empty) for k in ks}
-        part = _combine(parts, op.kernels)
+        if all(k.stackable for k in op.kernels):
+            part = self._stacked(ks)
+            if part is None:
+                return {k: ([], empty) for k in ks}
+        else:
+            parts = []
+            for j, k in enumerate(ks):
+                for p in self.panes_of(k):
+                    for c in self.panes.get(p, ()):
+                        parts.append(_Partial((np.int64(j) << 32) | c.cells, c.n, c.states))
+            if not parts:
+                return {k: ([], empty) for k in ks}
+            part = _combine(parts, op.kernels)
         win = part.cells >> 32
         kids = part.cells & _KID_MASK
         wstart = np.asarray(ks, dtype=np.int64)[win] * self.step
@@ -195,6 +200,30 @@ class _PaneWindows:
         bounds = np.searchsorted(win, np.arange(len(ks) + 1))
         return {k: (list(zip(row_kids[cut[j]:cut[j + 1]], ordered[cut[j]:cut[j + 1]])), kids[bounds[j]:bounds[j + 1]])
                 for j, k in enumerate(ks)}
+
+    def _stacked(self, ks: list[int]) -> _Partial | None:
+        """The partial of the windows ``ks`` under (window, key id) cells, or None when they hold
+        no data: each window's chunks merged (most hold one, which needs no merge), then the
+        windows' partials laid one after another (their cells do not overlap)."""
+        op = self.op
+        wins: list[_Partial] = []
+        tags: list[int] = []
+        for j, k in enumerate(ks):
+            chunks = [c for p in self.panes_of(k) for c in self.panes.get(p, ())]
+            if not chunks:
+                continue
+            part = chunks[0] if len(chunks) == 1 else _combine(chunks, op.kernels)
+            if len(part.cells):
+                wins.append(part)
+                tags.append(j)
+        if not wins:
+            return None
+        sizes = [len(w.cells) for w in wins]
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).tolist()
+        cells = np.concatenate([(np.int64(j) << 32) | w.cells for j, w in zip(tags, wins)])
+        n = np.concatenate([w.n for w in wins])
+        states = [k.stack([w.states[i] for w in wins], offsets) for i, k in enumerate(op.kernels)]
+        return _Partial(cells, n, states)
 
     def keys_of(self, k: int) -> np.ndarray:
         """The sorted key ids with data in window ``k``."""
