@@ -699,7 +699,7 @@ class WindowOperator:
             return []
         kv = self._key_values
         pkeys = [kv[k] for k in ctx.kids[passing].tolist()]
-        order = _key_order(pkeys, ctx.wstart[passing])
+        order = _key_order(pkeys, ctx.wstart[passing], ctx.window_first)
         passing = passing[order]
         pkeys = [pkeys[j] for j in order.tolist()]
         lists = {}
