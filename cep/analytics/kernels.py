@@ -60,6 +60,10 @@ class _Kernel:
         """The state of cells ``a`` to ``b - 1`` of a partial, as if built from their rows alone."""
         raise NotImplementedError
 
+    def slices(self, state: Any, bounds: list[int]) -> list:
+        """:meth:`slice` at each pair of neighbouring ``bounds`` (ascending cell numbers)."""
+        return [self.slice(state, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
     def stack(self, states: list, offsets: list[int]) -> Any:
         """One state of partials whose cells follow each other (the cells of part j moved up by
         ``offsets[j]``, every cell of a part above those before it): what :meth:`combine` gives
@@ -91,6 +95,9 @@ class _Aligned(_Kernel):
 
     def slice(self, state, a, b):
         return tuple(x[a:b] for x in state)
+
+    def slices(self, state, bounds):
+        return [tuple(x[a:b] for x in state) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def stack(self, states, offsets):
         return tuple(np.concatenate([st[i] for st in states]) for i in range(len(self.reducers)))
@@ -550,6 +557,16 @@ class _Entries(_Kernel):
         lo, hi = np.searchsorted(idx, (a, b))
         return idx[lo:hi] - a, h0[lo:hi], h1[lo:hi]
 
+    def slices(self, state, bounds):
+        idx, h0, h1 = state
+        if not len(idx):
+            return [self.slice(state, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        # one search for every cut; each slice's cells made relative to its first in one subtraction
+        edge = np.asarray(bounds, dtype=np.int64)
+        at = np.searchsorted(idx, edge).tolist()
+        rel = idx - edge[np.searchsorted(edge, idx, side="right") - 1]
+        return [(rel[lo:hi], h0[lo:hi], h1[lo:hi]) for lo, hi in zip(at[:-1], at[1:])]
+
     stackable = True
 
     def stack(self, states, offsets):
@@ -711,6 +728,15 @@ class _HyperLogLog(_Kernel):
         idx, cp, dense = state  # sparse words sorted by cell; a dense cell's registers by cell
         lo, hi = np.searchsorted(idx, (a, b))
         return idx[lo:hi] - a, cp[lo:hi], {c - a: r for c, r in dense.items() if a <= c < b}
+
+    def slices(self, state, bounds):
+        idx, cp, dense = state
+        if not len(idx) or dense:
+            return [self.slice(state, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        edge = np.asarray(bounds, dtype=np.int64)
+        at = np.searchsorted(idx, edge).tolist()
+        rel = idx - edge[np.searchsorted(edge, idx, side="right") - 1]
+        return [(rel[lo:hi], cp[lo:hi], {}) for lo, hi in zip(at[:-1], at[1:])]
 
     stackable = True
 
@@ -958,6 +984,9 @@ class _CountStar(_Kernel):
 
     def slice(self, state, a, b):
         return None
+
+    def slices(self, state, bounds):
+        return [None] * (len(bounds) - 1)
 
     def result(self, state, n, cells, ctx):
         return n, False

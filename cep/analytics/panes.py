@@ -106,12 +106,12 @@ class _PaneWindows:
             whole = op._build(ev, ((pane - lo) << 32) | ev.kid)
             at = whole.cells >> 32
             cuts = np.flatnonzero(at[1:] != at[:-1]) + 1
-            starts = [0, *cuts.tolist()]
-            ends = [*cuts.tolist(), len(at)]
+            bounds = [0, *cuts.tolist(), len(at)]
             kids = whole.cells & _KID_MASK
-            for a, b in zip(starts, ends):
-                states = [k.slice(st, a, b) for k, st in zip(op.kernels, whole.states)]
-                yield lo + int(at[a]), _Partial(kids[a:b], whole.n[a:b], states)
+            per_kernel = [k.slices(st, bounds) for k, st in zip(op.kernels, whole.states)]
+            panes = (at[bounds[:-1]] + lo).tolist()
+            for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+                yield panes[j], _Partial(kids[a:b], whole.n[a:b], [got[j] for got in per_kernel])
             return
         for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
             sel = pane == p
