@@ -259,6 +259,22 @@ def _newlines_py(buf):  # pragma: no cover - compiled
     return out
 
 
+def _gather_py(buf, s, e):  # pragma: no cover - compiled
+    """The bytes ``buf[s[j]:e[j]]`` of every j, each followed by a newline, in one array."""
+    total = 0
+    for j in range(len(s)):
+        total += e[j] - s[j] + 1
+    out = np.empty(total, np.uint8)
+    k = 0
+    for j in range(len(s)):
+        for p in range(s[j], e[j]):
+            out[k] = buf[p]
+            k += 1
+        out[k] = 10
+        k += 1
+    return out
+
+
 def newlines(buf: np.ndarray) -> np.ndarray:
     """Where the newlines of ``buf`` (bytes as uint8) are: compiled once the scanner is loaded in
     the process (then files are read with it), else numpy's.
@@ -275,17 +291,30 @@ def newlines(buf: np.ndarray) -> np.ndarray:
 
 def _strings(block: bytes, buf: np.ndarray, s: np.ndarray, e: np.ndarray, esc: np.ndarray) -> list[str]:
     """The strings at ``block[s:e]`` (``esc``: holds an escape), decoded as the per-line decoder does."""
-    if esc.any():  # escapes are decoded as JSON: the same escapes, the same refusals
-        return [orjson.loads(block[a - 1:b + 1]) if x else block[a:b].decode("utf-8")
-                for a, b, x in zip(s.tolist(), e.tolist(), esc.tolist())]
     if not len(s):
         return []
-    # one decode for them all: each string with its closing quote, the quote made a newline (no
-    # string holds a raw newline: control characters were refused), then split
-    width = e - s + 1
-    out_start = np.cumsum(width) - width
-    gathered = buf[np.repeat(s - out_start, width) + np.arange(int(width.sum()))]
-    gathered[out_start + width - 1] = 10
+    if esc.any():  # escapes are decoded as JSON (the same escapes, the same refusals); the rest at once
+        out = _plain(buf, s, e, esc == 0)
+        for j in np.flatnonzero(esc).tolist():
+            out[j] = orjson.loads(block[int(s[j]) - 1:int(e[j]) + 1])
+        return out
+    return _plain(buf, s, e, None)
+
+
+def _plain(buf: np.ndarray, s: np.ndarray, e: np.ndarray, which: np.ndarray | None) -> list:
+    """The strings without escapes at ``buf[s:e]`` (``which``: those only; None elsewhere)."""
+    if which is not None:
+        at = np.flatnonzero(which)
+        got = _plain(buf, s[at], e[at], None) if len(at) else []
+        out: list = [None] * len(s)
+        for j, v in zip(at.tolist(), got):
+            out[j] = v
+        return out
+    if not len(s):
+        return []
+    # one decode for them all: each string followed by a newline (no string holds a raw newline:
+    # control characters were refused), then split
+    gathered = _compiled["gather"](buf, s, e)  # loaded with the scanner that found the strings
     return gathered.tobytes().decode("utf-8").split("\n")[:-1]
 
 
@@ -300,6 +329,7 @@ def _kernels() -> tuple[Any, Any]:
         _compiled["scan"] = jit(_scan_py)
         _compiled["dict"] = jit(_dict_encode_py)
         _compiled["newlines"] = jit(_newlines_py)
+        _compiled["gather"] = jit(_gather_py)
     return _compiled["scan"], _compiled["dict"]
 
 

@@ -65,7 +65,7 @@ def _key_ranks(keys: list) -> np.ndarray:
     """Rank of each key in output order (see _key_order), equal keys equal ranks."""
     if not keys:
         return np.zeros(0, dtype=np.int64)
-    kinds = {type(k) for k in keys}
+    kinds = set(map(type, keys))
     if len(kinds) == 1 and kinds <= {int, float, str}:
         arr = np.array(keys)
         if arr.dtype.kind in "iufU":
@@ -81,7 +81,7 @@ def _key_order(keys: list, wstart: np.ndarray, window_first: bool = False) -> np
     n = len(keys)
     if n < 2:
         return np.arange(n)
-    kinds = {type(k) for k in keys}
+    kinds = set(map(type, keys))
     if len(kinds) == 1 and kinds <= {int, float, str}:
         arr = np.array(keys)
         if arr.dtype.kind in "iufU":

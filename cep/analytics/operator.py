@@ -698,10 +698,10 @@ class WindowOperator:
         if not len(passing):
             return []
         kv = self._key_values
-        pkeys = [kv[k] for k in ctx.kids[passing].tolist()]
+        pkeys = list(map(kv.__getitem__, ctx.kids[passing].tolist()))
         order = _key_order(pkeys, ctx.wstart[passing], ctx.window_first)
         passing = passing[order]
-        pkeys = [pkeys[j] for j in order.tolist()]
+        pkeys = list(map(pkeys.__getitem__, order.tolist()))
         lists = {}
         columns: list[list] = []
         for _name, col, fn in self._select:

@@ -186,3 +186,15 @@ def test_dictionary_codes_of_long_look_alike_strings() -> None:
     assert codes["u"][0].tolist() == want_codes.tolist()
     assert codes["u"][1].tolist() == list(want_uniq)
     assert got["u"].tolist() == vals
+
+
+def test_a_few_escaped_strings_among_many_plain_ones() -> None:
+    # the plain strings of a column are decoded together, the escaped ones one by one: in place
+    rng = np.random.default_rng(17)
+    vals = []
+    for i in range(500):
+        r = rng.random()
+        vals.append(f"/p{i % 37}\\u00e9" if r < 0.02 else f'/q"{i % 11}' if r < 0.04 else f"/r{i % 53}/\u00e9")
+    lines = [orjson.dumps({"u": v}) if "\\u" not in v else b'{"u":"' + v.encode() + b'"}' for v in vals]
+    block, ends = block_of(lines)
+    assert_same(decode_flat(block, ends), per_line(lines))
