@@ -644,7 +644,7 @@ class WindowOperator:
 
     # ------------------------------------------------------------------ building and evaluating
     def _build(self, ev: _Events, cells: np.ndarray) -> _Partial:
-        g = _Groups(cells)
+        g = _Groups(cells, stable=not all(k.order_free for k in self.kernels))
         cell_ids = g.codes
         states = [k.build(x, g, cell_ids) for k, x in zip(self.kernels, ev.inputs)]
         return _Partial(cell_ids, g.counts().astype(np.int64), states)
