@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-from cep.json_flat import decode_flat
+from cep.json_flat import decode_flat, newlines
 
 __all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
 
@@ -73,7 +73,7 @@ class LineBlocks:
             self.buf = rest + chunk
             self.pos = 0
             arr = np.frombuffer(self.buf, dtype=np.uint8)
-            self.nl = np.flatnonzero(arr == 10)
+            self.nl = newlines(arr)
             self.k = 0
 
     def take(self, n: int) -> tuple[int, bytes, np.ndarray]:

@@ -31,7 +31,7 @@ import orjson
 
 from cep.compiled import numba_allowed
 
-__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "flat_enabled", "flat_for", "decode_flat"]
+__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "flat_enabled", "flat_for", "decode_flat", "newlines"]
 
 FLAT_ENV = "CEP_FLAT_JSON"
 """Environment variable: ``auto`` (default), ``on`` or ``off`` (see the module docstring)."""
@@ -207,9 +207,19 @@ def _dict_encode_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
             continue
         s = vstart[i]
         e = vend[i]
-        h = np.uint64(14695981039346656037)
-        for p in range(s, e):
+        # four bytes a step (one multiply per word, not per byte: hosts and URLs are long); the
+        # codes do not depend on the hash, only where the table probes
+        h = np.uint64(14695981039346656037) ^ np.uint64(e - s)
+        p = s
+        while p + 4 <= e:
+            w = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8)) | (np.uint64(buf[p + 2]) << np.uint64(16))
+                 | (np.uint64(buf[p + 3]) << np.uint64(24)))
+            h = (h ^ w) * np.uint64(0x9E3779B97F4A7C15)
+            p += 4
+        while p < e:
             h = (h ^ np.uint64(buf[p])) * np.uint64(1099511628211)
+            p += 1
+        h ^= h >> np.uint64(29)
         slot = np.int64(h & np.uint64(mask))
         while True:
             c = table[slot]
@@ -234,19 +244,77 @@ def _dict_encode_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
     return codes, first[:ncodes]
 
 
+def _newlines_py(buf):  # pragma: no cover - compiled
+    """Positions of the newline bytes of ``buf``: one pass, no mask of the whole buffer."""
+    count = 0
+    for i in range(len(buf)):
+        if buf[i] == 10:
+            count += 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for i in range(len(buf)):
+        if buf[i] == 10:
+            out[k] = i
+            k += 1
+    return out
+
+
+def _gather_py(buf, s, e):  # pragma: no cover - compiled
+    """The bytes ``buf[s[j]:e[j]]`` of every j, each followed by a newline, in one array."""
+    total = 0
+    for j in range(len(s)):
+        total += e[j] - s[j] + 1
+    out = np.empty(total, np.uint8)
+    k = 0
+    for j in range(len(s)):
+        for p in range(s[j], e[j]):
+            out[k] = buf[p]
+            k += 1
+        out[k] = 10
+        k += 1
+    return out
+
+
+def newlines(buf: np.ndarray) -> np.ndarray:
+    """Where the newlines of ``buf`` (bytes as uint8) are: compiled once the scanner is loaded in
+    the process (then files are read with it), else numpy's.
+
+    Example:
+        >>> newlines(np.frombuffer(b"a\\nbc\\n\\n", dtype=np.uint8)).tolist()
+        [1, 4, 5]
+    """
+    got = _compiled.get("newlines")
+    if got is None:
+        return np.flatnonzero(buf == 10)
+    return got(buf)
+
+
 def _strings(block: bytes, buf: np.ndarray, s: np.ndarray, e: np.ndarray, esc: np.ndarray) -> list[str]:
     """The strings at ``block[s:e]`` (``esc``: holds an escape), decoded as the per-line decoder does."""
-    if esc.any():  # escapes are decoded as JSON: the same escapes, the same refusals
-        return [orjson.loads(block[a - 1:b + 1]) if x else block[a:b].decode("utf-8")
-                for a, b, x in zip(s.tolist(), e.tolist(), esc.tolist())]
     if not len(s):
         return []
-    # one decode for them all: each string with its closing quote, the quote made a newline (no
-    # string holds a raw newline: control characters were refused), then split
-    width = e - s + 1
-    out_start = np.cumsum(width) - width
-    gathered = buf[np.repeat(s - out_start, width) + np.arange(int(width.sum()))]
-    gathered[out_start + width - 1] = 10
+    if esc.any():  # escapes are decoded as JSON (the same escapes, the same refusals); the rest at once
+        out = _plain(buf, s, e, esc == 0)
+        for j in np.flatnonzero(esc).tolist():
+            out[j] = orjson.loads(block[int(s[j]) - 1:int(e[j]) + 1])
+        return out
+    return _plain(buf, s, e, None)
+
+
+def _plain(buf: np.ndarray, s: np.ndarray, e: np.ndarray, which: np.ndarray | None) -> list:
+    """The strings without escapes at ``buf[s:e]`` (``which``: those only; None elsewhere)."""
+    if which is not None:
+        at = np.flatnonzero(which)
+        got = _plain(buf, s[at], e[at], None) if len(at) else []
+        out: list = [None] * len(s)
+        for j, v in zip(at.tolist(), got):
+            out[j] = v
+        return out
+    if not len(s):
+        return []
+    # one decode for them all: each string followed by a newline (no string holds a raw newline:
+    # control characters were refused), then split
+    gathered = _compiled["gather"](buf, s, e)  # loaded with the scanner that found the strings
     return gathered.tobytes().decode("utf-8").split("\n")[:-1]
 
 
@@ -260,6 +328,8 @@ def _kernels() -> tuple[Any, Any]:
         jit = numba.njit(cache=True, nogil=True, boundscheck=False)
         _compiled["scan"] = jit(_scan_py)
         _compiled["dict"] = jit(_dict_encode_py)
+        _compiled["newlines"] = jit(_newlines_py)
+        _compiled["gather"] = jit(_gather_py)
     return _compiled["scan"], _compiled["dict"]
 
 
@@ -310,10 +380,12 @@ def decode_flat(block: bytes, ends: np.ndarray,
     key_off[1:] = np.cumsum([len(k) for k in raw_keys])
     key_bytes = np.frombuffer(b"".join(raw_keys) or b"\0", dtype=np.uint8)
     nf = len(keys)
-    kinds = np.zeros((nf, n), dtype=np.int8)
-    vstart = np.zeros((nf, n), dtype=np.int64)
-    vend = np.zeros((nf, n), dtype=np.int64)
-    ivals = np.zeros((nf, n), dtype=np.int64)
+    # left uninitialised: a scan that accepts the block has set each line's kind of every field,
+    # and the bounds (strings) or value (integers, booleans, a string's escape flag) its kind reads
+    kinds = np.empty((nf, n), dtype=np.int8)
+    vstart = np.empty((nf, n), dtype=np.int64)
+    vend = np.empty((nf, n), dtype=np.int64)
+    ivals = np.empty((nf, n), dtype=np.int64)
     if scan(buf, starts, np.asarray(ends, dtype=np.int64), key_bytes, key_off, kinds, vstart, vend, ivals):
         return None
     cols: dict[str, np.ndarray] = {}

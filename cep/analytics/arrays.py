@@ -14,7 +14,9 @@ class _Groups:
 
     __slots__ = ("order", "starts", "codes", "inv", "n")
 
-    def __init__(self, codes: np.ndarray):
+    def __init__(self, codes: np.ndarray, stable: bool = True):
+        """``stable``: rows of a group keep their order in ``order`` (else any order, sorted faster:
+        for kernels that read only ``inv``, ``starts`` and ``codes``, or reduce exactly)."""
         n = len(codes)
         self.n = n
         if n == 0:
@@ -23,7 +25,7 @@ class _Groups:
             self.codes = np.zeros(0, dtype=np.int64)
             self.inv = np.zeros(0, dtype=np.int64)
             return
-        order = np.argsort(codes, kind="stable")
+        order = np.argsort(codes, kind="stable" if stable else "quicksort")
         sc = codes[order]
         flag = np.empty(n, dtype=bool)
         flag[0] = True

@@ -28,6 +28,7 @@ class _Ctx:
         self.cols = cols or {}
         self.values: dict[str, tuple[np.ndarray, Any]] = {}
         self._keys: list | None = None
+        self.window_first = False  # rows ordered by window start, then key (else key, then window start)
 
     def keys(self) -> list:
         if self._keys is None:

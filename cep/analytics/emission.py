@@ -65,7 +65,7 @@ def _key_ranks(keys: list) -> np.ndarray:
     """Rank of each key in output order (see _key_order), equal keys equal ranks."""
     if not keys:
         return np.zeros(0, dtype=np.int64)
-    kinds = {type(k) for k in keys}
+    kinds = set(map(type, keys))
     if len(kinds) == 1 and kinds <= {int, float, str}:
         arr = np.array(keys)
         if arr.dtype.kind in "iufU":
@@ -75,17 +75,19 @@ def _key_ranks(keys: list) -> np.ndarray:
     return np.array([rank[k] for k in keys], dtype=np.int64)
 
 
-def _key_order(keys: list, wstart: np.ndarray) -> np.ndarray:
+def _key_order(keys: list, wstart: np.ndarray, window_first: bool = False) -> np.ndarray:
     """Positions of rows in output order: by key (numbers by value, strings by text, one type
-    before another by its name), then window start."""
+    before another by its name), then window start; with ``window_first``, by window start, then key."""
     n = len(keys)
     if n < 2:
         return np.arange(n)
-    kinds = {type(k) for k in keys}
+    kinds = set(map(type, keys))
     if len(kinds) == 1 and kinds <= {int, float, str}:
         arr = np.array(keys)
         if arr.dtype.kind in "iufU":
-            return np.lexsort((wstart, arr))
+            return np.lexsort((arr, wstart) if window_first else (wstart, arr))
+    if window_first:
+        return np.array(sorted(range(n), key=lambda j: (int(wstart[j]), _sort_key(keys[j]))), dtype=np.int64)
     return np.array(sorted(range(n), key=lambda j: (_sort_key(keys[j]), int(wstart[j]))), dtype=np.int64)
 
 

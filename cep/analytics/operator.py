@@ -106,7 +106,8 @@ class WindowOperator:
         self.value_kinds: dict[str, str] = {}
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
-        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}  # id -> (column, its codes)
+        # id -> (column, its codes, its name): the argument columns of the batch being prepared
+        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray], str]] = {}
         self._string_hash_cache = _StringHashes()  # hashes of the strings seen, each hashed once
         self.counts = OperatorCounts()
         self.stats = WindowStats()
@@ -559,10 +560,15 @@ class WindowOperator:
         if a.arg is None:
             return np.zeros(len(idx))
         if isinstance(a.arg, A.Column):
+            # aggregates of one column (COUNT(DISTINCT url), APPROX_COUNT_DISTINCT(url)) share its
+            # rows: the same array, so its codes and hashes are gathered once per batch
+            for got in self._args.values():
+                if got[2] == a.arg.name:
+                    return got[0]
             vals = batch.column(a.arg.name)[idx]
             enc = batch.encoded(a.arg.name)
             if enc is not None:  # kept for this batch's kernels (hashing per distinct value)
-                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]))
+                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]), a.arg.name)
             return vals
         if isinstance(a.arg, A.Literal):
             out = np.empty(len(idx), dtype=object)
@@ -638,7 +644,7 @@ class WindowOperator:
 
     # ------------------------------------------------------------------ building and evaluating
     def _build(self, ev: _Events, cells: np.ndarray) -> _Partial:
-        g = _Groups(cells)
+        g = _Groups(cells, stable=not all(k.order_free for k in self.kernels))
         cell_ids = g.codes
         states = [k.build(x, g, cell_ids) for k, x in zip(self.kernels, ev.inputs)]
         return _Partial(cell_ids, g.counts().astype(np.int64), states)
@@ -692,10 +698,10 @@ class WindowOperator:
         if not len(passing):
             return []
         kv = self._key_values
-        pkeys = [kv[k] for k in ctx.kids[passing].tolist()]
-        order = _key_order(pkeys, ctx.wstart[passing])
+        pkeys = list(map(kv.__getitem__, ctx.kids[passing].tolist()))
+        order = _key_order(pkeys, ctx.wstart[passing], ctx.window_first)
         passing = passing[order]
-        pkeys = [pkeys[j] for j in order.tolist()]
+        pkeys = list(map(pkeys.__getitem__, order.tolist()))
         lists = {}
         columns: list[list] = []
         for _name, col, fn in self._select:
@@ -780,14 +786,87 @@ class WindowOperator:
 
 
 def _row_maker(names: tuple[str, ...]) -> Callable[[list[list]], list[dict]]:
-    """A function turning columns into row dicts with these keys. ``map`` keeps the loop in C; a
-    faster dict display would need source text evaluated at run time, which no module does
-    (tests/reliability/test_hostile_rules.py)."""
+    """A function turning columns into row dicts with these keys.
+
+    Up to 12 keys a dict display (its keys read from ``names``) builds each row, at about half
+    the cost of ``dict(zip(names, values))``; more keys take that. The displays are written out
+    below: a display made for the names at run time would need source text evaluated, which no
+    module does (tests/reliability/test_hostile_rules.py).
+    """
+    maker = _DISPLAYS.get(len(names))
+    if maker is not None:
+        return lambda cols: maker(names, cols)
 
     def rows(cols: list[list]) -> list[dict]:
         return list(map(dict, map(zip, itertools.repeat(names), zip(*cols))))
 
     return rows
+
+
+def _rows1(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, = names
+    return [{k0: a} for a, in zip(*cols)]
+
+
+def _rows2(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1 = names
+    return [{k0: a, k1: b} for a, b in zip(*cols)]
+
+
+def _rows3(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2 = names
+    return [{k0: a, k1: b, k2: c} for a, b, c in zip(*cols)]
+
+
+def _rows4(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3 = names
+    return [{k0: a, k1: b, k2: c, k3: d} for a, b, c, d in zip(*cols)]
+
+
+def _rows5(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e} for a, b, c, d, e in zip(*cols)]
+
+
+def _rows6(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f} for a, b, c, d, e, f in zip(*cols)]
+
+
+def _rows7(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g} for a, b, c, d, e, f, g in zip(*cols)]
+
+
+def _rows8(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6, k7 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h} for a, b, c, d, e, f, g, h in zip(*cols)]
+
+
+def _rows9(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6, k7, k8 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i} for a, b, c, d, e, f, g, h, i in zip(*cols)]
+
+
+def _rows10(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6, k7, k8, k9 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i, k9: j} for a, b, c, d, e, f, g, h, i, j in zip(*cols)]
+
+
+def _rows11(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i, k9: j, k10: k} for a, b, c, d, e, f, g, h, i, j, k in zip(*cols)]
+
+
+def _rows12(names: tuple[str, ...], cols: list[list]) -> list[dict]:
+    k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11 = names
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i, k9: j, k10: k, k11: l} for a, b, c, d, e, f, g, h, i, j, k, l in zip(*cols)]
+
+
+_DISPLAYS: dict[int, Callable[[tuple[str, ...], list[list]], list[dict]]] = {
+    1: _rows1, 2: _rows2, 3: _rows3, 4: _rows4, 5: _rows5, 6: _rows6,
+    7: _rows7, 8: _rows8, 9: _rows9, 10: _rows10, 11: _rows11, 12: _rows12,
+}
 
 
 def _walk_cols(e: A.Expr):

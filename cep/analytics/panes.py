@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -105,12 +106,12 @@ class _PaneWindows:
             whole = op._build(ev, ((pane - lo) << 32) | ev.kid)
             at = whole.cells >> 32
             cuts = np.flatnonzero(at[1:] != at[:-1]) + 1
-            starts = [0, *cuts.tolist()]
-            ends = [*cuts.tolist(), len(at)]
+            bounds = [0, *cuts.tolist(), len(at)]
             kids = whole.cells & _KID_MASK
-            for a, b in zip(starts, ends):
-                states = [k.slice(st, a, b) for k, st in zip(op.kernels, whole.states)]
-                yield lo + int(at[a]), _Partial(kids[a:b], whole.n[a:b], states)
+            per_kernel = [k.slices(st, bounds) for k, st in zip(op.kernels, whole.states)]
+            panes = (at[bounds[:-1]] + lo).tolist()
+            for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+                yield panes[j], _Partial(kids[a:b], whole.n[a:b], [got[j] for got in per_kernel])
             return
         for p in range(lo, hi + 1) if hi - lo < 64 else np.unique(pane).tolist():
             sel = pane == p
@@ -135,9 +136,13 @@ class _PaneWindows:
                 rows = self.emit(k, kids)
                 assert w.keys is not None
                 w.keys = _sorted_unique(np.concatenate((w.keys, kids)))
-            elif k in read:
-                rows, w.keys = read[k]
+            elif k in read:  # read with the others: their key ids and rows apart
+                row_kids, got, w.keys = read[k]
                 w.fired = True
+                if lat > 0 and not final:
+                    w.emitted.update(zip(row_kids, got))
+                out.append(_Emission(trig, e, 0, got))
+                continue
             else:
                 rows = self.emit(k, None)
                 w.fired = True
@@ -167,34 +172,62 @@ class _PaneWindows:
         op = self.op
         return BATCHED and not op.spec.prev and all(k.cellwise for k in op.kernels) and len(self.wins) < _KID_LIMIT
 
-    def emit_many(self, ks: list[int]) -> dict[int, tuple[list[tuple[int, dict]], np.ndarray]]:
-        """:meth:`emit` of every key of each window in ``ks`` (with the keys holding data in it),
-        read in one evaluation: the windows' partials are merged under (window, key id) cells."""
+    def emit_many(self, ks: list[int]) -> dict[int, tuple[list[int], list[dict], np.ndarray]]:
+        """:meth:`emit` of every key of each window in ``ks`` (the key ids of its rows, its rows, and
+        the keys holding data in it), read in one evaluation: the windows' partials are laid
+        side by side under (window, key id) cells."""
         op = self.op
-        parts = []
-        for j, k in enumerate(ks):
-            for p in self.panes_of(k):
-                for c in self.panes.get(p, ()):
-                    parts.append(_Partial((np.int64(j) << 32) | c.cells, c.n, c.states))
         empty = np.zeros(0, dtype=np.int64)
-        if not parts:
-            return {k: ([], empty) for k in ks}
-        part = _combine(parts, op.kernels)
+        if all(k.stackable for k in op.kernels):
+            part = self._stacked(ks)
+            if part is None:
+                return {k: ([], [], empty) for k in ks}
+        else:
+            parts = []
+            for j, k in enumerate(ks):
+                for p in self.panes_of(k):
+                    for c in self.panes.get(p, ()):
+                        parts.append(_Partial((np.int64(j) << 32) | c.cells, c.n, c.states))
+            if not parts:
+                return {k: ([], [], empty) for k in ks}
+            part = _combine(parts, op.kernels)
         win = part.cells >> 32
         kids = part.cells & _KID_MASK
         wstart = np.asarray(ks, dtype=np.int64)[win] * self.step
         ctx = _Ctx(op, kids, wstart, wstart + self.size)
+        ctx.window_first = True  # rows by window start, then key: each window's rows in one run
         evaluated = op._evaluate(_Partial(kids, part.n, part.states), None, ctx)
-        at = np.fromiter((i for i, _r in evaluated), dtype=np.int64, count=len(evaluated))
-        got = [r for _i, r in evaluated]
-        # rows come by key, then window start: a stable sort by window keeps them by key within each
-        order = np.argsort(win[at], kind="stable")
-        cut = np.searchsorted(win[at][order], np.arange(len(ks) + 1)).tolist()
-        row_kids = kids[at][order].tolist()
-        ordered = [got[i] for i in order.tolist()]
+        at = np.fromiter(map(itemgetter(0), evaluated), dtype=np.int64, count=len(evaluated))
+        got = list(map(itemgetter(1), evaluated))
+        cut = np.searchsorted(win[at], np.arange(len(ks) + 1)).tolist()
+        row_kids = kids[at].tolist()
         bounds = np.searchsorted(win, np.arange(len(ks) + 1))
-        return {k: (list(zip(row_kids[cut[j]:cut[j + 1]], ordered[cut[j]:cut[j + 1]])), kids[bounds[j]:bounds[j + 1]])
+        return {k: (row_kids[cut[j]:cut[j + 1]], got[cut[j]:cut[j + 1]], kids[bounds[j]:bounds[j + 1]])
                 for j, k in enumerate(ks)}
+
+    def _stacked(self, ks: list[int]) -> _Partial | None:
+        """The partial of the windows ``ks`` under (window, key id) cells, or None when they hold
+        no data: each window's chunks merged (most hold one, which needs no merge), then the
+        windows' partials laid one after another (their cells do not overlap)."""
+        op = self.op
+        wins: list[_Partial] = []
+        tags: list[int] = []
+        for j, k in enumerate(ks):
+            chunks = [c for p in self.panes_of(k) for c in self.panes.get(p, ())]
+            if not chunks:
+                continue
+            part = chunks[0] if len(chunks) == 1 else _combine(chunks, op.kernels)
+            if len(part.cells):
+                wins.append(part)
+                tags.append(j)
+        if not wins:
+            return None
+        sizes = [len(w.cells) for w in wins]
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).tolist()
+        cells = np.concatenate([(np.int64(j) << 32) | w.cells for j, w in zip(tags, wins)])
+        n = np.concatenate([w.n for w in wins])
+        states = [k.stack([w.states[i] for w in wins], offsets) for i, k in enumerate(op.kernels)]
+        return _Partial(cells, n, states)
 
     def keys_of(self, k: int) -> np.ndarray:
         """The sorted key ids with data in window ``k``."""

@@ -26,6 +26,7 @@ def _json_default(v: Any) -> Any:
 
 
 _OPTS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+_LIST_OPTS = orjson.OPT_SERIALIZE_NUMPY  # a whole list of rows, cut into lines (dumps_rows)
 
 
 def dumps_row(row: dict[str, Any]) -> bytes:
@@ -57,12 +58,25 @@ def dumps_row(row: dict[str, Any]) -> bytes:
 
 
 def dumps_rows(rows: list[dict[str, Any]]) -> bytes:
-    """JSON lines of ``rows``, as :func:`dumps_row` writes each (one call per row fewer on the way).
+    """JSON lines of ``rows``, as :func:`dumps_row` writes each (in one call for them all when it can).
 
     Example:
         >>> dumps_rows([{"a": 1}, {"b": bytes((2, 1))}])
         b'{"a":1}\\n{"b":"AgE="}\\n'
+        >>> dumps_rows([{"a": "},{"}, {"b": [{"c": 1}, {"c": 2}]}])  # a boundary's bytes inside rows
+        b'{"a":"},{"}\\n{"b":[{"c":1},{"c":2}]}\\n'
     """
+    if len(rows) > 1 and set(map(type, rows)) == {dict}:
+        # One call for the whole list costs a tenth of one call per row. Rows are objects, so the
+        # list reads ``[{...},{...}]`` and every boundary between two rows is ``},{``: when the
+        # text holds exactly one fewer of those than there are rows, there is none inside a row
+        # (in a string or a nested value) and cutting at each gives the rows' own bytes.
+        try:
+            whole = orjson.dumps(rows, default=_json_default, option=_LIST_OPTS)
+        except orjson.JSONEncodeError:  # a value orjson cannot write (nested too deep): below
+            whole = b""
+        if whole.count(b"},{") == len(rows) - 1:
+            return whole[1:-1].replace(b"},{", b"}\n{") + b"\n"
     try:
         return b"".join([orjson.dumps(r, default=_json_default, option=_OPTS) for r in rows])
     except orjson.JSONEncodeError:  # a value orjson cannot write: each row on its own

@@ -211,3 +211,31 @@ def test_a_file_that_goes_per_line_for_a_while_comes_back_to_blocks(tmp_path):
     nested = [orjson.dumps({"time": i, "tags": ["a", i]}) for i in range(40)]
     p = write(tmp_path, nested + [good(i) for i in range(100)] + nested[:5])
     assert_same(p, (3, 7))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_line_blocks_take_the_same_lines_with_either_newline_finder(monkeypatch, compiled: bool) -> None:
+    import io
+
+    import cep.json_flat as jf
+    from cep.json_blocks import LineBlocks
+
+    if compiled:
+        if not jf.flat_enabled():
+            pytest.skip("numba is a dependency: installed with the package")
+        jf._kernels()
+    else:
+        monkeypatch.setattr(jf, "_compiled", {})  # numpy's finder, as without numba
+    rng = np.random.default_rng(18)
+    lines = [b"x" * int(rng.integers(0, 40)) for _ in range(3000)]
+    data = b"\n".join(lines)  # the last line without its newline
+    monkeypatch.setattr("cep.json_blocks._READ_BYTES", 997)  # reads that cut lines
+    blocks = LineBlocks(io.BytesIO(data))
+    got: list[bytes] = []
+    while True:
+        _first, block, ends = blocks.take(int(rng.integers(1, 50)))
+        if not len(ends):
+            break
+        starts = np.concatenate(([0], ends[:-1]))
+        got += [block[a:b].rstrip(b"\n") for a, b in zip(starts.tolist(), ends.tolist())]
+    assert got == lines

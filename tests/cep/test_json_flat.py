@@ -151,3 +151,50 @@ def test_the_scanner_setting_is_checked(monkeypatch):
     monkeypatch.setenv("CEP_FLAT_JSON", "fast")
     with pytest.raises(ValueError, match="CEP_FLAT_JSON='fast': expected 'auto'"):
         flat_for(10)
+
+
+def test_newlines_compiled_and_numpy_agree() -> None:
+    import cep.json_flat as jf
+
+    jf._kernels()  # the compiled finder is loaded with the scanner
+    rng = np.random.default_rng(15)
+    for size in (0, 1, 7, 1000, 65_537):
+        buf = rng.choice(np.array([10, 32, 97, 123], dtype=np.uint8), size)
+        want = np.flatnonzero(buf == 10)
+        got = jf.newlines(buf)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist()
+
+
+def test_dictionary_codes_of_long_look_alike_strings() -> None:
+    # strings of every length 0-40 sharing long prefixes and differing in one byte anywhere: the
+    # hash reads four bytes a step, so words and tails must both tell them apart
+    rng = np.random.default_rng(16)
+    base = "/shuttle/missions/sts-69/images/KSC-95EC"
+    vals = []
+    for _ in range(3000):
+        s = base[: int(rng.integers(0, len(base) + 1))]
+        if s and rng.random() < 0.5:
+            j = int(rng.integers(0, len(s)))
+            s = s[:j] + "xyz"[int(rng.integers(0, 3))] + s[j + 1:]
+        vals.append(s)
+    lines = [orjson.dumps({"u": v, "n": i}) for i, v in enumerate(vals)]
+    block, ends = block_of(lines)
+    codes: dict = {}
+    got = decode_flat(block, ends, codes)
+    assert got is not None
+    want_codes, want_uniq = pd.factorize(np.array(vals, dtype=object))
+    assert codes["u"][0].tolist() == want_codes.tolist()
+    assert codes["u"][1].tolist() == list(want_uniq)
+    assert got["u"].tolist() == vals
+
+
+def test_a_few_escaped_strings_among_many_plain_ones() -> None:
+    # the plain strings of a column are decoded together, the escaped ones one by one: in place
+    rng = np.random.default_rng(17)
+    vals = []
+    for i in range(500):
+        r = rng.random()
+        vals.append(f"/p{i % 37}\\u00e9" if r < 0.02 else f'/q"{i % 11}' if r < 0.04 else f"/r{i % 53}/\u00e9")
+    lines = [orjson.dumps({"u": v}) if "\\u" not in v else b'{"u":"' + v.encode() + b'"}' for v in vals]
+    block, ends = block_of(lines)
+    assert_same(decode_flat(block, ends), per_line(lines))
