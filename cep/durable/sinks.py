@@ -49,7 +49,9 @@ def dumps_row(row: dict[str, Any]) -> bytes:
         safe = {}
         for k, v in row.items():
             try:
-                orjson.dumps(v, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY)
+                # checked one level down, as it sits in the row: a value at the depth limit on
+                # its own is one too deep inside the row
+                orjson.dumps([v], default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY)
                 safe[str(k)] = v
             except (orjson.JSONEncodeError, RecursionError):
                 text = _safe_repr(v)

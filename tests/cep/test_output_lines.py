@@ -39,3 +39,18 @@ def test_numpy_values_and_a_row_too_deep_for_a_list() -> None:
         d = d["a"]
     rows = [{"n": np.int64(3), "f": np.float32(0.5)}, deep, {"b": b"\x01"}]
     assert dumps_rows(rows) == b"".join(map(dumps_row, rows))
+
+
+def test_a_value_at_any_depth_near_the_limit_is_written() -> None:
+    """A row holding a value nested d deep is one line of JSON (the value shortened to text when too
+    deep for a row), whatever d is near orjson's depth limit."""
+    for depth in range(248, 260):
+        value: dict = {}
+        d = value
+        for _ in range(depth):
+            d["a"] = {}
+            d = d["a"]
+        line = dumps_row({"line": 1, "event": value})
+        back = orjson.loads(line)
+        assert back["line"] == 1 and line.endswith(b"\n") and line.count(b"\n") == 1
+        assert dumps_rows([{"n": 1}, {"event": value}]) == dumps_row({"n": 1}) + dumps_row({"event": value})
