@@ -301,10 +301,10 @@ def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callab
             return lambda env: f(lf(env), rf(env))
         if isinstance(x, A.Between):
             vf, lo, hi = val(x.operand), val(x.low), val(x.high)
-            if x.negated:  # TRUE only when every operand is known and the value is outside
+            if x.negated:  # TRUE when the value is known to be below or above (a NULL other bound does not matter)
                 def outside(env: _Env) -> Any:
-                    v, a_, b_ = vf(env), lo(env), hi(env)
-                    return ((v < a_) | (v > b_)) & ~np.isnan(a_) & ~np.isnan(b_)
+                    v = vf(env)
+                    return (v < lo(env)) | (v > hi(env))
                 return outside
             return lambda env: (vf(env) >= lo(env)) & (vf(env) <= hi(env))
         if isinstance(x, A.Logical):
