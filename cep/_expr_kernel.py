@@ -19,7 +19,8 @@ opcodes and an index into the arrays :func:`run` is given:
 
 NULL is NaN. The connectives taken are the monotone ones (AND, OR, comparisons, BETWEEN, NOT
 BETWEEN; no NOT), so a NULL operand never makes a condition TRUE and "NULL" and "FALSE" can share
-0.0 on the stack: ``run`` answers whether the condition is TRUE. ``<>`` tests its operands for NULL
+0.0 on the stack: ``run`` answers whether the condition is TRUE, and AND / OR stop at the first
+operand that decides them (operands have no side effects and raise nothing). ``<>`` tests its operands for NULL
 (IEEE's NaN != x is true); ``v NOT BETWEEN lo AND hi`` is TRUE when ``v < lo`` or ``v > hi`` is (SQL:
 one known side outside is enough, a NULL bound on the other side does not matter); division by 0
 is NULL.
@@ -47,19 +48,26 @@ import numpy as np
 from patterns import ast as A
 
 __all__ = [
-    "AVG", "COUNT", "CUR", "PREV", "START", "SUM", "Program", "Unsupported", "compile_condition", "jitted", "run",
+    "AVG", "COUNT", "CUR", "PREV", "START", "SUM", "Program", "Unsupported", "compile_condition", "jitted",
+    "jitted_many", "run", "run_many",
 ]
 
 # operands (argument: an index into the array run() reads it from)
 CUR, START, PREV, LIT, COUNT, SUM, AVG = 1, 2, 3, 4, 5, 6, 7
 # arithmetic (no argument)
 NEG, ADD, SUB, MUL, DIV = 10, 11, 12, 13, 14
-# comparisons and connectives: push 1.0 (TRUE) or 0.0 (FALSE or NULL)
-EQ, NE, LT, LE, GT, GE, BETWEEN, NOT_BETWEEN, AND, OR = 20, 21, 22, 23, 24, 25, 26, 27, 28, 29
+# arithmetic with a literal right operand (argument: the literal's index): one step instead of two
+ADD_LIT, SUB_LIT, MUL_LIT, DIV_LIT = 15, 16, 17, 18
+# comparisons: push 1.0 (TRUE) or 0.0 (FALSE or NULL)
+EQ, NE, LT, LE, GT, GE, BETWEEN, NOT_BETWEEN = 20, 21, 22, 23, 24, 25, 26, 27
+# AND / OR, short-circuit (argument: where the connective's code ends): AND_JUMP leaves FALSE and
+# jumps when the value on top is not TRUE, else pops it; OR_JUMP leaves TRUE and jumps when it is
+AND_JUMP, OR_JUMP = 30, 31
 
 _LEAVES = (CUR, START, PREV, COUNT, SUM, AVG)
 _CMP = {"=": EQ, "<>": NE, "!=": NE, "<": LT, "<=": LE, ">": GT, ">=": GE}
 _ARITH = {"+": ADD, "-": SUB, "*": MUL, "/": DIV}
+_ARITH_LIT = {"+": ADD_LIT, "-": SUB_LIT, "*": MUL_LIT, "/": DIV_LIT}
 # an integer literal beyond this is not exact as a float64
 _EXACT = float(2**53)
 
@@ -93,24 +101,34 @@ def compile_condition(e: A.Expr, leaf: Callable[[A.Expr], tuple[int, int]]) -> P
         depth[0] += 1 - pops
         depth[1] = max(depth[1], depth[0])
 
+    def lit(x: A.Literal) -> int:
+        v = x.value
+        if v is None:
+            lits.append(math.nan)
+        elif type(v) in (int, float) and abs(v) <= _EXACT:
+            lits.append(float(v))
+        else:
+            raise Unsupported(x)
+        return len(lits) - 1
+
     def val(x: A.Expr) -> None:
         if isinstance(x, A.Literal):
-            v = x.value
-            if v is None:
-                lits.append(math.nan)
-            elif type(v) in (int, float) and abs(v) <= _EXACT:
-                lits.append(float(v))
-            else:
-                raise Unsupported(x)
-            push(LIT, len(lits) - 1)
+            push(LIT, lit(x))
         elif isinstance(x, A.Unary) and x.op in ("-", "+"):
             val(x.operand)
             if x.op == "-":
                 push(NEG, 0, 1)
         elif isinstance(x, A.Binary) and x.op in _ARITH:
-            val(x.left)
-            val(x.right)
-            push(_ARITH[x.op], 0, 2)
+            if isinstance(x.right, A.Literal):
+                val(x.left)
+                push(_ARITH_LIT[x.op], lit(x.right), 1)
+            elif isinstance(x.left, A.Literal) and x.op in ("+", "*"):  # (IEEE + and * commute)
+                val(x.right)
+                push(_ARITH_LIT[x.op], lit(x.left), 1)
+            else:
+                val(x.left)
+                val(x.right)
+                push(_ARITH[x.op], 0, 2)
         elif isinstance(x, (A.Column, A.Nav, A.Agg)):
             op, arg = leaf(x)
             if op not in _LEAVES or arg < 0:
@@ -130,10 +148,14 @@ def compile_condition(e: A.Expr, leaf: Callable[[A.Expr], tuple[int, int]]) -> P
             val(x.high)
             push(NOT_BETWEEN if x.negated else BETWEEN, 0, 3)
         elif isinstance(x, A.Logical) and x.op in ("AND", "OR") and x.args:
-            cond(x.args[0])
-            for y in x.args[1:]:
+            jumps = []
+            for y in x.args[:-1]:
                 cond(y)
-                push(AND if x.op == "AND" else OR, 0, 2)
+                jumps.append(len(code))
+                push(AND_JUMP if x.op == "AND" else OR_JUMP, 0, 2)
+            cond(x.args[-1])
+            for at in jumps:
+                code[at + 1] = len(code)
         else:
             raise Unsupported(x)
 
@@ -174,6 +196,21 @@ def run(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, s
             sp += 1
         elif op == NEG:
             stack[sp - 1] = -stack[sp - 1]
+        elif op >= AND_JUMP:
+            if (stack[sp - 1] == 1.0) == (op == OR_JUMP):
+                pc = arg
+            else:
+                sp -= 1
+        elif op >= ADD_LIT and op <= DIV_LIT:
+            v = lits[arg]
+            if op == ADD_LIT:
+                stack[sp - 1] += v
+            elif op == SUB_LIT:
+                stack[sp - 1] -= v
+            elif op == MUL_LIT:
+                stack[sp - 1] *= v
+            else:
+                stack[sp - 1] = stack[sp - 1] / v if v != 0.0 else np.nan
         elif op <= DIV:
             sp -= 1
             u = stack[sp - 1]
@@ -210,12 +247,8 @@ def run(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, s
                 got = u <= v
             elif op == GT:
                 got = u > v
-            elif op == GE:
-                got = u >= v
-            elif op == AND:
-                got = u == 1.0 and v == 1.0
             else:
-                got = u == 1.0 or v == 1.0
+                got = u >= v
             stack[sp - 1] = 1.0 if got else 0.0
     return bool(stack[0] == 1.0)
 
@@ -224,9 +257,153 @@ _JITTED: list[Any] = []
 
 
 def jitted() -> Callable[..., bool]:
-    """:func:`run` compiled with numba (imported on first use; callers check :func:`cep.compiled.numba_allowed`)."""
+    """:func:`run` compiled with numba (imported on first use; callers check :func:`cep.compiled.numba_allowed`).
+
+    A compiled loop that calls the interpreter compiles it in (``njit(inline="always")(run)``);
+    numba's disk cache of that loop does not see this file change, so such a loop keys its cache
+    on this file's hash (see ``cep/_lanes_kernel.py``).
+    """
     if not _JITTED:
         from numba import njit
 
         _JITTED.append(njit(cache=True, error_model="numpy")(run))
     return _JITTED[0]
+
+
+def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, ids: np.ndarray, nid: int,
+             prev_ok: np.ndarray, starts: np.ndarray, cnts: np.ndarray, sums: np.ndarray, add_cnt: np.ndarray,
+             add_sum: np.ndarray, stack: np.ndarray, out: np.ndarray) -> None:
+    """:func:`run` for one row and many partial matches at once: ``out[l]`` for partial match ``ids[l]``.
+
+    Each instruction runs over all ``nid`` partial matches before the next (its dispatch is paid
+    once per row, not once per partial match). Partial match ``p``'s start-row values are
+    ``starts[p]``, its aggregates ``cnts[p] + add_cnt`` and ``sums[p] + add_sum`` (``add_*``: the row's
+    own part), and it sees ``prev`` only where ``prev_ok[l]`` (else NULL). ``stack`` has at least
+    ``depth`` rows of ``nid`` values. AND / OR evaluate both sides here (nothing to skip per row).
+    """
+    sp = 0
+    pc = 0
+    n = code.shape[0]
+    pend = np.empty(n // 2 + 1, np.int64)  # the ends of the AND / OR being evaluated, innermost last
+    pend_or = np.empty(n // 2 + 1, np.bool_)
+    npend = 0
+    while True:
+        while npend > 0 and pend[npend - 1] == pc:  # a connective's right side is on the stack
+            npend -= 1
+            sp -= 1
+            if pend_or[npend]:
+                for x in range(nid):
+                    stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 or stack[sp, x] == 1.0 else 0.0
+            else:
+                for x in range(nid):
+                    stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 and stack[sp, x] == 1.0 else 0.0
+        if pc >= n:
+            break
+        op = code[pc]
+        arg = code[pc + 1]
+        pc += 2
+        if op == CUR or op == LIT:
+            v = cur[arg] if op == CUR else lits[arg]
+            for x in range(nid):
+                stack[sp, x] = v
+            sp += 1
+        elif op == START:
+            for x in range(nid):
+                stack[sp, x] = starts[ids[x], arg]
+            sp += 1
+        elif op == PREV:
+            v = prev[arg]
+            for x in range(nid):
+                stack[sp, x] = v if prev_ok[x] else np.nan
+            sp += 1
+        elif op == COUNT or op == SUM or op == AVG:
+            ac = add_cnt[arg]
+            asm = add_sum[arg]
+            for x in range(nid):
+                c = cnts[ids[x], arg] + ac
+                if op == COUNT:
+                    stack[sp, x] = float(c)
+                elif c == 0:
+                    stack[sp, x] = np.nan
+                elif op == SUM:
+                    stack[sp, x] = sums[ids[x], arg] + asm
+                else:
+                    stack[sp, x] = (sums[ids[x], arg] + asm) / c
+            sp += 1
+        elif op == NEG:
+            for x in range(nid):
+                stack[sp - 1, x] = -stack[sp - 1, x]
+        elif op >= AND_JUMP:
+            pend[npend] = arg
+            pend_or[npend] = op == OR_JUMP
+            npend += 1
+        elif op >= ADD_LIT and op <= DIV_LIT:
+            v = lits[arg]
+            if op == ADD_LIT:
+                for x in range(nid):
+                    stack[sp - 1, x] += v
+            elif op == SUB_LIT:
+                for x in range(nid):
+                    stack[sp - 1, x] -= v
+            elif op == MUL_LIT:
+                for x in range(nid):
+                    stack[sp - 1, x] *= v
+            else:
+                for x in range(nid):
+                    stack[sp - 1, x] = stack[sp - 1, x] / v if v != 0.0 else np.nan
+        elif op <= DIV:
+            sp -= 1
+            for x in range(nid):
+                u = stack[sp - 1, x]
+                v = stack[sp, x]
+                if op == ADD:
+                    stack[sp - 1, x] = u + v
+                elif op == SUB:
+                    stack[sp - 1, x] = u - v
+                elif op == MUL:
+                    stack[sp - 1, x] = u * v
+                else:
+                    stack[sp - 1, x] = u / v if v != 0.0 else np.nan
+        elif op == BETWEEN or op == NOT_BETWEEN:
+            sp -= 2
+            for x in range(nid):
+                v = stack[sp - 1, x]
+                lo = stack[sp, x]
+                hi = stack[sp + 1, x]
+                if op == BETWEEN:
+                    got = v >= lo and v <= hi
+                else:
+                    got = v < lo or v > hi
+                stack[sp - 1, x] = 1.0 if got else 0.0
+        else:
+            sp -= 1
+            for x in range(nid):
+                u = stack[sp - 1, x]
+                v = stack[sp, x]
+                if op == EQ:
+                    got = u == v
+                elif op == NE:
+                    got = u != v and u == u and v == v
+                elif op == LT:
+                    got = u < v
+                elif op == LE:
+                    got = u <= v
+                elif op == GT:
+                    got = u > v
+                else:
+                    got = u >= v
+                stack[sp - 1, x] = 1.0 if got else 0.0
+    for x in range(nid):
+        out[x] = stack[0, x] == 1.0
+
+
+_JITTED_MANY: list[Any] = []
+
+
+def jitted_many() -> Callable[..., None]:
+    """:func:`run_many` compiled with numba (see :func:`jitted`)."""
+    if not _JITTED_MANY:
+        from numba import njit
+
+        _JITTED_MANY.append(njit(cache=True, error_model="numpy")(run_many))
+    return _JITTED_MANY[0]

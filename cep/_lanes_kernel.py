@@ -2,7 +2,7 @@
 
 Imported only when a rule takes the lane path with numba allowed. The loop mirrors the numpy
 stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and ``B`` conditions
-of every live start row (interpreted from their bytecode, :mod:`cep._expr_kernel`), counts and
+of every live start row (their bytecode interpreted one instruction at a time over all of them, :mod:`cep._expr_kernel`), counts and
 running aggregates, preference between ``R`` and ``B``, then a new start row, the cap check and
 the part of ``_resolve`` that outputs nothing (dropping dead start rows at the head, and the
 start rows a live head's match rules out). It returns to Python at a row that needs the engine:
@@ -14,10 +14,13 @@ order; ``io`` carries the scalars in and out (see the ``IO_`` indexes).
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
-from cep._expr_kernel import jitted
+from cep import _expr_kernel as EK
 
 __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
            "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH"]
@@ -27,20 +30,33 @@ __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO
 IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
 STOP_CAP, STOP_MATCH = 1, 2
 
-_run = jitted()
+# numba's on-disk cache of ``step`` is keyed on this file alone, yet ``step`` compiles the
+# interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
+# bytecode. So the cache is used only while that file is the one hashed here (a test checks the
+# hash; after changing the interpreter, put its new hash here, which also renews the cache).
+EXPR_KERNEL_SHA256 = "3be79a83e12be1302c1ee42511cd762e7d88ba7f12a84786b21faad417c60806"
+try:
+    _CACHE = hashlib.sha256(Path(EK.__file__).read_bytes()).hexdigest() == EXPR_KERNEL_SHA256
+except OSError:  # (no source file: compile in this process, cache nothing)
+    _CACHE = False
+
+_many = njit(error_model="numpy")(EK.run_many)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=_CACHE, error_model="numpy")
 def step(XB, s, n, pvec, masks, ts, rno0, io,
          L_start, L_ts, L_k, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, greedy, nthreads, last, loops, s_x, agg_x, upd, within, cap):  # pragma: no cover - compiled
     na = agg_x.shape[0]
-    nan_vec = np.full(XB.shape[1], np.nan)
-    stack_r = np.zeros(max(code_r.shape[0], 2))
-    stack_b = np.zeros(max(code_b.shape[0], 2))
-    tcnt = np.zeros(na, np.int64)
-    tsum = np.zeros(na)
+    cap_q = Q.shape[0]
+    ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
+    prev_ok = np.empty(cap_q, np.bool_)
+    out_r = np.zeros(cap_q, np.bool_)
+    out_b = np.zeros(cap_q, np.bool_)
+    stack = np.empty((max(code_r.shape[0], code_b.shape[0]) // 2 + 1, cap_q))
+    cond_r = code_r.shape[0] > 0
+    cond_b = code_b.shape[0] > 0
     add_cnt = np.zeros((3, na), np.int64)  # the row's part of each aggregate, taken as S, R, B
     add_sum = np.zeros((3, na))
     j = io[IO_J]
@@ -77,6 +93,7 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
         take_r = (m & bit_r) != 0
         take_b = (m & bit_b) != 0
         total = 0
+        nid = 0
         for qi in range(qh, qt):
             i = Q[qi]
             if L_alive[i] == 0:
@@ -86,21 +103,22 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
                 killed[nk] = i
                 nk += 1
                 continue
+            ids[nid] = i
+            prev_ok[nid] = L_k[i] >= 1
+            nid += 1
+        # each condition for every live start row at once (one instruction over all of them)
+        if nid > 0 and take_r and cond_r:
+            _many(code_r, lits_r, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
+                  stack, out_r)
+        if nid > 0 and take_b and cond_b:
+            _many(code_b, lits_b, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
+                  stack, out_b)
+        for x in range(nid):
+            i = ids[x]
             k = L_k[i]
             kk = k if k < last else last
-            prev = prevrow if k >= 1 else nan_vec
-            ok_r = take_r and has_r[kk]
-            if ok_r and code_r.shape[0] > 0:
-                for q in range(na):
-                    tcnt[q] = L_CNT[i, q] + add_cnt[1, q]
-                    tsum[q] = L_SUM[i, q] + add_sum[1, q]
-                ok_r = _run(code_r, lits_r, cur, prev, L_S[i], tcnt, tsum, stack_r)
-            ok_b = take_b and has_b[kk]
-            if ok_b and code_b.shape[0] > 0:
-                for q in range(na):
-                    tcnt[q] = L_CNT[i, q] + add_cnt[2, q]
-                    tsum[q] = L_SUM[i, q] + add_sum[2, q]
-                ok_b = _run(code_b, lits_b, cur, prev, L_S[i], tcnt, tsum, stack_b)
+            ok_r = take_r and has_r[kk] and (out_r[x] or not cond_r)
+            ok_b = take_b and has_b[kk] and (out_b[x] or not cond_b)
             if ok_b:
                 L_best[i] = rno
                 if noted[i] == 0:

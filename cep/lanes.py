@@ -540,6 +540,12 @@ class _Lanes:
         self.n = 0
         self.objs: list[Attempt] = []
         self.ids: dict[int, int] = {}
+        # the compiled path's queue of lane ids as it left the start rows: reused while the list
+        # of start rows is the same (the engine takes start rows from the front, the resolve
+        # after the head, and adds them at the end, so length, first and last tell); WITHIN
+        # ending a start row outside the loop leaves its lane alive here, and the loop ends it
+        # at its next row by the same test, before reading it
+        self.qcache: tuple | None = None
         self._alloc(max(cap, 16))
 
     def _alloc(self, cap: int) -> None:
@@ -697,9 +703,15 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         if fresh is None:
             return False
         lanes = fresh
-    q = _queue(lanes, attempts)
-    if q is None:
-        return False
+    c = lanes.qcache
+    if c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
+            and (not attempts or (attempts[0] is c[2] and attempts[-1] is c[3])):
+        # nothing took or added a start row since the last call (see _KernelPlan.qcache)
+        q = c[1]
+    else:
+        q = _queue(lanes, attempts)
+        if q is None:
+            return False
     rno0 = st.nrows
     pvec = np.full(len(kp.xcols), np.nan)
     if kp.prev_x and rno0 - 1 >= st.base:
@@ -788,6 +800,8 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         io[LK.IO_PEAK] = stats.partial_matches_peak
         io[LK.IO_RESUME] = st.resume
         io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+    qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+    lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
     if len(st.rows) > 128:
         a._trim(st)
     return True
@@ -801,6 +815,8 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     if plan.kernel is not None and _kernel_step(a, st, plan.kernel, cols, s, e, masks, ts, emit, stats, rows_all,
                                                 materialised):
         return
+    if st.lanes is not None:
+        st.lanes.qcache = None  # (the numpy stepping changes start rows without the queue)
     start_rno = st.nrows - s
     st.nrows += e - s
     if e > s:
