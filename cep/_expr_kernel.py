@@ -61,8 +61,10 @@ ADD_LIT, SUB_LIT, MUL_LIT, DIV_LIT = 15, 16, 17, 18
 # comparisons: push 1.0 (TRUE) or 0.0 (FALSE or NULL)
 EQ, NE, LT, LE, GT, GE, BETWEEN, NOT_BETWEEN = 20, 21, 22, 23, 24, 25, 26, 27
 # AND / OR, short-circuit (argument: where the connective's code ends): AND_JUMP leaves FALSE and
-# jumps when the value on top is not TRUE, else pops it; OR_JUMP leaves TRUE and jumps when it is
-AND_JUMP, OR_JUMP = 30, 31
+# jumps when the value on top is not TRUE, else pops it; OR_JUMP leaves TRUE and jumps when it is.
+# Before that end, one AND_END / OR_END per jump: nothing for run(), which jumped past them or
+# popped; run_many() ignores the jumps and combines the two values on top at each end instead.
+AND_JUMP, OR_JUMP, AND_END, OR_END = 30, 31, 32, 33
 
 _LEAVES = (CUR, START, PREV, COUNT, SUM, AVG)
 _CMP = {"=": EQ, "<>": NE, "!=": NE, "<": LT, "<=": LE, ">": GT, ">=": GE}
@@ -154,6 +156,8 @@ def compile_condition(e: A.Expr, leaf: Callable[[A.Expr], tuple[int, int]]) -> P
                 jumps.append(len(code))
                 push(AND_JUMP if x.op == "AND" else OR_JUMP, 0, 2)
             cond(x.args[-1])
+            for _ in jumps:
+                code.extend((AND_END if x.op == "AND" else OR_END, 0))
             for at in jumps:
                 code[at + 1] = len(code)
         else:
@@ -197,6 +201,8 @@ def run(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, s
         elif op == NEG:
             stack[sp - 1] = -stack[sp - 1]
         elif op >= AND_JUMP:
+            if op >= AND_END:
+                continue  # (reached only when every operand fell through)
             if (stack[sp - 1] == 1.0) == (op == OR_JUMP):
                 pc = arg
             else:
@@ -284,21 +290,7 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
     sp = 0
     pc = 0
     n = code.shape[0]
-    pend = np.empty(n // 2 + 1, np.int64)  # the ends of the AND / OR being evaluated, innermost last
-    pend_or = np.empty(n // 2 + 1, np.bool_)
-    npend = 0
-    while True:
-        while npend > 0 and pend[npend - 1] == pc:  # a connective's right side is on the stack
-            npend -= 1
-            sp -= 1
-            if pend_or[npend]:
-                for x in range(nid):
-                    stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 or stack[sp, x] == 1.0 else 0.0
-            else:
-                for x in range(nid):
-                    stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 and stack[sp, x] == 1.0 else 0.0
-        if pc >= n:
-            break
+    while pc < n:
         op = code[pc]
         arg = code[pc + 1]
         pc += 2
@@ -333,10 +325,16 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
         elif op == NEG:
             for x in range(nid):
                 stack[sp - 1, x] = -stack[sp - 1, x]
+        elif op == OR_END:
+            sp -= 1
+            for x in range(nid):
+                stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 or stack[sp, x] == 1.0 else 0.0
+        elif op == AND_END:
+            sp -= 1
+            for x in range(nid):
+                stack[sp - 1, x] = 1.0 if stack[sp - 1, x] == 1.0 and stack[sp, x] == 1.0 else 0.0
         elif op >= AND_JUMP:
-            pend[npend] = arg
-            pend_or[npend] = op == OR_JUMP
-            npend += 1
+            pass  # (both sides are evaluated: the END combines them)
         elif op >= ADD_LIT and op <= DIV_LIT:
             v = lits[arg]
             if op == ADD_LIT:

@@ -367,7 +367,10 @@ class _KernelPlan:
         self.greedy = plan.greedy
         self.nthreads = plan.nthreads
         self.batch: tuple | None = None  # (columns, masks, times, values, masks, times) of the last batch
-        self.step: Any = None  # the compiled loop (imported on first use)
+        self.lk: Any = None  # the compiled loop's module (imported on first use)
+        self.consts: tuple = ()  # the loop's arguments that do not change
+        self.nan_x = np.full(len(xcols), np.nan)
+        self.Q = self.killed = self.bested = np.zeros(0, np.int64)
 
 
 def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
@@ -571,7 +574,7 @@ class _Lanes:
         cap = len(self.start)
         if self.n + more <= cap:
             return
-        new = max(2 * cap, self.n + more)
+        new = max(2 * cap, self.n + more + 64)
 
         def grow(x: np.ndarray, fill: Any = 0) -> np.ndarray:
             out = np.full((new,) + x.shape[1:], fill, x.dtype)
@@ -601,6 +604,25 @@ class _Lanes:
         self.ids[att.start] = i
         self.n += 1
         return i
+
+    def compact(self, q: Any) -> np.ndarray:
+        """Keep only lanes ``q`` (the key's start rows, in order), moved to the front in that order;
+        their new ids. In place: the start rows' :class:`LaneRun` objects stay valid."""
+        idx = np.asarray(q, dtype=np.int64)
+        m = len(idx)
+        for name in ("start", "start_ts", "k", "alive", "best", "S", "SUM", "CNT"):
+            arr = getattr(self, name)
+            arr[:m] = arr[idx]  # (the right side is a copy)
+        objs = [self.objs[i] for i in idx.tolist()]
+        for i, att in enumerate(objs):
+            th = att.threads
+            if type(th) is LaneRun:
+                th.i = i
+        self.objs = objs
+        self.ids = dict(zip(self.start[:m].tolist(), range(m)))
+        self.n = m
+        self.qcache = None
+        return np.arange(m, dtype=np.int64)
 
     def add_dead(self, att: Attempt) -> int:
         """A lane for a start row whose runs have all ended (only its start and best match count)."""
@@ -664,22 +686,6 @@ def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
     return q
 
 
-def _compact(a: PatternAutomaton, st: KeyState, lanes: _Lanes, plan: LanePlan) -> _Lanes | None:
-    """The key's start rows in fresh arrays (the old ones mostly hold dead start rows)."""
-    attempts = st.attempts
-    if any(att.threads and type(att.threads) is not LaneRun for att in attempts):
-        return None
-    new = _Lanes(plan, 2 * len(attempts) + 16)
-    for att in attempts:
-        th = att.threads
-        if th:
-            sums, cnts = th.aggs()
-            att.threads = LaneRun(new, new.add(att, st.rows[att.start - st.base], th.k, sums, cnts, plan))
-        else:
-            new.add_dead(att)
-    return new
-
-
 def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: int, e: int, masks, ts, emit,
                  stats: StepStats, rows_all, materialised: bool) -> bool:
     """:func:`step_key_lanes` by the compiled loop; False (nothing changed) when it cannot take the rows."""
@@ -698,11 +704,6 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         if attempts:
             return False  # start rows on the general path (a restored snapshot): numpy converts them
         lanes = _Lanes(plan, n)
-    elif lanes.n > 2 * len(attempts) + 256:
-        fresh = _compact(a, st, lanes, plan)
-        if fresh is None:
-            return False
-        lanes = fresh
     c = lanes.qcache
     if c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
             and (not attempts or (attempts[0] is c[2] and attempts[-1] is c[3])):
@@ -712,9 +713,12 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         q = _queue(lanes, attempts)
         if q is None:
             return False
+    if lanes.n > 2 * len(q) + 256:
+        q = lanes.compact(q)
     rno0 = st.nrows
-    pvec = np.full(len(kp.xcols), np.nan)
+    pvec = kp.nan_x  # (read only by the loop)
     if kp.prev_x and rno0 - 1 >= st.base:
+        pvec = pvec.copy()
         prow = st.rows[rno0 - 1 - st.base]
         try:
             for x in kp.prev_x:
@@ -728,34 +732,35 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     st.last_ts = ts[e - 1]
     st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in cols]))
     lanes.reserve(n)
-    step = kp.step
-    if step is None:
-        from cep._lanes_kernel import step
+    LK = kp.lk
+    if LK is None:
+        from cep import _lanes_kernel as LK
 
-        kp.step = step
-    from cep import _lanes_kernel as LK
-
+        kp.lk = LK
+        pr, pb = kp.prog_r, kp.prog_b
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, kp.has_r, kp.has_b,
+                     kp.greedy, kp.nthreads, plan.last, plan.loops, kp.s_x, kp.agg_x, kp.upd,
+                     a.within if a.within is not None else -1, a.max_partial_matches)
+    step, consts = LK.step, kp.consts
     cap_q = len(q) + n
-    Q = np.empty(cap_q, np.int64)
+    if len(kp.Q) < cap_q:  # scratch shared by the rule's keys (one key steps at a time)
+        kp.Q = np.empty(2 * cap_q, np.int64)
+        kp.killed = np.empty(2 * cap_q, np.int64)
+        kp.bested = np.empty(2 * cap_q, np.int64)
+    Q, killed, bested = kp.Q[:cap_q], kp.killed, kp.bested
     Q[: len(q)] = q
-    killed = np.empty(cap_q, np.int64)
-    bested = np.empty(cap_q, np.int64)
     io = np.zeros(10, np.int64)
     io[LK.IO_NL] = lanes.n
     io[LK.IO_QT] = len(q)
     io[LK.IO_PEAK] = stats.partial_matches_peak
     io[LK.IO_RESUME] = st.resume
-    pr, pb = kp.prog_r, kp.prog_b
-    within = a.within if a.within is not None else -1
     new_attempt = a.attempt_class
     dead = a._dead
     objs, ids = lanes.objs, lanes.ids
     while True:
         step(xb, s, n, pvec, mb, tb, rno0, io,
              lanes.start, lanes.start_ts, lanes.k, lanes.S, lanes.SUM, lanes.CNT, lanes.alive, lanes.best,
-             Q, killed, bested, pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits,
-             kp.has_r, kp.has_b, kp.greedy, kp.nthreads, plan.last, plan.loops, kp.s_x, kp.agg_x, kp.upd,
-             within, a.max_partial_matches)
+             Q, killed, bested, *consts)
         # the start rows' objects follow the arrays
         nl0, nl1 = lanes.n, int(io[LK.IO_NL])
         fresh_objs = []
