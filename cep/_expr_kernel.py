@@ -84,7 +84,7 @@ class Program:
 
     code: np.ndarray  # int64, length 2 * instructions
     lits: np.ndarray  # float64
-    depth: int  # the most values on the stack at once
+    depth: int  # the most values on the stack at once (of run() and run_many())
 
     def stack(self) -> np.ndarray:
         """A scratch stack for :func:`run` (one per caller; reused across calls)."""
@@ -96,12 +96,13 @@ def compile_condition(e: A.Expr, leaf: Callable[[A.Expr], tuple[int, int]]) -> P
     to ``(operand opcode, index)`` or raises :class:`Unsupported`."""
     code: list[int] = []
     lits: list[float] = []
-    depth = [0, 0]  # current, most
+    depth = [0, 0, 0]  # current for run(), current for run_many(), the most of either
 
-    def push(op: int, arg: int = 0, pops: int = 0) -> None:
+    def push(op: int, arg: int = 0, pops: int = 0, pops_many: int | None = None) -> None:
         code.extend((op, arg))
         depth[0] += 1 - pops
-        depth[1] = max(depth[1], depth[0])
+        depth[1] += 1 - (pops if pops_many is None else pops_many)
+        depth[2] = max(depth[2], depth[0], depth[1])
 
     def lit(x: A.Literal) -> int:
         v = x.value
@@ -154,17 +155,17 @@ def compile_condition(e: A.Expr, leaf: Callable[[A.Expr], tuple[int, int]]) -> P
             for y in x.args[:-1]:
                 cond(y)
                 jumps.append(len(code))
-                push(AND_JUMP if x.op == "AND" else OR_JUMP, 0, 2)
+                push(AND_JUMP if x.op == "AND" else OR_JUMP, 0, 2, 1)
             cond(x.args[-1])
             for _ in jumps:
-                code.extend((AND_END if x.op == "AND" else OR_END, 0))
+                push(AND_END if x.op == "AND" else OR_END, 0, 1, 2)
             for at in jumps:
                 code[at + 1] = len(code)
         else:
             raise Unsupported(x)
 
     cond(e)
-    return Program(np.array(code, dtype=np.int64), np.array(lits, dtype=np.float64), depth[1])
+    return Program(np.array(code, dtype=np.int64), np.array(lits, dtype=np.float64), depth[2])
 
 
 def run(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, start: np.ndarray,

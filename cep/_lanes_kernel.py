@@ -34,7 +34,7 @@ STOP_CAP, STOP_MATCH = 1, 2
 # interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
 # bytecode. So the cache is used only while that file is the one hashed here (a test checks the
 # hash; after changing the interpreter, put its new hash here, which also renews the cache).
-EXPR_KERNEL_SHA256 = "292ed9d89be056af6b6f64a0e0b5d8ad67af1e5f73be81676e25a53d79222092"
+EXPR_KERNEL_SHA256 = "aa74189c05904ba7eab810fd8550299eb60ec7c0cd903fda48fbef051801981f"
 try:
     _CACHE = hashlib.sha256(Path(EK.__file__).read_bytes()).hexdigest() == EXPR_KERNEL_SHA256
 except OSError:  # (no source file: compile in this process, cache nothing)
@@ -47,14 +47,14 @@ _many = njit(error_model="numpy")(EK.run_many)
 def step(XB, s, n, pvec, masks, ts, rno0, io,
          L_start, L_ts, L_k, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
-         has_r, has_b, greedy, nthreads, last, loops, s_x, agg_x, upd, within, cap):  # pragma: no cover - compiled
+         has_r, has_b, greedy, nthreads, last, loops, s_x, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     na = agg_x.shape[0]
     cap_q = Q.shape[0]
     ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
     prev_ok = np.empty(cap_q, np.bool_)
     out_r = np.zeros(cap_q, np.bool_)
     out_b = np.zeros(cap_q, np.bool_)
-    stack = np.empty((max(code_r.shape[0], code_b.shape[0]) // 2 + 1, cap_q))
+    stack = np.empty((depth, cap_q))
     cond_r = code_r.shape[0] > 0
     cond_b = code_b.shape[0] > 0
     add_cnt = np.zeros((3, na), np.int64)  # the row's part of each aggregate, taken as S, R, B

@@ -740,7 +740,7 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         pr, pb = kp.prog_r, kp.prog_b
         kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, kp.has_r, kp.has_b,
                      kp.greedy, kp.nthreads, plan.last, plan.loops, kp.s_x, kp.agg_x, kp.upd,
-                     a.within if a.within is not None else -1, a.max_partial_matches)
+                     a.within if a.within is not None else -1, a.max_partial_matches, max(pr.depth, pb.depth, 1))
     step, consts = LK.step, kp.consts
     cap_q = len(q) + n
     if len(kp.Q) < cap_q:  # scratch shared by the rule's keys (one key steps at a time)

@@ -132,6 +132,57 @@ def test_bytecode_is_sql_on_random_rows_with_nulls(seed):
             assert f(*args) == want, (e, env)
 
 
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_many_partial_matches_at_once(seed):
+    """run_many: one row against many partial matches (their own start rows, aggregates and
+    whether the previous row is theirs) gives SQL's answer for each (plain and compiled)."""
+    rnd = random.Random(seed)
+    e = _cond(rnd, 2)
+    p = K.compile_condition(e, _leaf)
+    runners = [K.run_many] + ([K.jitted_many()] if numba_allowed() else [])
+
+    def pick() -> Any:
+        return None if rnd.random() < 0.2 else float(rnd.randint(-3, 3))
+
+    m = rnd.randint(1, 30)
+    starts = [[pick() for _ in range(2)] for _ in range(m)]
+    cnts = [[rnd.randint(0, 2) for _ in range(2)] for _ in range(m)]
+    sums = [[float(rnd.randint(-4, 4)) for _ in range(2)] for _ in range(m)]
+    ids = np.array(rnd.sample(range(m), rnd.randint(1, m)), dtype=np.int64)  # a subset, in any order
+    for _ in range(5):
+        cur, prev = [pick() for _ in range(3)], [pick() for _ in range(2)]
+        add_cnt = [rnd.randint(0, 1) for _ in range(2)]
+        add_sum = [float(rnd.randint(-2, 2)) * c for c in add_cnt]
+        prev_ok = np.array([rnd.random() < 0.7 for _ in ids])
+        want = []
+        for x, lane in enumerate(ids.tolist()):
+            env = {"cur": cur, "start": starts[lane], "prev": prev if prev_ok[x] else [None, None],
+                   "cnt": [cnts[lane][a] + add_cnt[a] for a in range(2)],
+                   "sum": [sums[lane][a] + add_sum[a] for a in range(2)]}
+            want.append(_sql(e, env) is True)
+        for f in runners:
+            out = np.zeros(len(ids), dtype=np.bool_)
+            stack = np.zeros((max(p.depth, 1), len(ids)))
+            f(p.code, p.lits, _arr(cur), _arr(prev), ids, len(ids), prev_ok, np.array([_arr(r) for r in starts]),
+              np.array(cnts, dtype=np.int64), np.array(sums), np.array(add_cnt, dtype=np.int64), np.array(add_sum),
+              stack, out)
+            assert out.tolist() == want, (e, cur, prev)
+
+
+def test_the_compiled_loop_caches_this_interpreter():
+    """cep/_lanes_kernel.py keys numba's disk cache on this interpreter's file: its recorded hash
+    is the file's (after changing cep/_expr_kernel.py, record the new hash there)."""
+    import hashlib
+    from pathlib import Path
+
+    if not numba_allowed():
+        pytest.skip("numba is turned off (CEP_NO_NUMBA)")
+    from cep import _lanes_kernel
+
+    assert _lanes_kernel.EXPR_KERNEL_SHA256 == hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()
+
+
 def test_both_answers_occur():
     """The random conditions above are not all constant (the differential test can fail)."""
     got = set()
