@@ -574,7 +574,7 @@ class _Lanes:
         cap = len(self.start)
         if self.n + more <= cap:
             return
-        new = max(2 * cap, self.n + more + 64)
+        new = max(4 * cap, self.n + more + 64)  # (x4: a key's lanes grow few times while it is busy)
 
         def grow(x: np.ndarray, fill: Any = 0) -> np.ndarray:
             out = np.full((new,) + x.shape[1:], fill, x.dtype)
