@@ -1,15 +1,17 @@
-"""Many live start rows: ``rules/trends.yaml``'s ``range_breakout`` over the Xetra minute bars, lanes on and off.
+"""Many live start rows: ``rules/trends.yaml``'s ``range_breakout`` over the Xetra minute bars, three paths.
 
-    python benchmarks/bench_live_starts.py                 # the whole day, both paths
+    python benchmarks/bench_live_starts.py                 # the whole day, all three paths
     python benchmarks/bench_live_starts.py --batches 4     # a short run while iterating
 
 ``PATTERN (S R{9,} B)`` where ``S`` has no condition: every minute bar starts a partial match,
 and each lives while the price stays within 3% of its start, so a quiet instrument holds hundreds
-of live start rows. The lane path (``cep/lanes.py``) keeps them as numpy arrays and evaluates
-each condition for all of them at once; the general path evaluates it once per partial match.
-Both run in this process on the same batches (decoded once, untimed, as ``bench_real.py`` reads
-the file), alternating, and must give the same rows and counters. CPU seconds of this process
-(``time.process_time``). Writes ``benchmarks/results/live_starts.json``.
+of live start rows. The lane path (``cep/lanes.py``) keeps them as arrays: its compiled loop
+(``cep/_lanes_kernel.py``, numba) steps a key's rows of a batch with each condition's bytecode run
+over all live start rows; its numpy stepping evaluates each condition as numpy expressions per
+row; the general path evaluates it once per partial match. All three run in this process on the
+same batches (decoded once, untimed, as ``bench_real.py`` reads the file), in turn, and must give
+the same rows and counters. CPU seconds of this process (``time.process_time``). Writes
+``benchmarks/results/live_starts.json``.
 
 Data: ``../shared/data/xetra_1min_bars_2017-07-28.csv`` (Deutsche Boerse public data set, one-
 minute bars of 28 July 2017; see ../shared/data/SOURCES.md).
@@ -34,15 +36,16 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_real  # noqa: E402
 
 import cep.lanes as lanes  # noqa: E402
+from cep.compiled import numba_allowed  # noqa: E402
 from cep.engine import Engine  # noqa: E402
 from patterns.rules import load_rules  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
 
-def run(rules, batches, use: bool) -> tuple[float, list[dict], dict]:
-    old = lanes.USE_LANES
-    lanes.USE_LANES = use
+def run(rules, batches, use: bool, kernel: bool = True) -> tuple[float, list[dict], dict]:
+    old = lanes.USE_LANES, lanes.USE_KERNEL
+    lanes.USE_LANES, lanes.USE_KERNEL = use, kernel
     try:
         eng = Engine(rules)
         rows: list[dict] = []
@@ -53,10 +56,11 @@ def run(rules, batches, use: bool) -> tuple[float, list[dict], dict]:
         cpu = time.process_time() - c0
         op = eng.operators["range_breakout"]
         assert (op.automaton.lanes is not None) == use
+        assert not use or (op.automaton.lanes.kernel is not None) == kernel
         counts = {k: vars(v) for k, v in eng.counts().items()}
         return cpu, rows, counts
     finally:
-        lanes.USE_LANES = old
+        lanes.USE_LANES, lanes.USE_KERNEL = old
 
 
 def main() -> None:
@@ -64,6 +68,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--batches", type=int, default=0, help="only the first N batches (0: all)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--skip-general", action="store_true", help="leave out the general path (minutes on the whole day)")
     ap.add_argument("--out", type=Path, default=RESULTS / "live_starts.json")
     args = ap.parse_args()
     rules = load_rules(REPO / "rules" / "trends.yaml")
@@ -72,16 +77,24 @@ def main() -> None:
     if args.batches:
         batches = batches[: args.batches]
     events = sum(b.n for b in batches)
-    run(rules, batches[:1], True)  # warm-up (lazy imports), untimed
-    new_cpu, old_cpu = [], []
+    if not numba_allowed():
+        raise SystemExit("numba is turned off (CEP_NO_NUMBA): the compiled loop cannot be measured")
+    run(rules, batches[:1], True)  # warm-up (lazy imports, numba's cache), untimed
+    ker_cpu, new_cpu, old_cpu = [], [], []
     for _ in range(args.repeat):
-        c, rows_new, counts_new = run(rules, batches, True)
+        c, rows_ker, counts_ker = run(rules, batches, True)
+        ker_cpu.append(c)
+        c, rows_new, counts_new = run(rules, batches, True, kernel=False)
         new_cpu.append(c)
-        c, rows_old, counts_old = run(rules, batches, False)
-        old_cpu.append(c)
-        if rows_new != rows_old or counts_new != counts_old:
-            raise SystemExit("the lane path gave other rows or counters than the general path")
-    new, old = min(new_cpu), min(old_cpu)
+        if not args.skip_general:
+            c, rows_old, counts_old = run(rules, batches, False)
+            old_cpu.append(c)
+            if rows_new != rows_old or counts_new != counts_old:
+                raise SystemExit("the lane path gave other rows or counters than the general path")
+        if rows_ker != rows_new or counts_ker != counts_new:
+            raise SystemExit("the compiled loop gave other rows or counters than the numpy stepping")
+    ker, new = min(ker_cpu), min(new_cpu)
+    old = min(old_cpu) if old_cpu else float("nan")
     stats = counts_new["range_breakout"]
     res: dict[str, Any] = {
         "benchmark": "live_starts",
@@ -94,16 +107,24 @@ def main() -> None:
         "repeat": args.repeat,
         "complex_events": len(rows_new),
         "partial_matches_peak": stats["partial_matches_peak"],
+        "kernel_seconds_cpu": round(ker, 3),
+        "kernel_events_per_cpu_s": round(events / ker),
         "lanes_seconds_cpu": round(new, 3),
         "lanes_events_per_cpu_s": round(events / new),
-        "general_seconds_cpu": round(old, 3),
-        "general_events_per_cpu_s": round(events / old),
-        "speedup": round(old / new, 2),
+        "kernel_vs_lanes": round(new / ker, 2),
         "same_rows_and_counters": True,
     }
+    if old_cpu:
+        res.update({
+            "general_seconds_cpu": round(old, 3),
+            "general_events_per_cpu_s": round(events / old),
+            "speedup": round(old / new, 2),
+            "kernel_speedup": round(old / ker, 2),
+        })
+    general = f", general {events / old:,.0f} (kernel x{old / ker:.1f})" if old_cpu else ""
     print(f"range_breakout on Xetra: {events:,} events, {len(rows_new)} matches, peak "
-          f"{stats['partial_matches_peak']} partial matches; lanes {events / new:,.0f} events/cpu-s, "
-          f"general {events / old:,.0f}, x{old / new:.2f}", flush=True)
+          f"{stats['partial_matches_peak']} partial matches; compiled loop {events / ker:,.0f} events/cpu-s, "
+          f"numpy lanes {events / new:,.0f} (x{new / ker:.2f}){general}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -3,7 +3,8 @@
 numba is a dependency, but it is imported only when a compiled path is first needed (its import
 and cache load cost about a second of CPU). ``CEP_NO_NUMBA`` set to anything but ``""`` or ``0``
 turns every compiled path off for a process: the flat JSON-lines scanner (``cep.json_flat``),
-the batch DFA (``cep.batch_dfa``) and the percolator's token loops (``cep.percolator.tokens``).
+the batch DFA (``cep.batch_dfa``), the lane path's loop (``cep.lanes``) and the percolator's
+token loops (``cep.percolator.tokens``).
 Each then takes its pure-Python or numpy path, which gives the same answers (each is tested both
 ways) and is the reference the compiled path is tested against.
 """

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cep import _expr_kernel as EK
+from cep.compiled import numba_allowed
 from cep.expressions import Node
 from patterns import ast as A
 from patterns.compiler import OP_VAR
@@ -37,12 +39,15 @@ __all__ = ["LanePlan", "LaneRun", "lane_plan", "step_key_lanes", "lane_threads",
 # The switch: CEP_LANES=0 in the environment (or this set False before an engine is built) keeps
 # every rule on the general path, so tests and benchmarks can compare both.
 USE_LANES = os.environ.get("CEP_LANES", "1") != "0"
+# The compiled stepping (numba, cep/_lanes_kernel.py) for rules it takes; False (or CEP_NO_NUMBA=1)
+# keeps the numpy stepping, the reference it is tested against. Read when an engine is built.
+USE_KERNEL = True
 
 # the most R rows a pattern may require before its loop (R{n,}: n); longer chains stay general
 _MAX_CHAIN = 4096
-_EXACT = float(2**53)
+_EXACT = float(2**53)  # numbers beyond this are not exact as float64: such rows take the general path
 # R{n,m} with m below this keeps at most m + 2 start rows per key alive: the general path serves it
-_MIN_BOUND = 16  # numbers beyond this are not exact as float64: such rows take the general path
+_MIN_BOUND = 16
 
 
 class _Odd(Exception):
@@ -102,6 +107,7 @@ class LanePlan:
         self.cond: dict[int, Callable[[_Env], Any] | None] = {}
         self.zero_sums: tuple = ()
         self.zero_cnts: tuple = ()
+        self.kernel: _KernelPlan | None = None  # the compiled stepping's data, when it takes the rule
 
 
 class _Env:
@@ -197,6 +203,11 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
         except _Unsupported:
             return None
     plan.zero_sums, plan.zero_cnts = (0.0,) * len(plan.aggs), (0,) * len(plan.aggs)
+    if USE_KERNEL and a.hist[s] is None and numba_allowed():
+        try:
+            plan.kernel = _kernel_plan(a, plan)
+        except EK.Unsupported:
+            plan.kernel = None
     return plan
 
 
@@ -301,10 +312,10 @@ def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callab
             return lambda env: f(lf(env), rf(env))
         if isinstance(x, A.Between):
             vf, lo, hi = val(x.operand), val(x.low), val(x.high)
-            if x.negated:  # TRUE only when every operand is known and the value is outside
+            if x.negated:  # TRUE when the value is known to be below or above (a NULL other bound does not matter)
                 def outside(env: _Env) -> Any:
-                    v, a_, b_ = vf(env), lo(env), hi(env)
-                    return ((v < a_) | (v > b_)) & ~np.isnan(a_) & ~np.isnan(b_)
+                    v = vf(env)
+                    return (v < lo(env)) | (v > hi(env))
                 return outside
             return lambda env: (vf(env) >= lo(env)) & (vf(env) <= hi(env))
         if isinstance(x, A.Logical):
@@ -336,6 +347,105 @@ def _full(v: Any, n: int) -> np.ndarray:
     if isinstance(v, np.ndarray) and v.shape == (n,):
         return v
     return np.full(n, bool(v))
+
+
+class _KernelPlan:
+    """What the compiled stepping needs of a plan: the conditions' bytecode and integer tables."""
+
+    def __init__(self, plan: LanePlan, xcols: list[int], progs: dict[int, EK.Program | None], agg_x: list[int],
+                 upd: np.ndarray, prev_x: list[int]):
+        empty = EK.Program(np.zeros(0, np.int64), np.zeros(0), 0)
+        self.xcols = xcols  # the row columns read, in the order of the value matrix's columns
+        self.prog_r = progs[plan.r] or empty
+        self.prog_b = progs[plan.b] or empty
+        self.s_x = np.array([xcols.index(c) for c in plan.s_cols], dtype=np.int64)
+        self.agg_x = np.array(agg_x, dtype=np.int64)  # value column of each aggregate's argument (-1: COUNT(*))
+        self.upd = upd  # (S, R, B) x aggregate: whether a row taken as that variable updates it
+        self.prev_x = prev_x  # value columns PREV reads (of the row before a batch's first)
+        self.has_r = plan.has_r
+        self.has_b = plan.has_b
+        self.greedy = plan.greedy
+        self.nthreads = plan.nthreads
+        self.batch: tuple | None = None  # (columns, masks, times, values, masks, times) of the last batch
+        self.lk: Any = None  # the compiled loop's module (imported on first use)
+        self.consts: tuple = ()  # the loop's arguments that do not change
+        self.nan_x = np.full(len(xcols), np.nan)
+        self.Q = self.killed = self.bested = np.zeros(0, np.int64)
+
+
+def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
+    """The conditions of ``plan`` as bytecode over a value matrix (raises EK.Unsupported)."""
+    layout = a.layout
+    s, r, b = plan.s, plan.r, plan.b
+    xcols: list[int] = []
+    agg_x = [-2] * len(plan.aggs)
+
+    def xslot(i: int) -> int:
+        if i not in xcols:
+            xcols.append(i)
+        return xcols.index(i)
+
+    def leaf_of(vid: int) -> Callable[[A.Expr], tuple[int, int]]:
+        def leaf(x: A.Expr) -> tuple[int, int]:
+            if isinstance(x, A.Nav):
+                if not (x.kind == "LAST" and x.offset == 0 and x.semantics == "RUNNING"
+                        and isinstance(x.arg, A.Column) and x.arg.var is not None):
+                    raise EK.Unsupported(x)
+                x = x.arg
+            if isinstance(x, A.Column):
+                i = layout.column(x.name)
+                vs = layout.var_set(x.var)
+                if vs is None or vs == frozenset([vid]):
+                    return EK.CUR, xslot(i)
+                if vs == frozenset([s]):
+                    return EK.START, plan.s_cols.index(i)
+                if vs == frozenset([r]) and vid == b:
+                    return EK.PREV, xslot(i)
+                raise EK.Unsupported(x)  # (B's columns while R rows are taken: NULL, left to numpy)
+            if isinstance(x, A.Agg) and x.semantics == "RUNNING" and x.func in ("COUNT", "SUM", "AVG"):
+                vars_ = layout.var_set(x.var) if x.var is not None else _arg_vars(x.arg, layout)
+                pos = plan.aggs.index(layout.agg_slot(x.func, vars_, x.arg))
+                if x.arg is None:
+                    agg_x[pos] = -1
+                elif isinstance(x.arg, A.Column):
+                    agg_x[pos] = xslot(layout.column(x.arg.name))
+                else:
+                    raise EK.Unsupported(x)
+                op = {"COUNT": EK.COUNT, "SUM": EK.SUM, "AVG": EK.AVG}[x.func]
+                return op, pos
+            raise EK.Unsupported(x)
+        return leaf
+
+    progs: dict[int, EK.Program | None] = {}
+    for vid in (r, b):
+        e = a.hist_exprs[vid]
+        progs[vid] = EK.compile_condition(e, leaf_of(vid)) if e is not None else None
+    for c in plan.s_cols:
+        xslot(c)
+    if -2 in agg_x:
+        raise EK.Unsupported("an aggregate no condition reads")
+    upd = np.zeros((3, len(plan.aggs)), np.int8)
+    for v, vid in enumerate((s, r, b)):
+        for slot, _ in _updates(a, plan, vid):
+            upd[v, plan.aggs.index(slot)] = 1
+    prev_x = sorted({xcols.index(c) for c in plan.prev_cols})
+    return _KernelPlan(plan, xcols, progs, agg_x, upd, prev_x)
+
+
+def _clean_column(vals: list) -> np.ndarray | None:
+    """A batch column as float64 (NULL as NaN), or None when some value is not exactly a number."""
+    if not vals:
+        return np.zeros(0)
+    types = set(map(type, vals))
+    if not types <= {float, int, type(None)}:
+        return None  # strings, bools, numpy scalars: the numpy stepping checks them row by row
+    out = np.array(vals, dtype=np.float64)
+    nans = int(np.isnan(out).sum())
+    if nans != vals.count(None):
+        return None  # a float NaN is a value, not NULL, to an aggregate
+    if int in types and nans < len(out) and np.nanmax(np.abs(out)) >= _EXACT:
+        return None
+    return out
 
 
 def _arg_vars(arg: A.Expr | None, layout: Any) -> frozenset[int] | None:
@@ -419,39 +529,287 @@ def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[int, tupl
 
 class _Lanes:
     """The arrays of one key's start rows on this path (``KeyState.lanes``), grown as rows start
-    and rebuilt from the live start rows when mostly dead."""
+    and rebuilt from the live start rows when mostly dead.
+
+    One row per start row (a lane): its start, time, R rows taken, start-row values (``S``, one
+    column per ``plan.s_cols``), aggregate states (``SUM``/``CNT``, one column per ``plan.aggs``),
+    whether it is alive and the last row of its best match (-1: none). ``svals``/``sums``/``cnts``
+    are per-column views of the same memory (the numpy path); the compiled path reads the
+    matrices. ``ids`` maps a start row to its lane (dead start rows keep their lane there).
+    """
 
     def __init__(self, plan: LanePlan, cap: int):
-        cap = max(cap, 16)
         self.plan = plan
         self.n = 0
+        self.objs: list[Attempt] = []
+        self.ids: dict[int, int] = {}
+        # the compiled path's queue of lane ids as it left the start rows: reused while the list
+        # of start rows is the same (the engine takes start rows from the front, the resolve
+        # after the head, and adds them at the end, so length, first and last tell); WITHIN
+        # ending a start row outside the loop leaves its lane alive here, and the loop ends it
+        # at its next row by the same test, before reading it
+        self.qcache: tuple | None = None
+        self._alloc(max(cap, 16))
+
+    def _alloc(self, cap: int) -> None:
+        plan = self.plan
         self.start = np.zeros(cap, np.int64)
         self.start_ts = np.zeros(cap, np.int64)
         self.k = np.zeros(cap, np.int64)
-        self.svals = {i: np.zeros(cap) for i in plan.s_cols}
-        self.sums = {i: np.zeros(cap) for i in plan.aggs}
-        self.cnts = {i: np.zeros(cap, np.int64) for i in plan.aggs}
-        self.objs: list[Attempt] = []
+        self.alive = np.zeros(cap, np.int8)
+        self.best = np.full(cap, -1, np.int64)
+        self.S = np.zeros((cap, len(plan.s_cols)))
+        self.SUM = np.zeros((cap, len(plan.aggs)))
+        self.CNT = np.zeros((cap, len(plan.aggs)), np.int64)
+        self._views()
+
+    def _views(self) -> None:
+        plan = self.plan
+        self.svals = {c: self.S[:, q] for q, c in enumerate(plan.s_cols)}
+        self.sums = {c: self.SUM[:, q] for q, c in enumerate(plan.aggs)}
+        self.cnts = {c: self.CNT[:, q] for q, c in enumerate(plan.aggs)}
+
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` lanes after the ``n`` there are."""
+        cap = len(self.start)
+        if self.n + more <= cap:
+            return
+        new = max(4 * cap, self.n + more + 64)  # (x4: a key's lanes grow few times while it is busy)
+
+        def grow(x: np.ndarray, fill: Any = 0) -> np.ndarray:
+            out = np.full((new,) + x.shape[1:], fill, x.dtype)
+            out[: len(x)] = x
+            return out
+
+        self.start, self.start_ts, self.k = grow(self.start), grow(self.start_ts), grow(self.k)
+        self.alive, self.best = grow(self.alive), grow(self.best, -1)
+        self.S, self.SUM, self.CNT = grow(self.S), grow(self.SUM), grow(self.CNT)
+        self._views()
 
     def add(self, att: Attempt, row: tuple, k: int, sums: tuple, cnts: tuple, plan: LanePlan) -> int:
+        self.reserve(1)
         i = self.n
-        if i == len(self.start):
-            grow = lambda x: np.concatenate([x, np.zeros_like(x)])  # noqa: E731
-            self.start, self.start_ts, self.k = grow(self.start), grow(self.start_ts), grow(self.k)
-            self.svals = {c: grow(v) for c, v in self.svals.items()}
-            self.sums = {c: grow(v) for c, v in self.sums.items()}
-            self.cnts = {c: grow(v) for c, v in self.cnts.items()}
         self.start[i] = att.start
         self.start_ts[i] = att.start_ts
         self.k[i] = k
-        for c in plan.s_cols:
-            self.svals[c][i] = _num(row[c] if c < len(row) else None)
-        for j, slot in enumerate(plan.aggs):
-            self.sums[slot][i] = sums[j]
-            self.cnts[slot][i] = cnts[j]
+        self.alive[i] = 1
+        b = att.best
+        self.best[i] = -1 if b is None else (b if isinstance(b, int) else b.rno)
+        for q, c in enumerate(plan.s_cols):
+            self.S[i, q] = _num(row[c] if c < len(row) else None)
+        for q in range(len(plan.aggs)):
+            self.SUM[i, q] = sums[q]
+            self.CNT[i, q] = cnts[q]
         self.objs.append(att)
+        self.ids[att.start] = i
         self.n += 1
         return i
+
+    def compact(self, q: Any) -> np.ndarray:
+        """Keep only lanes ``q`` (the key's start rows, in order), moved to the front in that order;
+        their new ids. In place: the start rows' :class:`LaneRun` objects stay valid."""
+        idx = np.asarray(q, dtype=np.int64)
+        m = len(idx)
+        for name in ("start", "start_ts", "k", "alive", "best", "S", "SUM", "CNT"):
+            arr = getattr(self, name)
+            arr[:m] = arr[idx]  # (the right side is a copy)
+        objs = [self.objs[i] for i in idx.tolist()]
+        for i, att in enumerate(objs):
+            th = att.threads
+            if type(th) is LaneRun:
+                th.i = i
+        self.objs = objs
+        self.ids = dict(zip(self.start[:m].tolist(), range(m)))
+        self.n = m
+        self.qcache = None
+        return np.arange(m, dtype=np.int64)
+
+    def add_dead(self, att: Attempt) -> int:
+        """A lane for a start row whose runs have all ended (only its start and best match count)."""
+        self.reserve(1)
+        i = self.n
+        self.start[i] = att.start
+        self.start_ts[i] = att.start_ts
+        self.alive[i] = 0
+        b = att.best
+        self.best[i] = -1 if b is None else (b if isinstance(b, int) else b.rno)
+        self.objs.append(att)
+        self.ids[att.start] = i
+        self.n += 1
+        return i
+
+
+def _batch_values(kp: _KernelPlan, cols, masks, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The batch's values the conditions read as one float64 matrix (row x value column), its masks
+    and times as arrays; None when a value is not exactly a number. Kept for the batch's keys."""
+    got = kp.batch
+    if got is not None and got[0] is cols and got[1] is masks and got[2] is ts:
+        return got[3]
+    out: tuple | None = None
+    vals = []
+    for c in kp.xcols:
+        v = _clean_column(cols[c]) if c < len(cols) and len(cols[c]) == len(masks) else None
+        if v is None:
+            break
+        vals.append(v)
+    else:
+        xb = np.ascontiguousarray(np.column_stack(vals)) if vals else np.zeros((len(masks), 0))
+        out = (xb, np.array(masks, dtype=np.int64), np.array(ts, dtype=np.int64))
+    kp.batch = (cols, masks, ts, out)  # (holds the lists: their ids stay theirs)
+    return out
+
+
+def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
+    """The lane of each start row in order (dead ones get one if they have none); None when a start
+    row is on the general path."""
+    q: list[int] = []
+    live: list[int] = []
+    dead: list[int] = []
+    ids, objs = lanes.ids, lanes.objs
+    for att in attempts:
+        th = att.threads
+        if type(th) is LaneRun:
+            if th.lanes is not lanes:
+                return None
+            q.append(th.i)
+            live.append(th.i)
+        elif th:
+            return None
+        else:
+            i = ids.get(att.start)
+            if i is None or objs[i] is not att:
+                i = lanes.add_dead(att)
+            q.append(i)
+            dead.append(i)
+    lanes.alive[live] = 1
+    lanes.alive[dead] = 0
+    return q
+
+
+def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: int, e: int, masks, ts, emit,
+                 stats: StepStats, rows_all, materialised: bool) -> bool:
+    """:func:`step_key_lanes` by the compiled loop; False (nothing changed) when it cannot take the rows."""
+    plan = a.lanes
+    assert plan is not None
+    n = e - s
+    if n <= 0 or materialised:
+        return False
+    got = _batch_values(kp, cols, masks, ts)
+    if got is None:
+        return False
+    xb, mb, tb = got
+    attempts = st.attempts
+    lanes = st.lanes
+    if lanes is None or lanes.plan is not plan:
+        if attempts:
+            return False  # start rows on the general path (a restored snapshot): numpy converts them
+        lanes = _Lanes(plan, n)
+    c = lanes.qcache
+    if c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
+            and (not attempts or (attempts[0] is c[2] and attempts[-1] is c[3])):
+        # nothing took or added a start row since the last call (see _KernelPlan.qcache)
+        q = c[1]
+    else:
+        q = _queue(lanes, attempts)
+        if q is None:
+            return False
+    if lanes.n > 2 * len(q) + 256:
+        q = lanes.compact(q)
+    rno0 = st.nrows
+    pvec = kp.nan_x  # (read only by the loop)
+    if kp.prev_x and rno0 - 1 >= st.base:
+        pvec = pvec.copy()
+        prow = st.rows[rno0 - 1 - st.base]
+        try:
+            for x in kp.prev_x:
+                c = kp.xcols[x]
+                pvec[x] = _num(prow[c] if c < len(prow) else None)
+        except _Odd:
+            return False
+    # from here on the rows are this path's
+    st.lanes = lanes
+    st.nrows += n
+    st.last_ts = ts[e - 1]
+    st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in cols]))
+    lanes.reserve(n)
+    LK = kp.lk
+    if LK is None:
+        from cep import _lanes_kernel as LK
+
+        kp.lk = LK
+        pr, pb = kp.prog_r, kp.prog_b
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, kp.has_r, kp.has_b,
+                     kp.greedy, kp.nthreads, plan.last, plan.loops, kp.s_x, kp.agg_x, kp.upd,
+                     a.within if a.within is not None else -1, a.max_partial_matches, max(pr.depth, pb.depth, 1))
+    step, consts = LK.step, kp.consts
+    cap_q = len(q) + n
+    if len(kp.Q) < cap_q:  # scratch shared by the rule's keys (one key steps at a time)
+        kp.Q = np.empty(2 * cap_q, np.int64)
+        kp.killed = np.empty(2 * cap_q, np.int64)
+        kp.bested = np.empty(2 * cap_q, np.int64)
+    Q, killed, bested = kp.Q[:cap_q], kp.killed, kp.bested
+    Q[: len(q)] = q
+    io = np.zeros(10, np.int64)
+    io[LK.IO_NL] = lanes.n
+    io[LK.IO_QT] = len(q)
+    io[LK.IO_PEAK] = stats.partial_matches_peak
+    io[LK.IO_RESUME] = st.resume
+    new_attempt = a.attempt_class
+    dead = a._dead
+    objs, ids = lanes.objs, lanes.ids
+    while True:
+        step(xb, s, n, pvec, mb, tb, rno0, io,
+             lanes.start, lanes.start_ts, lanes.k, lanes.S, lanes.SUM, lanes.CNT, lanes.alive, lanes.best,
+             Q, killed, bested, *consts)
+        # the start rows' objects follow the arrays
+        nl0, nl1 = lanes.n, int(io[LK.IO_NL])
+        fresh_objs = []
+        if nl1 > nl0:
+            for i, (rno, t) in enumerate(zip(lanes.start[nl0:nl1].tolist(), lanes.start_ts[nl0:nl1].tolist()), nl0):
+                fresh_objs.append(new_attempt(rno, t, LaneRun(lanes, i)))
+                ids[rno] = i
+            objs.extend(fresh_objs)
+            lanes.n = nl1
+        for i in killed[: io[LK.IO_NKILL]].tolist():
+            objs[i].threads = dead
+        for i in bested[: io[LK.IO_NBEST]].tolist():
+            objs[i].best = int(lanes.best[i])
+        qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+        if io[LK.IO_MIDDLE]:
+            attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
+        else:
+            old = len(attempts)
+            if qh <= old:
+                del attempts[:qh]
+                attempts.extend(fresh_objs)
+            else:
+                attempts[:] = fresh_objs[qh - old:]
+        stats.partial_matches_peak = int(io[LK.IO_PEAK])
+        status = int(io[LK.IO_STATUS])
+        if not status:
+            break
+        # a row that needs the engine: the cap's policy, or a match to output
+        if status == LK.STOP_CAP:
+            _over_cap(a, st, stats, lanes, plan)
+        a._resolve(st, emit, stats, True)
+        if attempts:
+            total = sum([len(x.threads) for x in attempts])
+            if total > stats.partial_matches_peak:
+                stats.partial_matches_peak = total
+        q = _queue(lanes, attempts)
+        assert q is not None
+        Q[: len(q)] = q
+        io[LK.IO_J] += 1
+        io[LK.IO_QH] = 0
+        io[LK.IO_QT] = len(q)
+        io[LK.IO_PEAK] = stats.partial_matches_peak
+        io[LK.IO_RESUME] = st.resume
+        io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+    qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+    lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
+    if len(st.rows) > 128:
+        a._trim(st)
+    return True
 
 
 def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, masks, ts, emit, stats: StepStats,
@@ -459,6 +817,11 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     """:meth:`PatternAutomaton.step_key` for a rule with a lane plan (same contract, same rows)."""
     plan = a.lanes
     assert plan is not None
+    if plan.kernel is not None and _kernel_step(a, st, plan.kernel, cols, s, e, masks, ts, emit, stats, rows_all,
+                                                materialised):
+        return
+    if st.lanes is not None:
+        st.lanes.qcache = None  # (the numpy stepping changes start rows without the queue)
     start_rno = st.nrows - s
     st.nrows += e - s
     if e > s:
@@ -594,6 +957,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                     _contrib(env, upd_b, row, plan)
                     ok_b = ok_b & cond_b(env)
                 if ok_b.any():
+                    lanes.best[live[ok_b]] = rno
                     for i in live[ok_b].tolist():
                         lanes.objs[i].best = rno
                     ok_r = ok_r & (greedy[kk] | ~ok_b)

@@ -1,4 +1,4 @@
-"""The lane path (cep/lanes.py) gives the general path's rows and counters and the brute force's matches."""
+"""The lane path (cep/lanes.py), compiled and numpy, gives the general path's rows and counters and the brute force's matches."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cep.lanes as lanes
+from cep.compiled import numba_allowed
 from cep.operator import PatternOperator
 from patterns.match_recognize import parse_statement
 from patterns.rules import parse_rule_text
@@ -45,6 +46,15 @@ def _b_sum(x, v, i, asg):
     return bool(got) and v[i] is not None and sum(got) > 3 * v[i]
 
 
+def _r_outside(x, v, i, asg):
+    s = asg[0][0]  # NOT BETWEEN: below the low bound is enough, whatever the (maybe NULL) high bound
+    return x[i] < x[s] + 3 or (v[s] is not None and x[i] > v[s])
+
+
+def _b_or(x, v, i, asg):
+    return x[i] > x[asg[0][0]] + 3 or (v[i] is not None and v[i] > 90 and len(_rows_of(asg, "R")) > 3)
+
+
 # (statement, conditions for the brute force: (x, v, row, assignment including the row) -> holds)
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     # range_breakout's shape: a band around the start row, a breakout on volume
@@ -74,6 +84,15 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
            DEFINE R AS COUNT(*) <= 40 AND R.x <> S.x, B AS SUM(R.v) > 3 * B.v)""",
         {"S": lambda x, v, i, a: True, "R": _r_count, "B": _b_sum},
     ),
+    # NOT BETWEEN with a bound that may be NULL (S.v), OR with COUNT(R.*)
+    "outside_or": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, B.ts AS t1
+           PATTERN (S R{2,} B)
+           DEFINE R AS R.x NOT BETWEEN S.x + 3 AND S.v,
+                  B AS B.x > S.x + 3 OR (B.v > 90 AND COUNT(R.*) > 3))""",
+        {"S": lambda x, v, i, a: True, "R": _r_outside, "B": _b_or},
+    ),
 }
 
 
@@ -86,15 +105,18 @@ def _events(rnd: random.Random, n: int, keys: int) -> list[dict]:
     return out
 
 
-def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use: bool, **opts) -> tuple[list, Any]:
+def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use: bool, kernel: bool = True,
+         **opts) -> tuple[list, Any]:
     """Rows of the rule over ``events`` cut into batches at ``cuts``; snapshot and restore into a
-    fresh operator after batch ``snap_at``."""
-    old = lanes.USE_LANES
-    lanes.USE_LANES = use
+    fresh operator after batch ``snap_at``. ``use``: the lane path; ``kernel``: its compiled loop."""
+    old = lanes.USE_LANES, lanes.USE_KERNEL
+    lanes.USE_LANES, lanes.USE_KERNEL = use, kernel
     try:
         compiled = parse_rule_text(sql).compiled
         op = PatternOperator(compiled, name="r", **opts)
         assert (op.automaton.lanes is not None) == use
+        if use:
+            assert (op.automaton.lanes.kernel is not None) == (kernel and numba_allowed())
         rows: list = []
         bounds = [0] + sorted(set(cuts)) + [len(events)]
         for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -106,7 +128,7 @@ def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, use
         rows += op.finish().matches
         return rows, op
     finally:
-        lanes.USE_LANES = old
+        lanes.USE_LANES, lanes.USE_KERNEL = old
 
 
 def _counters(op: PatternOperator) -> tuple:
@@ -115,21 +137,24 @@ def _counters(op: PatternOperator) -> tuple:
             s.eval_errors, op.counts.processed)
 
 
-@settings(max_examples=18, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(sorted(SHAPES)), seed=st.integers(0, 10_000), keys=st.integers(1, 3),
        n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans())
 def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n, ncuts, snap):
     """Keys of hundreds of rows, batches that split runs, a snapshot and restore in the middle:
-    the general path's rows in its order and its counters, and per key the brute force's matches."""
+    the compiled loop and the numpy stepping give the general path's rows in its order and its
+    counters, and per key the brute force's matches."""
     sql, cond = SHAPES[shape]
     rnd = random.Random(seed)
     events = _events(rnd, n, keys)
     cuts = [rnd.randrange(1, n) for _ in range(ncuts)]
     snap_at = rnd.randrange(0, ncuts + 1) if snap else None
     fast, op_fast = _run(sql, events, cuts, snap_at, True)
+    numpy_rows, op_numpy = _run(sql, events, cuts, snap_at, True, kernel=False)
     slow, op_slow = _run(sql, events, cuts, None, False)
     assert fast == slow
-    assert _counters(op_fast) == _counters(op_slow)
+    assert numpy_rows == slow
+    assert _counters(op_fast) == _counters(op_slow) == _counters(op_numpy)
     stmt = parse_statement(sql)
     expected = []
     for key in range(keys):
@@ -143,22 +168,25 @@ def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n,
     assert sorted((r["k"], r["t0"], r["t1"]) for r in fast) == sorted(expected)
 
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("on_cap", ["drop_oldest", "skip_key"])
-def test_per_key_cap(on_cap):
+def test_per_key_cap(on_cap, kernel):
     """``max_partial_matches`` drops start rows as the general path does (rows and counters)."""
     sql = SHAPES["range_breakout"][0]
     events = _events(random.Random(3), 3000, 2)
     cuts = list(range(250, 3000, 250))
-    fast, op_fast = _run(sql, events, cuts, 4, True, max_partial_matches=7, on_cap=on_cap)
+    fast, op_fast = _run(sql, events, cuts, 4, True, kernel, max_partial_matches=7, on_cap=on_cap)
     slow, op_slow = _run(sql, events, cuts, None, False, max_partial_matches=7, on_cap=on_cap)
     assert fast == slow and len(fast) > 5
     assert op_fast.stats.cap_hits > 0
     assert _counters(op_fast) == _counters(op_slow)
 
 
-def test_within_and_odd_values():
+@pytest.mark.parametrize("kernel", [True, False])
+def test_within_and_odd_values(kernel):
     """WITHIN ends start rows at their own times; a string where a number is expected sends the
-    key's start rows back to node chains (the general path's errors and rows)."""
+    key's start rows back to node chains (the general path's errors and rows); the compiled loop
+    leaves a batch with such a value to the numpy stepping and takes the next one back."""
     sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
              MEASURES S.ts AS t0, B.ts AS t1 PATTERN (S R{2,} B) WITHIN INTERVAL '40' MILLISECOND
              DEFINE R AS R.x BETWEEN S.x - 3 AND S.x + 3, B AS B.x > S.x + 3)"""
@@ -166,7 +194,7 @@ def test_within_and_odd_values():
     for i in (300, 301, 1200):
         events[i]["x"] = "n/a"
     cuts = list(range(111, 2000, 111))
-    fast, op_fast = _run(sql, events, cuts, 6, True)
+    fast, op_fast = _run(sql, events, cuts, 6, True, kernel)
     slow, op_slow = _run(sql, events, cuts, None, False)
     assert fast == slow and len(fast) > 5
     assert op_fast.stats.eval_errors > 0

@@ -1,0 +1,202 @@
+"""The compiled loop of :mod:`cep.lanes` (numba): step one key's live start rows over its rows of a batch.
+
+Imported only when a rule takes the lane path with numba allowed. The loop mirrors the numpy
+stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and ``B`` conditions
+of every live start row (their bytecode interpreted one instruction at a time over all of them, :mod:`cep._expr_kernel`), counts and
+running aggregates, preference between ``R`` and ``B``, then a new start row, the cap check and
+the part of ``_resolve`` that outputs nothing (dropping dead start rows at the head, and the
+start rows a live head's match rules out). It returns to Python at a row that needs the engine:
+one where the cap is exceeded or the head start row has ended with a match to output.
+
+The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
+order; ``io`` carries the scalars in and out (see the ``IO_`` indexes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from cep import _expr_kernel as EK
+
+__all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
+           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH"]
+
+# io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
+# resume row, status, whether start rows were dropped after the head
+IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
+STOP_CAP, STOP_MATCH = 1, 2
+
+# numba's on-disk cache of ``step`` is keyed on this file alone, yet ``step`` compiles the
+# interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
+# bytecode. So the cache is used only while that file is the one hashed here (a test checks the
+# hash; after changing the interpreter, put its new hash here, which also renews the cache).
+EXPR_KERNEL_SHA256 = "aa74189c05904ba7eab810fd8550299eb60ec7c0cd903fda48fbef051801981f"
+try:
+    _CACHE = hashlib.sha256(Path(EK.__file__).read_bytes()).hexdigest() == EXPR_KERNEL_SHA256
+except OSError:  # (no source file: compile in this process, cache nothing)
+    _CACHE = False
+
+_many = njit(error_model="numpy")(EK.run_many)
+
+
+@njit(cache=_CACHE, error_model="numpy")
+def step(XB, s, n, pvec, masks, ts, rno0, io,
+         L_start, L_ts, L_k, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
+         code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
+         has_r, has_b, greedy, nthreads, last, loops, s_x, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
+    na = agg_x.shape[0]
+    cap_q = Q.shape[0]
+    ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
+    prev_ok = np.empty(cap_q, np.bool_)
+    out_r = np.zeros(cap_q, np.bool_)
+    out_b = np.zeros(cap_q, np.bool_)
+    stack = np.empty((depth, cap_q))
+    cond_r = code_r.shape[0] > 0
+    cond_b = code_b.shape[0] > 0
+    add_cnt = np.zeros((3, na), np.int64)  # the row's part of each aggregate, taken as S, R, B
+    add_sum = np.zeros((3, na))
+    j = io[IO_J]
+    nl = io[IO_NL]
+    qh = io[IO_QH]
+    qt = io[IO_QT]
+    peak = io[IO_PEAK]
+    nk = io[IO_NKILL]
+    nb = io[IO_NBEST]
+    resume = io[IO_RESUME]
+    io[IO_STATUS] = 0
+    noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
+    while j < n:
+        rno = rno0 + j
+        m = masks[s + j]
+        t = ts[s + j]
+        cur = XB[s + j]
+        prevrow = XB[s + j - 1] if j > 0 else pvec
+        starts = (m & start_bits) != 0 and rno >= resume
+        if qt == qh and not starts:
+            j += 1
+            continue
+        for v in range(3):
+            for q in range(na):
+                add_cnt[v, q] = 0
+                add_sum[v, q] = 0.0
+                if upd[v, q]:
+                    x = agg_x[q]
+                    if x < 0:
+                        add_cnt[v, q] = 1
+                    elif cur[x] == cur[x]:
+                        add_cnt[v, q] = 1
+                        add_sum[v, q] = cur[x]
+        take_r = (m & bit_r) != 0
+        take_b = (m & bit_b) != 0
+        total = 0
+        nid = 0
+        for qi in range(qh, qt):
+            i = Q[qi]
+            if L_alive[i] == 0:
+                continue
+            if within >= 0 and t - L_ts[i] >= within:
+                L_alive[i] = 0
+                killed[nk] = i
+                nk += 1
+                continue
+            ids[nid] = i
+            prev_ok[nid] = L_k[i] >= 1
+            nid += 1
+        # each condition for every live start row at once (one instruction over all of them)
+        if nid > 0 and take_r and cond_r:
+            _many(code_r, lits_r, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
+                  stack, out_r)
+        if nid > 0 and take_b and cond_b:
+            _many(code_b, lits_b, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
+                  stack, out_b)
+        for x in range(nid):
+            i = ids[x]
+            k = L_k[i]
+            kk = k if k < last else last
+            ok_r = take_r and has_r[kk] and (out_r[x] or not cond_r)
+            ok_b = take_b and has_b[kk] and (out_b[x] or not cond_b)
+            if ok_b:
+                L_best[i] = rno
+                if noted[i] == 0:
+                    noted[i] = 1
+                    bested[nb] = i
+                    nb += 1
+                ok_r = ok_r and greedy[kk]
+            if ok_r:
+                k += 1
+                L_k[i] = k
+                for q in range(na):
+                    L_CNT[i, q] += add_cnt[1, q]
+                    L_SUM[i, q] += add_sum[1, q]
+                kk = k if k < last else last
+                if not loops and nthreads[kk] == 0:  # R{n,m}: m R rows taken and no B
+                    ok_r = False
+            if not ok_r:
+                L_alive[i] = 0
+                killed[nk] = i
+                nk += 1
+            else:
+                total += nthreads[kk]
+        if starts:
+            i = nl
+            nl += 1
+            L_start[i] = rno
+            L_ts[i] = t
+            L_k[i] = 0
+            L_alive[i] = 1
+            L_best[i] = -1
+            for q in range(s_x.shape[0]):
+                L_S[i, q] = cur[s_x[q]]
+            for q in range(na):
+                L_CNT[i, q] = add_cnt[0, q]
+                L_SUM[i, q] = add_sum[0, q]
+            Q[qt] = i
+            qt += 1
+            total += nthreads[0]
+        if qt > qh:
+            if qt - qh > 1 and total > cap:
+                io[IO_STATUS] = STOP_CAP
+                break
+            stop = False
+            while qt > qh:
+                h = Q[qh]
+                if L_alive[h] != 0:
+                    end = L_best[h]
+                    if end >= 0:
+                        r = qh + 1
+                        while r < qt and L_start[Q[r]] <= end:
+                            i = Q[r]
+                            if L_alive[i] != 0:
+                                kk = L_k[i] if L_k[i] < last else last
+                                total -= nthreads[kk]
+                            r += 1
+                        if r > qh + 1:
+                            w = qh + 1
+                            for x in range(r, qt):
+                                Q[w] = Q[x]
+                                w += 1
+                            qt = w
+                            io[IO_MIDDLE] = 1
+                    break
+                if L_best[h] < 0:
+                    qh += 1
+                    continue
+                stop = True
+                break
+            if stop:
+                io[IO_STATUS] = STOP_MATCH
+                break
+            if total > peak:
+                peak = total
+        j += 1
+    io[IO_J] = j
+    io[IO_NL] = nl
+    io[IO_QH] = qh
+    io[IO_QT] = qt
+    io[IO_PEAK] = peak
+    io[IO_NKILL] = nk
+    io[IO_NBEST] = nb
