@@ -121,8 +121,9 @@ class _Segment:
                 vk = _V_PYTHON
                 node = e.node
                 if (config.scanner == "dict" and isinstance(node, PhraseNode) and node.slop
-                        and len(node.terms) == 2 and node.terms[0] != node.terms[1]):
-                    # a sloppy pair of terms: checked from term positions, all at once
+                        and len(node.terms) == 2):
+                    # a sloppy pair of terms (the same term twice too: two of its
+                    # occurrences): checked from term positions, all at once
                     vk = _V_PAIR
                     sloppy[len(vkind)] = (
                         kid((node.field, "t", node.terms[0])), kid((node.field, "t", node.terms[1])),
@@ -575,7 +576,8 @@ class _Segment:
         t = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
         i = occ_pos[lo_a[row] + t // n_b[row]]
         j = occ_pos[lo_b[row] + t % n_b[row]]
-        close = np.abs(j - i - delta[row]) <= slop[row]
+        # distinct positions: a repeated term ("5 5"~2) needs two of its occurrences
+        close = (np.abs(j - i - delta[row]) <= slop[row]) & (i != j)
         return np.bincount(row[close], minlength=m) > 0, unsure
 
     def _ranges_hold(
