@@ -14,7 +14,7 @@ import numpy as np
 
 from cep.percolator.arrays import _NONE, _isin_sorted
 from cep.percolator.presearcher import _literal_prefix
-from cep.percolator.tokens import _kernels, _TokenStream, _TokenTable
+from cep.percolator.tokens import _kernels, _term_at, _TokenStream, _TokenTable
 from patterns.lucene import WildcardNode
 
 __all__ = ["_TermKeys"]
@@ -214,6 +214,59 @@ class _TermKeys:
                 table = self._table = _TokenTable(self.ids)
             tids = table.lookup(stream)
         return self._hits(tids, stream.term, table)
+
+    def key_codes(self, buf: np.ndarray, n: int, nkeys: int, positional: np.ndarray,
+                  single: np.ndarray, loops: tuple[Callable[..., Any], ...],
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled path from a batch's bytes (``n`` documents joined by NUL, see
+        ``_Batch.buffer``) to the sorted distinct codes ``doc * nkeys + key`` of the keys each
+        document holds (its terms' keys, and its exact phrases where ``single``), and every
+        occurrence of a ``positional`` key (its code and term index, sorted by code): one
+        compiled scan gives each token's term id from the table, Python resolves only the
+        tokens the table lacks (as :meth:`_hits`), then one compiled loop per document
+        (``loops.py``)."""
+        with self._lock:
+            table = self._table
+            if table is None:
+                table = self._table = _TokenTable(self.ids)
+            tids, first, unk, u_start, u_end = table.scan(buf, n)
+        x_at: list[int] = []
+        x_kid: list[int] = []
+        if len(unk):
+            resolve, ids = self.resolve, self.ids
+            learnt: dict[str, int] = {}
+            for i, a, b in zip(unk.tolist(), u_start.tolist(), u_end.tolist()):
+                term = _term_at(buf, a, b)
+                got = resolve(term)
+                tid = ids.get(term, -1)
+                if tid < 0:
+                    if got:  # past the limit: resolved at each sighting
+                        x_at.extend([i] * len(got))
+                        x_kid.extend(got)
+                else:
+                    tids[i] = tid
+                    learnt[term] = tid
+            if learnt:
+                with self._lock:
+                    table.add_many(learnt.items())
+            frozen = self._csr[0]
+            if len(self._keys) - frozen > max(1024, frozen >> 3):  # amortised: 1/8 growth
+                self._freeze()
+        frozen, ptr, vals = self._csr
+        if len(unk) or len(self._keys) > frozen:
+            # remembered terms not yet in the arrays: their keys as extra (token, key) pairs
+            keys = self._keys
+            for i in np.flatnonzero(tids >= frozen).tolist():
+                got = keys[tids[i]]
+                x_at.extend([i] * len(got))
+                x_kid.extend(got)
+        xa = np.array(x_at, dtype=np.int64)
+        xk = np.array(x_kid, dtype=np.int64)
+        if len(xa) > 1:
+            order = np.argsort(xa, kind="stable")
+            xa, xk = xa[order], xk[order]
+        return loops[0](tids, first, nkeys, frozen, ptr, vals, positional, single,
+                        self._nphrase, self._pair_codes, *self._pair_arrays, xa, xk)
 
     def _hits(self, tids: np.ndarray, term_of: Callable[[int], str],
               table: _TokenTable | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
