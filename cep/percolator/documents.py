@@ -297,7 +297,7 @@ class _Batch:
 
     def single(self, fld: str | None) -> np.ndarray:
         """Per document, whether ``fld`` holds exactly one value under plain analysis."""
-        return self.stream(fld)[1] if self.ctx.plain else self.terms(fld)[1]
+        return self._joined(fld)[1] if self.ctx.plain else self.terms(fld)[1]
 
     def sole_field(self) -> str | None:
         """The field every document's default fields consist of, when that is one plain string

@@ -14,6 +14,7 @@ import numpy as np
 
 from cep.percolator.arrays import _NONE, _isin_sorted
 from cep.percolator.presearcher import _literal_prefix
+from cep.percolator.loops import _loops
 from cep.percolator.tokens import _kernels, _term_at, _TokenStream, _TokenTable
 from patterns.lucene import WildcardNode
 
@@ -166,6 +167,7 @@ class _TermKeys:
         self._freeze()
         with self._lock:  # and the table batches read the terms' ids from (see tokens.py)
             self._table = _TokenTable(self.ids)
+        _loops()  # the batch loops compiled (or read from numba's cache) now, not in a batch
 
     def resolve(self, term: str) -> tuple[int, ...]:
         """The key ids ``term`` holds (remembered).
