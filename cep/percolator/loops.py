@@ -26,17 +26,17 @@ _V_KEYS, _V_RANGES, _V_PYTHON, _V_PAIR = 0, 1, 2, 3
 
 def _keys_loop(tids: np.ndarray, first: np.ndarray, nkeys: int, frozen: int, ptr: np.ndarray,
                vals: np.ndarray, positional: np.ndarray, single: np.ndarray, p: int,
-               pcodes: np.ndarray, e_ptr: np.ndarray, e_kid: np.ndarray, r_ptr: np.ndarray,
-               r_ids: np.ndarray, x_at: np.ndarray,
+               pcodes: np.ndarray, pbits: np.ndarray, e_ptr: np.ndarray, e_kid: np.ndarray,
+               r_ptr: np.ndarray, r_ids: np.ndarray, x_at: np.ndarray,
                x_kid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per document (tokens ``first[d]..first[d + 1]`` of ``tids``): the keys its terms hold
     (term ``t`` below ``frozen``: ``vals[ptr[t]:ptr[t + 1]]``; tokens ``x_at`` (ascending) hold
     ``x_kid`` besides) and, where it holds one value (``single``), its exact phrases (pairs of
     phrase words as in ``tokens._phrases_loop``).
 
-    Returns the sorted distinct codes ``doc * nkeys + key`` and every occurrence of a
-    ``positional`` key: its code and the term's index in the document, sorted by code then
-    index (compiled by numba)."""
+    Returns the distinct codes ``doc * nkeys + key`` (by document; a document's in no
+    particular order) and every occurrence of a ``positional`` key: its code and the term's
+    index in the document, in the order of the terms (compiled by numba)."""
     n = len(first) - 1
     stamp = np.zeros(max(nkeys, 1), dtype=np.int32)
     hk = np.empty(max(nkeys, 1), dtype=np.int64)  # the document's distinct keys
@@ -50,6 +50,7 @@ def _keys_loop(tids: np.ndarray, first: np.ndarray, nkeys: int, frozen: int, ptr
     xi = 0
     nx = len(x_at)
     npc = len(pcodes)
+    bitmap = len(pbits) > 0
     for d in range(n):
         mark = d + 1
         b0 = first[d]
@@ -87,6 +88,8 @@ def _keys_loop(tids: np.ndarray, first: np.ndarray, nkeys: int, frozen: int, ptr
                 if a < 0 or a >= p or b < 0 or b >= p:
                     continue
                 code = np.int64(a) * p + b
+                if bitmap and not (pbits[code >> 3] >> (code & 7)) & 1:
+                    continue  # no phrase starts with this pair (one bit read, in cache)
                 j = np.searchsorted(pcodes, code)
                 if j == npc or pcodes[j] != code:
                     continue
@@ -112,16 +115,9 @@ def _keys_loop(tids: np.ndarray, first: np.ndarray, nkeys: int, frozen: int, ptr
             grown = np.empty(cap, dtype=np.int64)
             grown[:m] = codes[:m]
             codes = grown
-        mine = np.sort(hk[:cnt])
         for y in range(cnt):
-            codes[m + y] = d * nkeys + mine[y]
+            codes[m + y] = d * nkeys + hk[y]
         m += cnt
-        if o - o0 > 1:  # by key, each key's indexes kept ascending (a stable sort)
-            order = np.argsort(o_key[o0:o], kind="mergesort")
-            ks = o_key[o0:o][order]
-            ps = o_pos[o0:o][order]
-            o_key[o0:o] = ks
-            o_pos[o0:o] = ps
         for y in range(o0, o):
             o_key[y] += d * nkeys
     return codes[:m], o_key[:o], o_pos[:o]
@@ -142,8 +138,8 @@ def _match_loop(codes: np.ndarray, n: int, nkeys: int, nl: int,
     filter (``allowed`` per local number; empty: all), those whose clauses (an OR of keys
     each) all hold and no forbidden key is there: decided by keys (a match), by ranges (left
     to the caller), by a sloppy pair of terms (checked here from the occurrences ``occ_code``,
-    ``occ_pos``, where the pair's field holds one value: ``pair_single[field, doc]``), or in
-    Python (left to the caller).
+    ``occ_pos``: by document, each key's in ascending position, where the pair's field holds one
+    value: ``pair_single[field, doc]``), or in Python (left to the caller).
 
     Returns ``(matches, range candidates, Python candidates)`` as codes ``doc * nl + local``
     (each document's in no particular order), candidates per document and queries verified per
@@ -164,7 +160,10 @@ def _match_loop(codes: np.ndarray, n: int, nkeys: int, nl: int,
     cand_count = np.zeros(n, dtype=np.int64)
     verified = np.zeros(n, dtype=np.int64)
     filtered = len(allowed) > 0
-    nocc = len(occ_code)
+    pa = np.empty(len(occ_code) + 1, dtype=np.int64)  # a pair's positions of each term
+    pb = np.empty(len(occ_code) + 1, dtype=np.int64)
+    o_lo = 0
+    o_hi = 0
     at = 0
     ncodes = len(codes)
     for d in range(n):
@@ -216,6 +215,7 @@ def _match_loop(codes: np.ndarray, n: int, nkeys: int, nl: int,
                 cands[nc] = loc
                 nc += 1
         cand_count[d] = nc
+        occ_ready = False
         for y in range(nc):
             loc = cands[y]
             if filtered and not allowed[loc]:
@@ -266,27 +266,32 @@ def _match_loop(codes: np.ndarray, n: int, nkeys: int, nl: int,
                 # some occurrence i of the first term and j of the second (distinct
                 # positions) with |j - i - delta| <= slop; each term's occurrences ascending
                 verified[d] += 1
-                ca = d * nkeys + pair_terms[loc, 0]
-                cb = d * nkeys + pair_terms[loc, 1]
+                ka = d * nkeys + pair_terms[loc, 0]
+                kb = d * nkeys + pair_terms[loc, 1]
                 delta = pair_terms[loc, 2]
                 slop = pair_terms[loc, 3]
-                a0 = np.searchsorted(occ_code, ca)
-                a1 = a0
-                while a1 < nocc and occ_code[a1] == ca:
-                    a1 += 1
-                b0 = np.searchsorted(occ_code, cb)
-                b1 = b0
-                while b1 < nocc and occ_code[b1] == cb:
-                    b1 += 1
+                if not occ_ready:  # the document's occurrences, found once
+                    o_lo = np.searchsorted(occ_code, d * nkeys)
+                    o_hi = np.searchsorted(occ_code, (d + 1) * nkeys)
+                    occ_ready = True
+                na = 0
+                nb = 0
+                for x in range(o_lo, o_hi):  # each term's positions, ascending
+                    if occ_code[x] == ka:
+                        pa[na] = occ_pos[x]
+                        na += 1
+                    if occ_code[x] == kb:
+                        pb[nb] = occ_pos[x]
+                        nb += 1
                 found = False
-                jb = b0
-                for ia in range(a0, a1):
-                    i = occ_pos[ia]
-                    while jb < b1 and occ_pos[jb] < i + delta - slop:
+                jb = 0
+                for ia in range(na):
+                    i = pa[ia]
+                    while jb < nb and pb[jb] < i + delta - slop:
                         jb += 1
                     jj = jb
-                    while jj < b1 and occ_pos[jj] <= i + delta + slop:
-                        if occ_pos[jj] != i:
+                    while jj < nb and pb[jj] <= i + delta + slop:
+                        if pb[jj] != i:
                             found = True
                             break
                         jj += 1
@@ -318,7 +323,8 @@ def _loops() -> tuple[Callable[..., Any], ...] | None:
     ptr = np.zeros(2, dtype=np.int64)
     flag = np.zeros(1, dtype=bool)
     got[0](np.zeros(1, dtype=np.int32), np.array([0, 1]), 1, 0, ptr, i64, flag,
-           np.ones(1, dtype=bool), 0, i64, ptr, i64, ptr, i64, i64, i64)
+           np.ones(1, dtype=bool), 0, i64, np.zeros(1, dtype=np.uint8), ptr, i64, ptr, i64, i64,
+           i64)
     got[1](i64, 1, 1, 1, ptr, i64, ptr, i64, i64, flag, ptr, i64, i64, flag, ptr, ptr, i64,
            ptr, i64, np.zeros(1, dtype=np.int8), np.zeros((1, 5), dtype=np.int64),
            np.ones((1, 1), dtype=bool), i64, i64)

@@ -387,9 +387,10 @@ class _Segment:
         return lexicons
 
     def scan_batch(self, batch: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sorted unique codes ``doc * nkeys + key`` of every key each document contains, and
-        for the keys of sloppy pairs (``a_positional``) every occurrence: its code and the
-        term's index in the document's term list (sorted by code).
+        """Unique codes ``doc * nkeys + key`` of every key each document contains, and for the
+        keys of sloppy pairs (``a_positional``) every occurrence: its code and the term's index
+        in the document's term list. Sorted, and the occurrences by code, on the numpy path; by
+        document on the compiled path (a key's occurrences in ascending index).
 
         Every document's terms go through the term dictionary at once, as term ids
         (:meth:`_TermKeys.key_hits`); the scanners take the documents' token strings in one
@@ -446,7 +447,7 @@ class _Segment:
             docs, kids = sc.find_batch([batch.view(i).joined(fld) for i in range(n)])
             parts.append(docs * k + kids)
         if len(parts) == 1 and parts[0] is done:
-            codes = done
+            codes = done  # by document, a document's in no particular order
         else:
             codes = _unique(np.concatenate(parts), n * k) if parts else _NONE
         if not occ_codes:

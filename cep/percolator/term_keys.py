@@ -44,7 +44,7 @@ class _TermKeys:
 
     __slots__ = ("cache", "ids", "phrases", "_terms", "_prefixes", "_wildcards", "_ready",
                  "_leads", "_free", "_starts", "_limit", "_keys", "_csr", "_lock", "_nphrase",
-                 "_pair_codes", "_pair_ends", "_pair_arrays", "_table")
+                 "_pair_codes", "_pair_ends", "_pair_arrays", "_pair_bits", "_table")
 
     def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
                  wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
@@ -87,6 +87,13 @@ class _TermKeys:
         np.cumsum([len(rest) for rest, _ in flat], out=r_ptr[1:])
         self._pair_arrays = (e_ptr, np.array([k for _, k in flat], dtype=np.int64), r_ptr,
                              np.array([t for rest, _ in flat for t in rest], dtype=np.int64))
+        # one bit per pair of phrase words, set where a phrase starts with it: the compiled
+        # loop reads a bit (in cache) before searching the codes; none past 2**23 pairs
+        self._pair_bits = np.zeros(0, dtype=np.uint8)
+        if 0 < p * p <= 1 << 23:
+            bits = np.zeros(p * p, dtype=bool)
+            bits[self._pair_codes] = True
+            self._pair_bits = np.packbits(bits, bitorder="little")
         self._csr: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(1, dtype=np.int64), _NONE)
         self._freeze()
 
@@ -221,9 +228,10 @@ class _TermKeys:
                   single: np.ndarray, loops: tuple[Callable[..., Any], ...],
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The compiled path from a batch's bytes (``n`` documents joined by NUL, see
-        ``_Batch.buffer``) to the sorted distinct codes ``doc * nkeys + key`` of the keys each
-        document holds (its terms' keys, and its exact phrases where ``single``), and every
-        occurrence of a ``positional`` key (its code and term index, sorted by code): one
+        ``_Batch.buffer``) to the distinct codes ``doc * nkeys + key`` of the keys each
+        document holds (its terms' keys, and its exact phrases where ``single``; by document),
+        and every occurrence of a ``positional`` key (its code and term index, by document
+        in the order of the terms): one
         compiled scan gives each token's term id from the table, Python resolves only the
         tokens the table lacks (as :meth:`_hits`), then one compiled loop per document
         (``loops.py``)."""
@@ -268,7 +276,8 @@ class _TermKeys:
             order = np.argsort(xa, kind="stable")
             xa, xk = xa[order], xk[order]
         return loops[0](tids, first, nkeys, frozen, ptr, vals, positional, single,
-                        self._nphrase, self._pair_codes, *self._pair_arrays, xa, xk)
+                        self._nphrase, self._pair_codes, self._pair_bits, *self._pair_arrays,
+                        xa, xk)
 
     def _hits(self, tids: np.ndarray, term_of: Callable[[int], str],
               table: _TokenTable | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

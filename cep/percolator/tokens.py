@@ -187,15 +187,18 @@ def _insert_loop(size: np.ndarray, w0: np.ndarray, w1: np.ndarray, tid: np.ndarr
     return added, longest
 
 
-def _scan_loop(arr: np.ndarray, trans: np.ndarray, slots: np.ndarray, bits: int,
-               n: int) -> tuple[np.ndarray, ...]:
+def _scan_loop(arr: np.ndarray, words: np.ndarray, trans: np.ndarray, slots: np.ndarray,
+               bits: int, n: int) -> tuple[np.ndarray, ...]:
     """One pass over a batch's bytes (``n`` documents joined by NUL, not yet translated):
     ``(term id per token (-1: not in the table), each document's first token (n + 1), and for
     the tokens without an id their index, first byte and end)`` (compiled by numba).
 
-    Each byte is translated here (``trans``, the table of ``bytes.translate``), a token's two
-    words are gathered as it is read and its term id probed at once: no array per token but
-    the ids (arrays of an upper bound: only the pages written are ever touched)."""
+    Each byte is classified here (``trans``, the table of ``bytes.translate``); a short token's
+    two words are read at once from ``words`` (every byte offset of ``arr`` as a little-endian
+    64-bit word) and lower-cased by setting bit 5 of each byte (the translation of an ASCII
+    letter or digit; a token holding bytes past ASCII is translated byte by byte), and its term
+    id probed at once: no array per token but the ids (arrays of an upper bound: only the
+    pages written are ever touched)."""
     size_ = len(arr)
     cap = size_ // 2 + 1
     tids = np.empty(cap, dtype=np.int32)
@@ -204,6 +207,9 @@ def _scan_loop(arr: np.ndarray, trans: np.ndarray, slots: np.ndarray, bits: int,
     u_start = np.empty(cap, dtype=np.int64)
     u_end = np.empty(cap, dtype=np.int64)
     mask = len(slots) - 1
+    nwords = len(words)
+    low = np.uint64(0x2020202020202020)
+    high = np.uint64(0x8080808080808080)
     t = 0
     d = 0
     u = 0
@@ -219,22 +225,42 @@ def _scan_loop(arr: np.ndarray, trans: np.ndarray, slots: np.ndarray, bits: int,
         if c == 0x20:
             i += 1
             continue
-        a = np.uint64(0)
-        b = np.uint64(0)
-        j = i
+        j = i + 1
         while j < size_:
             c = trans[arr[j]]
             if c == 0x20 or c == 0:
                 break
-            k = j - i
-            if k < 8:
-                a |= np.uint64(c) << np.uint64(8 * k)
-            elif k < _SHORT:
-                b |= np.uint64(c) << np.uint64(8 * (k - 8))
             j += 1
         length = j - i
         tid = -1
         if length <= _SHORT:
+            a = np.uint64(0)
+            b = np.uint64(0)
+            fast = i + 8 < nwords
+            if fast:
+                a = words[i]
+                b = words[i + 8]
+                if length < 8:
+                    a &= _MASKS[length]
+                    b = np.uint64(0)
+                else:
+                    b &= _MASKS[min(length - 8, 8)]
+                fast = ((a | b) & high) == 0
+            if fast:
+                a = (a | low) & _MASKS[min(length, 8)]
+                if length > 8:
+                    b = (b | low) & _MASKS[length - 8]
+                else:
+                    b = np.uint64(0)
+            else:
+                a = np.uint64(0)
+                b = np.uint64(0)
+                for k in range(length):
+                    c = trans[arr[i + k]]
+                    if k < 8:
+                        a |= np.uint64(c) << np.uint64(8 * k)
+                    else:
+                        b |= np.uint64(c) << np.uint64(8 * (k - 8))
             un = np.uint64(length)
             h = a * _M0 + b * _M1 + un * _M2
             h ^= h >> np.uint64(29)
@@ -255,6 +281,11 @@ def _scan_loop(arr: np.ndarray, trans: np.ndarray, slots: np.ndarray, bits: int,
     for x in range(d + 1, n + 1):
         first[x] = t
     return tids[:t], first, unk[:u], u_start[:u], u_end[:u]
+
+
+def _words(arr: np.ndarray) -> np.ndarray:
+    """Every byte offset of ``arr`` read as a little-endian 64-bit word (an overlapping view)."""
+    return np.ndarray(shape=(max(len(arr) - 7, 0),), dtype="<u8", buffer=arr.data, strides=(1,))
 
 
 def _expand_loop(tids: np.ndarray, frozen: int, ptr: np.ndarray,
@@ -353,7 +384,8 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
             slots = np.zeros((2, 4), dtype=np.uint64)
             got[2](one, word, word, one, slots, 1)
             got[1](one, word, word, slots, 1)
-            got[5](np.frombuffer(b"a\x00b", dtype=np.uint8), _TRANS, slots, 1, 2)
+            buf = np.frombuffer(b"a\x00bcdefghijklmnopqrs", dtype=np.uint8)
+            got[5](buf, _words(buf), _TRANS, slots, 1, 2)
             got[3](one, 1, np.array([0, 1, 1]), one)
             got[4](one, 1, one, np.array([0, 1]), one, np.array([0, 0]), one)
     _COMPILED.append(got)
@@ -502,4 +534,5 @@ class _TokenTable:
         """:func:`_scan_loop` over ``buf`` with this table (numba only)."""
         kernels = _kernels()
         assert kernels is not None, "the compiled scan needs numba"
-        return kernels[5](buf, _TRANS, self.slots, self.bits, n)  # type: ignore[no-any-return]
+        return kernels[5](buf, _words(buf), _TRANS, self.slots,  # type: ignore[no-any-return]
+                          self.bits, n)

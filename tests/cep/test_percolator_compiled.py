@@ -243,5 +243,10 @@ def test_key_codes_equal_key_hits_past_the_limit_and_before_freezing() -> None:
                         occ += [(d * 11 + k, i) for k in ks if positional[k]]
                     if single[d]:
                         want.update(d * 11 + k for k in ref.phrase_keys(terms))
-                assert codes.tolist() == sorted(want)
-                assert list(zip(oc.tolist(), op.tolist())) == sorted(occ)
+                # by document (a document's keys in any order), each distinct
+                assert sorted(codes.tolist()) == sorted(want) == sorted(set(codes.tolist()))
+                assert (np.diff(codes // 11) >= 0).all()
+                # occurrences by document, in the order of the terms
+                assert sorted(zip(oc.tolist(), op.tolist())) == sorted(occ)
+                assert sorted(zip(oc // 11, op), key=lambda x: x[0]) == list(zip(oc // 11, op))
+                assert all(np.diff(op[oc == c]).min(initial=1) > 0 for c in set(oc.tolist()))
