@@ -271,8 +271,8 @@ def _match_loop(codes: np.ndarray, n: int, nkeys: int, nl: int,
                 delta = pair_terms[loc, 2]
                 slop = pair_terms[loc, 3]
                 if not occ_ready:  # the document's occurrences, found once
-                    o_lo = np.searchsorted(occ_code, d * nkeys)
-                    o_hi = np.searchsorted(occ_code, (d + 1) * nkeys)
+                    o_lo = np.searchsorted(occ_code, d * nkeys)  # type: ignore[assignment]
+                    o_hi = np.searchsorted(occ_code, (d + 1) * nkeys)  # type: ignore[assignment]
                     occ_ready = True
                 na = 0
                 nb = 0

@@ -13,8 +13,8 @@ import ahocorasick
 import numpy as np
 
 from cep.percolator.arrays import _NONE, _isin_sorted
-from cep.percolator.presearcher import _literal_prefix
 from cep.percolator.loops import _loops
+from cep.percolator.presearcher import _literal_prefix
 from cep.percolator.tokens import _kernels, _term_at, _TokenStream, _TokenTable
 from patterns.lucene import WildcardNode
 

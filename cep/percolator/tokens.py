@@ -267,7 +267,7 @@ def _scan_loop(arr: np.ndarray, words: np.ndarray, trans: np.ndarray, slots: np.
             s = np.int64(h >> np.uint64(64 - bits))
             while slots[s, 0] != 0:
                 if slots[s, 0] == un and slots[s, 1] == a and slots[s, 2] == b:
-                    tid = np.int64(slots[s, 3])
+                    tid = np.int64(slots[s, 3])  # type: ignore[assignment]
                     break
                 s = (s + 1) & mask
         tids[t] = tid

@@ -222,11 +222,11 @@ def test_key_codes_equal_key_hits_past_the_limit_and_before_freezing() -> None:
         docs = ["Stock of the Müller eightchr", "averyveryverylongwordindeed sixteencharacter "
                 "stoc of the stock", "", "of the of the stock", "ab ab ab ba"]
         for limit in (3, 1000):
-            make = (lambda: _TermKeys({"stock": [0], "müller": [1], "ab": [10],
-                                       "averyveryverylongwordindeed": [2]},
-                                      {"st": [3], "sixteen": [4]}, [("e?ght*", 5), ("*ndeed", 6)],
-                                      [("of the", 7), ("of the stock", 8), ("the stock", 9)],
-                                      limit))
+            def make(limit: int = limit) -> _TermKeys:
+                return _TermKeys({"stock": [0], "müller": [1], "ab": [10],
+                                  "averyveryverylongwordindeed": [2]},
+                                 {"st": [3], "sixteen": [4]}, [("e?ght*", 5), ("*ndeed", 6)],
+                                 [("of the", 7), ("of the stock", 8), ("the stock", 9)], limit)
             tk, ref = make(), make()
             positional = np.zeros(11, dtype=bool)
             positional[[0, 10]] = True
