@@ -484,36 +484,57 @@ def bench_tantivy(queries: list[tuple[str, str, dict[str, Any]]],
     gc.collect()  # registration ran with the collector paused: settle before timing
     out: dict[str, Any] = {"queries": len(parsed), "left_out": len(queries) - len(parsed),
                            "parse_s": round(parse[0], 3)}
+    reps = max(1, getattr(args, "tantivy_repeats", 1))
     for size, docs in ((1000, args.tantivy_docs), (10_000, max(args.tantivy_docs, 10_000))):
         docs_ = headlines[:docs]
-        t = _clock()
-        matched: list[set[str]] = []
-        for i in range(0, len(docs_), size):
-            chunk = docs_[i:i + size]
-            index = tantivy.Index(schema)
-            writer = index.writer(50_000_000, 1)
-            for d in chunk:
-                writer.add_document(tantivy.Document(headline_text=d["headline_text"],
-                                                     publish_date=d["publish_date"]))
-            writer.commit()
-            index.reload()
-            searcher = index.searcher()
-            got: list[set[str]] = [set() for _ in chunk]
-            for qid, query in parsed:
-                for _, address in searcher.search(query, len(chunk)).hits:
-                    got[address.doc].add(qid)  # one segment: doc ids in insertion order
-            matched.extend(got)
-        took = _since(t)
-        t = _clock()
-        mine = [set(r.ids) for i in range(0, len(docs_), size)
-                for r in ours.percolate_batch(docs_[i:i + size]).results]
-        mine_took = _since(t)
+
+        def theirs() -> list[set[str]]:
+            matched: list[set[str]] = []
+            for i in range(0, len(docs_), size):
+                chunk = docs_[i:i + size]
+                index = tantivy.Index(schema)
+                writer = index.writer(50_000_000, 1)
+                for d in chunk:
+                    writer.add_document(tantivy.Document(headline_text=d["headline_text"],
+                                                         publish_date=d["publish_date"]))
+                writer.commit()
+                index.reload()
+                searcher = index.searcher()
+                got: list[set[str]] = [set() for _ in chunk]
+                for qid, query in parsed:
+                    for _, address in searcher.search(query, len(chunk)).hits:
+                        got[address.doc].add(qid)  # one segment: doc ids in insertion order
+                matched.extend(got)
+            return matched
+
+        def mine_() -> list[set[str]]:
+            return [set(r.ids) for i in range(0, len(docs_), size)
+                    for r in ours.percolate_batch(docs_[i:i + size]).results]
+
+        # each side timed ``reps`` times, alternating, the collector settled before each
+        # timed pass (objects the other side left would otherwise be traversed in it); the
+        # median pass is the figure
+        t_runs, o_runs = [], []
+        for _ in range(reps):
+            gc.collect()
+            t = _clock()
+            matched = theirs()
+            t_runs.append(_since(t))
+            gc.collect()
+            t = _clock()
+            mine = mine_()
+            o_runs.append(_since(t))
+        took = sorted(t_runs)[len(t_runs) // 2]
+        mine_took = sorted(o_runs)[len(o_runs) // 2]
         same = sum(a == b for a, b in zip(matched, mine))
         theirs_pairs = {(i, q) for i, got in enumerate(matched) for q in got}
         ours_pairs = {(i, q) for i, got in enumerate(mine) for q in got}
         differ = {q for _, q in theirs_pairs ^ ours_pairs}
         out[f"batch_{size}"] = {
-            "tantivy": _rate(len(docs_), took), "ours": _rate(len(docs_), mine_took),
+            "tantivy": {**_rate(len(docs_), took),
+                        "runs": [_rate(len(docs_), r)["docs_per_s"] for r in t_runs]},
+            "ours": {**_rate(len(docs_), mine_took),
+                     "runs": [_rate(len(docs_), r)["docs_per_s"] for r in o_runs]},
             "ratio": round(took[0] / mine_took[0], 1),
             "same_matches_share": round(same / len(docs_), 3),
             # documents differ where one query parses differently (tantivy reads
@@ -563,7 +584,8 @@ def bench_reuters(args: argparse.Namespace) -> dict[str, Any]:
     }
     out["baseline"] = bench_baseline(p, config, docs[: args.reuters_baseline_docs], out)
     if args.peers and _installed("tantivy"):
-        tv_args = argparse.Namespace(**{**vars(args), "tantivy_docs": len(docs)})
+        tv_args = argparse.Namespace(**{**vars(args), "tantivy_docs": len(docs),
+                                        "tantivy_repeats": args.repeats})
         out["tantivy"] = bench_tantivy(queries, docs, tf, tv_args)
     elif args.peers:
         out["tantivy"] = {"skipped": "tantivy is not installed (pip install tantivy)"}
@@ -786,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     if "peers" not in parts:
         args.peers = False
     if args.quick:
-        sizes = [min(sizes)]
+        sizes = [min(sizes)] if sizes else []
         args.single_docs = min(args.single_docs, 2000)
         args.batch_docs = min(args.batch_docs, 10_000)
         args.tantivy_docs = min(args.tantivy_docs, 1000)

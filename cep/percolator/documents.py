@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from cep.percolator.config import PercolatorConfig
-from cep.percolator.tokens import _stream_of, _TokenStream
+from cep.percolator.tokens import _BYTES, _joined_bytes, _TokenStream
 from patterns.analysis import Analyzer, Token
 from patterns.lucene import parse_date_ms, parse_number
 
@@ -269,7 +269,7 @@ class _Batch:
     the few documents something must look at one by one (verification, highlighting, values
     that are not plain strings). Terms come out the same as ``_DocView.terms`` (tested)."""
 
-    __slots__ = ("docs", "ctx", "n", "_views", "_terms", "_src", "_streams")
+    __slots__ = ("docs", "ctx", "n", "_views", "_terms", "_src", "_streams", "_buffers")
 
     def __init__(self, docs: list[Mapping[str, Any]], ctx: _Context) -> None:
         self.docs = docs
@@ -279,6 +279,7 @@ class _Batch:
         self._terms: dict[str | None, tuple[list[list[str]], np.ndarray, list[Any]]] = {}
         self._src: dict[str | None, tuple[list[str], list[int], list[Any]]] = {}
         self._streams: dict[str | None, tuple[_TokenStream, np.ndarray]] = {}
+        self._buffers: dict[str | None, tuple[bytes, np.ndarray]] = {}
 
     def view(self, i: int) -> _DocView:
         v = self._views[i]
@@ -296,7 +297,7 @@ class _Batch:
 
     def single(self, fld: str | None) -> np.ndarray:
         """Per document, whether ``fld`` holds exactly one value under plain analysis."""
-        return self.stream(fld)[1] if self.ctx.plain else self.terms(fld)[1]
+        return self._joined(fld)[1] if self.ctx.plain else self.terms(fld)[1]
 
     def sole_field(self) -> str | None:
         """The field every document's default fields consist of, when that is one plain string
@@ -355,11 +356,26 @@ class _Batch:
         analysis only, and whether the field holds exactly one value (as :meth:`terms`)."""
         got = self._streams.get(fld)
         if got is None:
+            body, single = self._joined(fld)
+            got = self._streams[fld] = (_TokenStream(body.translate(_BYTES), self.n), single)
+        return got
+
+    def buffer(self, fld: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's text of ``fld`` as bytes joined by NUL, not yet lower-cased or split
+        (:func:`tokens._joined_bytes`; the compiled scan translates as it reads), under plain
+        analysis only, and whether the field holds exactly one value (as :meth:`terms`)."""
+        body, single = self._joined(fld)
+        return np.frombuffer(body, dtype=np.uint8), single
+
+    def _joined(self, fld: str | None) -> tuple[bytes, np.ndarray]:
+        got = self._buffers.get(fld)
+        if got is None:
             texts, counts, _ = self._texts(fld)
+            analyse = self.ctx.analyzer.terms
             if len(texts) == self.n and counts.count(1) == self.n:  # one text each
-                got = self._streams[fld] = (
-                    _stream_of(texts, [True] * self.n, self.n, self.ctx.analyzer.terms),
-                    np.ones(self.n, dtype=bool))
+                got = (_joined_bytes(texts, [True] * self.n, analyse),
+                       np.ones(self.n, dtype=bool))
+                self._buffers[fld] = got
                 return got
             parts: list[str] = []
             raw: list[bool] = []
@@ -383,8 +399,7 @@ class _Batch:
                     raw.append(False)
                     single[i] = v.single_terms(fld) is not None
                 at += max(c, 0)
-            got = self._streams[fld] = (
-                _stream_of(parts, raw, self.n, self.ctx.analyzer.terms), single)
+            got = self._buffers[fld] = (_joined_bytes(parts, raw, analyse), single)
         return got
 
     def _analyse(self, fld: str | None) -> tuple[list[list[str]], np.ndarray, list[Any]]:

@@ -18,6 +18,7 @@ from cep.percolator.arrays import _pick, _unique
 from cep.percolator.config import PercolatorConfig, _gc_paused
 from cep.percolator.documents import _Batch, _DocView
 from cep.percolator.highlight import _highlight
+from cep.percolator.loops import _loops
 from cep.percolator.query import QueryId
 from cep.percolator.query_index import _Snapshot
 from cep.percolator.query_set import MetadataFilter, _QuerySet
@@ -42,17 +43,24 @@ __all__ = ["Percolator"]
 
 
 _SETTLE_AT = 20_000  # queries in a freshly built segment worth one full collection
-_PART_DOCS = 2_000  # documents the vectorised path takes at once, at most
+_PART_DOCS = 2_000  # documents the numpy path takes at once, at most
 _PART_CHARS = 200_000  # and characters of text (strings at the top of the documents)
+# The compiled loops keep no array per key hit and one small one per token: measured on 10,000
+# Reuters articles, one part of all of them ran 1.3x faster than parts of 200,000 characters
+_COMPILED_PART_DOCS = 20_000
+_COMPILED_PART_CHARS = 20_000_000
 
 
-def _parts(docs: list[Mapping[str, Any]]) -> list[int]:
+def _parts(docs: list[Mapping[str, Any]], compiled: bool = False) -> list[int]:
     """Where to cut a batch into parts of at most ``_PART_DOCS`` documents and about
-    ``_PART_CHARS`` characters: ``[0, ..., len(docs)]``."""
+    ``_PART_CHARS`` characters (with the compiled loops, ``_COMPILED_PART_*``):
+    ``[0, ..., len(docs)]``."""
+    most, most_chars = ((_COMPILED_PART_DOCS, _COMPILED_PART_CHARS) if compiled
+                        else (_PART_DOCS, _PART_CHARS))
     cuts = [0]
     chars = 0
     for i, doc in enumerate(docs):
-        if i - cuts[-1] >= _PART_DOCS or chars >= _PART_CHARS:
+        if i - cuts[-1] >= most or chars >= most_chars:
             cuts.append(i)
             chars = 0
         for v in doc.values():
@@ -180,7 +188,7 @@ class Percolator(_QuerySet):
         if len(docs) < self.config.vector_threshold:
             return self._percolate_each(docs, highlight, metadata_filter)
         with _gc_paused(self.config.pause_gc):
-            cuts = _parts(docs)
+            cuts = _parts(docs, compiled=self._ctx.plain and _loops() is not None)
             if len(cuts) == 2:
                 return self._percolate_vectorised(docs, highlight, metadata_filter)
             # A large batch in parts: each part's arrays (a token per term, a code per key

@@ -22,6 +22,7 @@ from cep.percolator.arrays import (
 )
 from cep.percolator.config import PercolatorConfig
 from cep.percolator.documents import _Batch, _DocView
+from cep.percolator.loops import _loops
 from cep.percolator.presearcher import Key
 from cep.percolator.query import RegisteredQuery
 from cep.percolator.scanners import _Scanner, _scanner_class
@@ -39,7 +40,8 @@ __all__ = ["_Segment"]
 
 
 _EXACT = 2.0**53  # floats hold every integer below this exactly
-_V_KEYS, _V_RANGES, _V_PYTHON, _V_PAIR = 0, 1, 2, 3
+_V_KEYS, _V_RANGES, _V_PYTHON, _V_PAIR = 0, 1, 2, 3  # as loops.py reads them
+_NO_FLAGS = np.zeros(0, dtype=bool)  # no metadata filter: every query allowed
 
 
 def _range_row(node: RangeNode) -> tuple[float, float, bool, bool] | None:
@@ -121,8 +123,9 @@ class _Segment:
                 vk = _V_PYTHON
                 node = e.node
                 if (config.scanner == "dict" and isinstance(node, PhraseNode) and node.slop
-                        and len(node.terms) == 2 and node.terms[0] != node.terms[1]):
-                    # a sloppy pair of terms: checked from term positions, all at once
+                        and len(node.terms) == 2):
+                    # a sloppy pair of terms (the same term twice too: two of its
+                    # occurrences): checked from term positions, all at once
                     vk = _V_PAIR
                     sloppy[len(vkind)] = (
                         kid((node.field, "t", node.terms[0])), kid((node.field, "t", node.terms[1])),
@@ -384,9 +387,10 @@ class _Segment:
         return lexicons
 
     def scan_batch(self, batch: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sorted unique codes ``doc * nkeys + key`` of every key each document contains, and
-        for the keys of sloppy pairs (``a_positional``) every occurrence: its code and the
-        term's index in the document's term list (sorted by code).
+        """Unique codes ``doc * nkeys + key`` of every key each document contains, and for the
+        keys of sloppy pairs (``a_positional``) every occurrence: its code and the term's index
+        in the document's term list. Sorted, and the occurrences by code, on the numpy path; by
+        document on the compiled path (a key's occurrences in ascending index).
 
         Every document's terms go through the term dictionary at once, as term ids
         (:meth:`_TermKeys.key_hits`); the scanners take the documents' token strings in one
@@ -398,7 +402,19 @@ class _Segment:
         occ_codes: list[np.ndarray] = []
         occ_pos: list[np.ndarray] = []
         plain = batch.ctx.plain
+        loops = _loops() if plain else None
+        done = _NONE  # a part that is sorted and distinct already
         for fld, lex in self._batch_lexicons(batch):
+            if loops is not None:  # bytes to key codes in compiled loops (see loops.py)
+                buf, single = batch.buffer(fld)
+                got, oc, op = lex.key_codes(buf, n, k, self.a_positional, single, loops)
+                parts.append(got)
+                done = got
+                if len(oc):
+                    occ_codes.append(oc)
+                    occ_pos.append(op)
+                self._fallback_hits(batch, fld, lex, single, parts)
+                continue
             if plain:  # the terms stay bytes in one buffer (see tokens.py)
                 stream, single = batch.stream(fld)
                 lens, term_doc = stream.lens, stream.doc
@@ -426,22 +442,36 @@ class _Segment:
                     doc = term_doc[first]
                     inside = (term_doc[first + sizes - 1] == doc) & single[doc]
                     parts.append(doc[inside] * k + pkids[inside])
-                rest = np.flatnonzero(~single).tolist()
-                if rest:
-                    which = np.array(rest, dtype=np.int64)
-                    for f, sc in self.fallback.items():
-                        if lex is self.merged or f == fld:
-                            docs, kids = sc.find_batch([batch.view(i).joined(f) for i in rest])
-                            parts.append(which[docs] * k + kids)
+                self._fallback_hits(batch, fld, lex, single, parts)
         for fld, sc in self.scanners:
             docs, kids = sc.find_batch([batch.view(i).joined(fld) for i in range(n)])
             parts.append(docs * k + kids)
-        codes = _unique(np.concatenate(parts), n * k) if parts else _NONE
+        if len(parts) == 1 and parts[0] is done:
+            codes = done  # by document, a document's in no particular order
+        else:
+            codes = _unique(np.concatenate(parts), n * k) if parts else _NONE
         if not occ_codes:
             return codes, _NONE, _NONE
+        if len(occ_codes) == 1 and loops is not None:
+            return codes, occ_codes[0], occ_pos[0]  # sorted by code already
         oc, op = np.concatenate(occ_codes), np.concatenate(occ_pos)
         order = np.argsort(oc, kind="stable")
         return codes, oc[order], op[order]
+
+    def _fallback_hits(self, batch: _Batch, fld: str | None, lex: _TermKeys, single: np.ndarray,
+                       parts: list[np.ndarray]) -> None:
+        """Phrases of the documents whose field holds several values, by the automaton."""
+        if not lex.phrases:
+            return
+        rest = np.flatnonzero(~single).tolist()
+        if not rest:
+            return
+        k = self.nkeys
+        which = np.array(rest, dtype=np.int64)
+        for f, sc in self.fallback.items():
+            if lex is self.merged or f == fld:
+                docs, kids = sc.find_batch([batch.view(i).joined(f) for i in rest])
+                parts.append(which[docs] * k + kids)
 
     def match_batch(
         self, batch: _Batch, allowed: np.ndarray | None, errors: dict[int, dict[int, str]],
@@ -450,9 +480,59 @@ class _Segment:
         """Matched ``(doc, slot)`` pairs and candidates per document, for a whole batch
         (``errors``: by document, by slot, for queries that failed to evaluate)."""
         n = batch.n
-        k = self.nkeys
         nl = max(self.nlocal, 1)
         codes, occ_code, occ_pos = self.scan_batch(batch)
+        loops = _loops()
+        if loops is not None:
+            m_parts, r_code, p_parts, cand_count = self._decide_compiled(
+                loops, batch, allowed, verified, codes, occ_code, occ_pos)
+        else:
+            m_parts, r_code, p_parts, cand_count = self._decide_numpy(
+                batch, allowed, verified, codes, occ_code, occ_pos)
+        if len(r_code):
+            r_doc = r_code // nl
+            r_loc = r_code - r_doc * nl
+            in_range, unsure = self._ranges_hold(r_doc, r_loc, batch)
+            verified += np.bincount(r_doc[~unsure], minlength=n)
+            m_parts.append(r_code[in_range])
+            p_parts.append(r_code[unsure])  # multi-valued: checked one by one
+        p_code = np.concatenate(p_parts) if p_parts else _NONE
+        if len(p_code):
+            p_code = np.sort(p_code)  # documents in order, each one's queries in order
+            m_parts.append(self._verify_python(p_code, codes, batch, errors, verified))
+        matched = np.concatenate(m_parts)
+        m_doc = matched // nl
+        return m_doc, self.slot_of[matched - m_doc * nl], cand_count
+
+    def _decide_compiled(
+        self, loops: tuple[Any, ...], batch: _Batch, allowed: np.ndarray | None,
+        verified: np.ndarray, codes: np.ndarray, occ_code: np.ndarray, occ_pos: np.ndarray,
+    ) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray]:
+        """:meth:`_decide_numpy` in one compiled loop over the documents (``loops.py``)."""
+        n = batch.n
+        if self.has_pairs:
+            pair_single = np.stack([batch.single(f) for f in self.pair_fields])
+        else:
+            pair_single = np.ones((1, n), dtype=bool)
+        ok = _NO_FLAGS if allowed is None else allowed[self.slot_of]
+        matched, r_code, p_code, cand_count, ver = loops[1](
+            codes, n, self.nkeys, max(self.nlocal, 1), *self.a_proven,
+            self.a_pair_ptr, self.a_pair_k2, self.a_pair_local, self.a_pair_sure,
+            *self.a_cands, self.a_always, ok, self.a_clause_ptr, *self.a_clause_keys,
+            *self.a_forbid, self.a_kind, self.a_pair_terms, pair_single, occ_code, occ_pos)
+        verified += ver
+        return [matched], r_code, [p_code], cand_count
+
+    def _decide_numpy(
+        self, batch: _Batch, allowed: np.ndarray | None, verified: np.ndarray,
+        codes: np.ndarray, occ_code: np.ndarray, occ_pos: np.ndarray,
+    ) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray]:
+        """From the batch's key codes: matched codes ``doc * nl + local`` (parts), range
+        candidates and candidates left to Python (codes), and candidates per document; the
+        sloppy pairs are decided here (counted in ``verified``)."""
+        n = batch.n
+        k = self.nkeys
+        nl = max(self.nlocal, 1)
         hit_doc = codes // k if k else codes
         hit_kid = codes - hit_doc * k
         # proven postings
@@ -486,48 +566,49 @@ class _Segment:
         decided = kinds == _V_KEYS
         m_parts.append(c_doc[decided] * nl + c_loc[decided])
         sel = kinds == _V_RANGES
-        if sel.any():
-            r_doc, r_loc = c_doc[sel], c_loc[sel]
-            in_range, unsure = self._ranges_hold(r_doc, r_loc, batch)
-            verified += np.bincount(r_doc[~unsure], minlength=n)
-            m_parts.append(r_doc[in_range] * nl + r_loc[in_range])
-            kinds = kinds.copy()
-            kinds[np.flatnonzero(sel)[unsure]] = _V_PYTHON  # multi-valued: checked one by one
+        r_code = c_doc[sel] * nl + c_loc[sel]
+        p_parts = []
         sel = kinds == _V_PAIR
         if sel.any():
             s_doc, s_loc = c_doc[sel], c_loc[sel]
             holds, unsure = self._pairs_hold(s_doc, s_loc, batch, occ_code, occ_pos)
             verified += np.bincount(s_doc[~unsure], minlength=n)
             m_parts.append(s_doc[holds] * nl + s_loc[holds])
-            kinds = kinds.copy()
-            kinds[np.flatnonzero(sel)[unsure]] = _V_PYTHON  # several values: checked one by one
+            p_parts.append(s_doc[unsure] * nl + s_loc[unsure])  # several values: one by one
         sel = kinds == _V_PYTHON
-        if sel.any():
-            p_doc, p_loc = c_doc[sel], c_loc[sel]
-            bounds = np.searchsorted(hit_doc, np.arange(n + 1))
-            kids = hit_kid.tolist()
-            good: list[bool] = []
-            hits: set[int] = set()
-            last = -1
-            bounds_l = bounds.tolist()
-            failed: dict[int, str] = {}
-            for d, slot in zip(p_doc.tolist(), self.slot_of[p_loc].tolist()):
-                if d != last:
-                    hits = set(kids[bounds_l[d]:bounds_l[d + 1]])
-                    last = d
-                ok_one, evaluated = self.check(slot, hits, batch.view(d), failed)
-                if evaluated:
-                    verified[d] += 1
-                    if failed:
-                        errors.setdefault(d, {}).update(failed)
-                        failed.clear()
-                good.append(ok_one)
-            g = np.array(good, dtype=bool)
-            m_parts.append(p_doc[g] * nl + p_loc[g])
-        matched = np.concatenate(m_parts)
-        m_doc = matched // nl
-        return m_doc, self.slot_of[matched - m_doc * nl], cand_count
+        p_parts.append(c_doc[sel] * nl + c_loc[sel])
+        return m_parts, r_code, p_parts, cand_count
 
+    def _verify_python(
+        self, p_code: np.ndarray, codes: np.ndarray, batch: _Batch,
+        errors: dict[int, dict[int, str]], verified: np.ndarray,
+    ) -> np.ndarray:
+        """The candidates ``doc * nl + local`` (sorted) checked one by one on their documents:
+        the codes of those that match."""
+        n = batch.n
+        k = self.nkeys
+        nl = max(self.nlocal, 1)
+        p_doc = p_code // nl
+        p_loc = p_code - p_doc * nl
+        hit_doc = codes // k if k else codes
+        kids = (codes - hit_doc * k).tolist()
+        bounds_l = np.searchsorted(hit_doc, np.arange(n + 1)).tolist()
+        good: list[bool] = []
+        hits: set[int] = set()
+        last = -1
+        failed: dict[int, str] = {}
+        for d, slot in zip(p_doc.tolist(), self.slot_of[p_loc].tolist()):
+            if d != last:
+                hits = set(kids[bounds_l[d]:bounds_l[d + 1]])
+                last = d
+            ok_one, evaluated = self.check(slot, hits, batch.view(d), failed)
+            if evaluated:
+                verified[d] += 1
+                if failed:
+                    errors.setdefault(d, {}).update(failed)
+                    failed.clear()
+            good.append(ok_one)
+        return p_code[np.array(good, dtype=bool)]
 
     def _clauses_hold(self, c_doc: np.ndarray, c_loc: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """Per candidate: every clause has a key the document contains, no forbidden key does."""
@@ -575,7 +656,8 @@ class _Segment:
         t = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
         i = occ_pos[lo_a[row] + t // n_b[row]]
         j = occ_pos[lo_b[row] + t % n_b[row]]
-        close = np.abs(j - i - delta[row]) <= slop[row]
+        # distinct positions: a repeated term ("5 5"~2) needs two of its occurrences
+        close = (np.abs(j - i - delta[row]) <= slop[row]) & (i != j)
         return np.bincount(row[close], minlength=m) > 0, unsure
 
     def _ranges_hold(

@@ -13,8 +13,9 @@ import ahocorasick
 import numpy as np
 
 from cep.percolator.arrays import _NONE, _isin_sorted
+from cep.percolator.loops import _loops
 from cep.percolator.presearcher import _literal_prefix
-from cep.percolator.tokens import _kernels, _TokenStream, _TokenTable
+from cep.percolator.tokens import _kernels, _term_at, _TokenStream, _TokenTable
 from patterns.lucene import WildcardNode
 
 __all__ = ["_TermKeys"]
@@ -43,7 +44,7 @@ class _TermKeys:
 
     __slots__ = ("cache", "ids", "phrases", "_terms", "_prefixes", "_wildcards", "_ready",
                  "_leads", "_free", "_starts", "_limit", "_keys", "_csr", "_lock", "_nphrase",
-                 "_pair_codes", "_pair_ends", "_pair_arrays", "_table")
+                 "_pair_codes", "_pair_ends", "_pair_arrays", "_pair_bits", "_table")
 
     def __init__(self, terms: Mapping[str, list[int]], prefixes: Mapping[str, list[int]],
                  wildcards: list[tuple[str, int]], phrases: list[tuple[str, int]],
@@ -86,6 +87,13 @@ class _TermKeys:
         np.cumsum([len(rest) for rest, _ in flat], out=r_ptr[1:])
         self._pair_arrays = (e_ptr, np.array([k for _, k in flat], dtype=np.int64), r_ptr,
                              np.array([t for rest, _ in flat for t in rest], dtype=np.int64))
+        # one bit per pair of phrase words, set where a phrase starts with it: the compiled
+        # loop reads a bit (in cache) before searching the codes; none past 2**23 pairs
+        self._pair_bits = np.zeros(0, dtype=np.uint8)
+        if 0 < p * p <= 1 << 23:
+            bits = np.zeros(p * p, dtype=bool)
+            bits[self._pair_codes] = True
+            self._pair_bits = np.packbits(bits, bitorder="little")
         self._csr: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(1, dtype=np.int64), _NONE)
         self._freeze()
 
@@ -166,6 +174,7 @@ class _TermKeys:
         self._freeze()
         with self._lock:  # and the table batches read the terms' ids from (see tokens.py)
             self._table = _TokenTable(self.ids)
+        _loops()  # the batch loops compiled (or read from numba's cache) now, not in a batch
 
     def resolve(self, term: str) -> tuple[int, ...]:
         """The key ids ``term`` holds (remembered).
@@ -214,6 +223,61 @@ class _TermKeys:
                 table = self._table = _TokenTable(self.ids)
             tids = table.lookup(stream)
         return self._hits(tids, stream.term, table)
+
+    def key_codes(self, buf: np.ndarray, n: int, nkeys: int, positional: np.ndarray,
+                  single: np.ndarray, loops: tuple[Callable[..., Any], ...],
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled path from a batch's bytes (``n`` documents joined by NUL, see
+        ``_Batch.buffer``) to the distinct codes ``doc * nkeys + key`` of the keys each
+        document holds (its terms' keys, and its exact phrases where ``single``; by document),
+        and every occurrence of a ``positional`` key (its code and term index, by document
+        in the order of the terms): one
+        compiled scan gives each token's term id from the table, Python resolves only the
+        tokens the table lacks (as :meth:`_hits`), then one compiled loop per document
+        (``loops.py``)."""
+        with self._lock:
+            table = self._table
+            if table is None:
+                table = self._table = _TokenTable(self.ids)
+            tids, first, unk, u_start, u_end = table.scan(buf, n)
+        x_at: list[int] = []
+        x_kid: list[int] = []
+        if len(unk):
+            resolve, ids = self.resolve, self.ids
+            learnt: dict[str, int] = {}
+            for i, a, b in zip(unk.tolist(), u_start.tolist(), u_end.tolist()):
+                term = _term_at(buf, a, b)
+                got = resolve(term)
+                tid = ids.get(term, -1)
+                if tid < 0:
+                    if got:  # past the limit: resolved at each sighting
+                        x_at.extend([i] * len(got))
+                        x_kid.extend(got)
+                else:
+                    tids[i] = tid
+                    learnt[term] = tid
+            if learnt:
+                with self._lock:
+                    table.add_many(learnt.items())
+            frozen = self._csr[0]
+            if len(self._keys) - frozen > max(1024, frozen >> 3):  # amortised: 1/8 growth
+                self._freeze()
+        frozen, ptr, vals = self._csr
+        if len(unk) or len(self._keys) > frozen:
+            # remembered terms not yet in the arrays: their keys as extra (token, key) pairs
+            keys = self._keys
+            for i in np.flatnonzero(tids >= frozen).tolist():
+                got = keys[tids[i]]
+                x_at.extend([i] * len(got))
+                x_kid.extend(got)
+        xa = np.array(x_at, dtype=np.int64)
+        xk = np.array(x_kid, dtype=np.int64)
+        if len(xa) > 1:
+            order = np.argsort(xa, kind="stable")
+            xa, xk = xa[order], xk[order]
+        return loops[0](tids, first, nkeys, frozen, ptr, vals, positional, single,
+                        self._nphrase, self._pair_codes, self._pair_bits, *self._pair_arrays,
+                        xa, xk)
 
     def _hits(self, tids: np.ndarray, term_of: Callable[[int], str],
               table: _TokenTable | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

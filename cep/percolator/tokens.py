@@ -7,7 +7,9 @@ split by one ``bytes.translate`` into a buffer, the token boundaries come from a
 (numba, when installed) or numpy, and each token of up to 16 bytes is identified exactly by its
 length and its bytes read as two 64-bit words, looked up in an open-addressing table of the
 remembered terms. Only tokens the table does not hold (terms never seen, tokens longer than 16
-bytes) become Python strings.
+bytes) become Python strings. With numba, one compiled pass (:func:`_scan_loop`) reads the
+batch's untranslated bytes and gives each token's term id directly (no token arrays); the
+token stream is then the path without numba.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import numpy as np
 
 from cep.compiled import numba_allowed
 
-__all__ = ["_TokenStream", "_TokenTable", "_kernels", "_stream_of"]
+__all__ = ["_TokenStream", "_TokenTable", "_joined_bytes", "_kernels", "_scan_loop", "_stream_of",
+           "_term_at"]
 
 
 # ASCII: letters and digits stay (upper case lowered), NUL stays (it separates documents), any
@@ -31,6 +34,7 @@ _BYTES = bytes(
 )
 _SHORT = 16  # tokens up to this many bytes are identified by (length, two words)
 _PAD = b" " * (_SHORT + 1)
+_TRANS = np.frombuffer(_BYTES, dtype=np.uint8)  # the same translation, inside the compiled pass
 _MASKS = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [2**64 - 1], dtype=np.uint64)
 _M0, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(
     0x165667B19E3779F9)
@@ -129,57 +133,159 @@ def _tokenize_loop(arr: np.ndarray) -> tuple[np.ndarray, ...]:
     return starts, ends, doc, w0, w1
 
 
-def _lookup_loop(size: np.ndarray, w0: np.ndarray, w1: np.ndarray, tsize: np.ndarray,
-                 tw0: np.ndarray, tw1: np.ndarray, ttid: np.ndarray, bits: int) -> np.ndarray:
+def _lookup_loop(size: np.ndarray, w0: np.ndarray, w1: np.ndarray, slots: np.ndarray,
+                 bits: int) -> np.ndarray:
     """Term id per token (-1: not in the table), probing (compiled by numba)."""
     m = len(size)
     out = np.full(m, -1, dtype=np.int64)
-    mask = len(tsize) - 1
+    mask = len(slots) - 1
     for i in range(m):
         n = size[i]
         if n > _SHORT:
             continue
         a = w0[i]
         b = w1[i]
-        h = a * _M0 + b * _M1 + np.uint64(n) * _M2
+        un = np.uint64(n)
+        h = a * _M0 + b * _M1 + un * _M2
         h ^= h >> np.uint64(29)
         s = np.int64(h >> np.uint64(64 - bits))
-        while tsize[s] != 0:
-            if tsize[s] == n and tw0[s] == a and tw1[s] == b:
-                out[i] = ttid[s]
+        while slots[s, 0] != 0:
+            if slots[s, 0] == un and slots[s, 1] == a and slots[s, 2] == b:
+                out[i] = np.int64(slots[s, 3])
                 break
             s = (s + 1) & mask
     return out
 
 
 def _insert_loop(size: np.ndarray, w0: np.ndarray, w1: np.ndarray, tid: np.ndarray,
-                 tsize: np.ndarray, tw0: np.ndarray, tw1: np.ndarray, ttid: np.ndarray,
-                 bits: int) -> tuple[int, int]:
+                 slots: np.ndarray, bits: int) -> tuple[int, int]:
     """Insert entries not yet there: (how many were added, the longest probe)."""
-    mask = len(tsize) - 1
+    mask = len(slots) - 1
     added = 0
     longest = 1
     for i in range(len(size)):
-        h = w0[i] * _M0 + w1[i] * _M1 + np.uint64(size[i]) * _M2
+        un = np.uint64(size[i])
+        h = w0[i] * _M0 + w1[i] * _M1 + un * _M2
         h ^= h >> np.uint64(29)
         s = np.int64(h >> np.uint64(64 - bits))
         steps = 1
         found = False
-        while tsize[s] != 0:
-            if tsize[s] == size[i] and tw0[s] == w0[i] and tw1[s] == w1[i]:
+        while slots[s, 0] != 0:
+            if slots[s, 0] == un and slots[s, 1] == w0[i] and slots[s, 2] == w1[i]:
                 found = True
                 break
             s = (s + 1) & mask
             steps += 1
         if not found:
-            tsize[s] = size[i]
-            tw0[s] = w0[i]
-            tw1[s] = w1[i]
-            ttid[s] = tid[i]
+            slots[s, 0] = un
+            slots[s, 1] = w0[i]
+            slots[s, 2] = w1[i]
+            slots[s, 3] = np.uint64(tid[i])
             added += 1
             if steps > longest:
                 longest = steps
     return added, longest
+
+
+def _scan_loop(arr: np.ndarray, words: np.ndarray, trans: np.ndarray, slots: np.ndarray,
+               bits: int, n: int) -> tuple[np.ndarray, ...]:
+    """One pass over a batch's bytes (``n`` documents joined by NUL, not yet translated):
+    ``(term id per token (-1: not in the table), each document's first token (n + 1), and for
+    the tokens without an id their index, first byte and end)`` (compiled by numba).
+
+    Each byte is classified here (``trans``, the table of ``bytes.translate``); a short token's
+    two words are read at once from ``words`` (every byte offset of ``arr`` as a little-endian
+    64-bit word) and lower-cased by setting bit 5 of each byte (the translation of an ASCII
+    letter or digit; a token holding bytes past ASCII is translated byte by byte), and its term
+    id probed at once: no array per token but the ids (arrays of an upper bound: only the
+    pages written are ever touched)."""
+    size_ = len(arr)
+    cap = size_ // 2 + 1
+    tids = np.empty(cap, dtype=np.int32)
+    first = np.zeros(n + 1, dtype=np.int64)
+    unk = np.empty(cap, dtype=np.int64)
+    u_start = np.empty(cap, dtype=np.int64)
+    u_end = np.empty(cap, dtype=np.int64)
+    mask = len(slots) - 1
+    nwords = len(words)
+    low = np.uint64(0x2020202020202020)
+    high = np.uint64(0x8080808080808080)
+    t = 0
+    d = 0
+    u = 0
+    i = 0
+    while i < size_:
+        c = trans[arr[i]]
+        if c == 0:
+            d += 1
+            if d <= n:
+                first[d] = t
+            i += 1
+            continue
+        if c == 0x20:
+            i += 1
+            continue
+        j = i + 1
+        while j < size_:
+            c = trans[arr[j]]
+            if c == 0x20 or c == 0:
+                break
+            j += 1
+        length = j - i
+        tid = -1
+        if length <= _SHORT:
+            a = np.uint64(0)
+            b = np.uint64(0)
+            fast = i + 8 < nwords
+            if fast:
+                a = words[i]
+                b = words[i + 8]
+                if length < 8:
+                    a &= _MASKS[length]
+                    b = np.uint64(0)
+                else:
+                    b &= _MASKS[min(length - 8, 8)]
+                fast = ((a | b) & high) == 0
+            if fast:
+                a = (a | low) & _MASKS[min(length, 8)]
+                if length > 8:
+                    b = (b | low) & _MASKS[length - 8]
+                else:
+                    b = np.uint64(0)
+            else:
+                a = np.uint64(0)
+                b = np.uint64(0)
+                for k in range(length):
+                    c = trans[arr[i + k]]
+                    if k < 8:
+                        a |= np.uint64(c) << np.uint64(8 * k)
+                    else:
+                        b |= np.uint64(c) << np.uint64(8 * (k - 8))
+            un = np.uint64(length)
+            h = a * _M0 + b * _M1 + un * _M2
+            h ^= h >> np.uint64(29)
+            s = np.int64(h >> np.uint64(64 - bits))
+            while slots[s, 0] != 0:
+                if slots[s, 0] == un and slots[s, 1] == a and slots[s, 2] == b:
+                    tid = np.int64(slots[s, 3])  # type: ignore[assignment]
+                    break
+                s = (s + 1) & mask
+        tids[t] = tid
+        if tid < 0:
+            unk[u] = t
+            u_start[u] = i
+            u_end[u] = j
+            u += 1
+        t += 1
+        i = j
+    for x in range(d + 1, n + 1):
+        first[x] = t
+    return tids[:t], first, unk[:u], u_start[:u], u_end[:u]
+
+
+def _words(arr: np.ndarray) -> np.ndarray:
+    """Every byte offset of ``arr`` read as a little-endian 64-bit word (an overlapping view)."""
+    return np.ndarray(shape=(max(len(arr) - 7, 0),), dtype="<u8", buffer=arr.data, strides=(1,))
 
 
 def _expand_loop(tids: np.ndarray, frozen: int, ptr: np.ndarray,
@@ -270,34 +376,46 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
         else:
             jit = numba.njit(cache=True, nogil=True)
             got = (jit(_tokenize_loop), jit(_lookup_loop), jit(_insert_loop),
-                   jit(_expand_loop), jit(_phrases_loop))
+                   jit(_expand_loop), jit(_phrases_loop), jit(_scan_loop))
             # compiled (or read from numba's cache) now, not inside the first batch
             one = np.ones(1, dtype=np.int64)
             word = np.ones(1, dtype=np.uint64)
             got[0](np.frombuffer(b"\x00a ", dtype=np.uint8))  # read-only, as streams are
-            table = (np.zeros(2, dtype=np.int64), np.zeros(2, dtype=word.dtype),
-                     np.zeros(2, dtype=word.dtype), np.zeros(2, dtype=np.int64))
-            got[2](one, word, word, one, *table, 1)
-            got[1](one, word, word, *table, 1)
+            slots = np.zeros((2, 4), dtype=np.uint64)
+            got[2](one, word, word, one, slots, 1)
+            got[1](one, word, word, slots, 1)
+            buf = np.frombuffer(b"a\x00bcdefghijklmnopqrs", dtype=np.uint8)
+            got[5](buf, _words(buf), _TRANS, slots, 1, 2)
             got[3](one, 1, np.array([0, 1, 1]), one)
             got[4](one, 1, one, np.array([0, 1]), one, np.array([0, 0]), one)
     _COMPILED.append(got)
     return got
 
 
-def _stream_of(parts: list[str], raw: list[bool], n: int,
-               analyse: Callable[[str], list[str]]) -> _TokenStream:
-    """The token stream of ``n`` documents, ``parts[i]`` being document ``i``'s text: raw text
-    (``raw[i]``: ASCII is lower-cased and split here, anything else goes through ``analyse``
-    first) or terms analysed beforehand joined by spaces (never analysed again: a lower-cased
-    term may hold characters that are not letters, such as a combining dot)."""
+def _joined_bytes(parts: list[str], raw: list[bool],
+                  analyse: Callable[[str], list[str]]) -> bytes:
+    """The texts of a batch's documents joined by NUL, as bytes not yet translated:
+    ``parts[i]`` is document ``i``'s text, raw (``raw[i]``: ASCII is lower-cased and split by
+    the translation, anything else goes through ``analyse`` first) or terms analysed beforehand
+    joined by spaces (never analysed again: a lower-cased term may hold characters that are not
+    letters, such as a combining dot)."""
     joined = "\x00".join(parts)
     if not (joined.isascii() and joined.count("\x00") == len(parts) - 1):
         parts = [" ".join(analyse(p)) if r and not (p.isascii() and "\x00" not in p) else p
                  for p, r in zip(parts, raw)]
         joined = "\x00".join(parts)
-    body = joined.encode("ascii") if joined.isascii() else joined.encode("utf-8")
-    return _TokenStream(body.translate(_BYTES), n)
+    return joined.encode("ascii") if joined.isascii() else joined.encode("utf-8")
+
+
+def _stream_of(parts: list[str], raw: list[bool], n: int,
+               analyse: Callable[[str], list[str]]) -> _TokenStream:
+    """The token stream of ``n`` documents (their texts as :func:`_joined_bytes` takes them)."""
+    return _TokenStream(_joined_bytes(parts, raw, analyse).translate(_BYTES), n)
+
+
+def _term_at(buf: np.ndarray, start: int, end: int) -> str:
+    """The term of bytes ``start:end`` of an untranslated buffer (see :func:`_scan_loop`)."""
+    return bytes(buf[start:end]).translate(_BYTES).decode("utf-8")
 
 
 def _identity(w0: np.ndarray, w1: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -306,13 +424,14 @@ def _identity(w0: np.ndarray, w1: np.ndarray, size: np.ndarray) -> np.ndarray:
 
 
 class _TokenTable:
-    """Remembered terms of up to 16 bytes -> term id, as open-addressing numpy arrays.
+    """Remembered terms of up to 16 bytes -> term id, as an open-addressing numpy array.
 
-    A slot is empty when its length is 0 (a token has at least one byte). The table grows by
-    doubling at half load; inserting is a Python loop over the new terms only.
+    A slot is four 64-bit words side by side (length, the token's two words, term id), so a
+    probe reads one cache line; a slot is empty when its length is 0 (a token has at least one
+    byte). The table grows by doubling at half load.
     """
 
-    __slots__ = ("bits", "size", "w0", "w1", "tid", "count", "probe")
+    __slots__ = ("bits", "slots", "count", "probe")
 
     def __init__(self, terms: Mapping[str, int]) -> None:
         bits = 10
@@ -323,11 +442,7 @@ class _TokenTable:
 
     def _alloc(self, bits: int) -> None:
         self.bits = bits
-        cap = 1 << bits
-        self.size = np.zeros(cap, dtype=np.int64)
-        self.w0 = np.zeros(cap, dtype=np.uint64)
-        self.w1 = np.zeros(cap, dtype=np.uint64)
-        self.tid = np.full(cap, -1, dtype=np.int64)
+        self.slots = np.zeros((1 << bits, 4), dtype=np.uint64)
         self.count = 0
         self.probe = 1  # the longest probe sequence of any entry
 
@@ -348,20 +463,19 @@ class _TokenTable:
 
     def _insert(self, size: np.ndarray, w0: np.ndarray, w1: np.ndarray,
                 tid: np.ndarray) -> None:
-        if 2 * (self.count + len(size)) > len(self.size):
-            used = np.flatnonzero(self.size)
-            size = np.concatenate([self.size[used], size])
-            w0 = np.concatenate([self.w0[used], w0])
-            w1 = np.concatenate([self.w1[used], w1])
-            tid = np.concatenate([self.tid[used], tid])
+        if 2 * (self.count + len(size)) > len(self.slots):
+            used = self.slots[self.slots[:, 0] != 0]
+            size = np.concatenate([used[:, 0].astype(np.int64), size])
+            w0 = np.concatenate([used[:, 1], w0])
+            w1 = np.concatenate([used[:, 2], w1])
+            tid = np.concatenate([used[:, 3].astype(np.int64), tid])
             bits = self.bits
             while (1 << bits) < 2 * len(size) + 2:
                 bits += 1
             self._alloc(bits)
         kernels = _kernels()
         if kernels is not None:
-            added, longest = kernels[2](size, w0, w1, tid, self.size, self.w0, self.w1,
-                                        self.tid, self.bits)
+            added, longest = kernels[2](size, w0, w1, tid, self.slots, self.bits)
         else:
             added, longest = self._insert_python(size, w0, w1, tid)
         self.count += added
@@ -369,20 +483,20 @@ class _TokenTable:
 
     def _insert_python(self, size: np.ndarray, w0: np.ndarray, w1: np.ndarray,
                        tid: np.ndarray) -> tuple[int, int]:
-        slots = (_identity(w0, w1, size) >> np.uint64(64 - self.bits)).astype(np.int64)
-        mask = len(self.size) - 1
-        tsize, tw0, tw1, ttid = self.size, self.w0, self.w1, self.tid
+        starts = (_identity(w0, w1, size) >> np.uint64(64 - self.bits)).astype(np.int64)
+        slots = self.slots
+        mask = len(slots) - 1
         added, longest = 0, 1
         for n, a, b, t, s in zip(size.tolist(), w0.tolist(), w1.tolist(), tid.tolist(),
-                                 slots.tolist()):
+                                 starts.tolist()):
             steps = 1
-            while tsize[s] != 0:
-                if tsize[s] == n and int(tw0[s]) == a and int(tw1[s]) == b:
+            while slots[s, 0] != 0:
+                if int(slots[s, 0]) == n and int(slots[s, 1]) == a and int(slots[s, 2]) == b:
                     break  # already there
                 s = (s + 1) & mask
                 steps += 1
             else:
-                tsize[s], tw0[s], tw1[s], ttid[s] = n, a, b, t
+                slots[s] = (n, a, b, t)
                 added += 1
                 longest = max(longest, steps)
         return added, longest
@@ -392,8 +506,7 @@ class _TokenTable:
         longer than 16 bytes)."""
         kernels = _kernels()
         if kernels is not None:
-            return kernels[1](stream.size, stream.w0, stream.w1, self.size, self.w0, self.w1,
-                              self.tid, self.bits)
+            return kernels[1](stream.size, stream.w0, stream.w1, self.slots, self.bits)
         m = len(stream)
         out = np.full(m, -1, dtype=np.int64)
         short = np.flatnonzero(stream.size <= _SHORT)
@@ -401,16 +514,25 @@ class _TokenTable:
             return out
         size, w0, w1 = stream.size[short], stream.w0[short], stream.w1[short]
         slot = (_identity(w0, w1, size) >> np.uint64(64 - self.bits)).astype(np.int64)
-        mask = len(self.size) - 1
+        mask = len(self.slots) - 1
         rows = np.arange(len(short))
         for _ in range(self.probe):
             s = slot[rows]
-            ts = self.size[s]
-            same = (ts == size[rows]) & (self.w0[s] == w0[rows]) & (self.w1[s] == w1[rows])
-            out[short[rows[same]]] = self.tid[s[same]]
+            entry = self.slots[s]
+            ts = entry[:, 0]
+            same = ((ts == size[rows].astype(np.uint64)) & (entry[:, 1] == w0[rows])
+                    & (entry[:, 2] == w1[rows]))
+            out[short[rows[same]]] = entry[same, 3].astype(np.int64)
             go = ~same & (ts != 0)
             rows = rows[go]
             if not len(rows):
                 break
             slot[rows] = (s[go] + 1) & mask
         return out
+
+    def scan(self, buf: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+        """:func:`_scan_loop` over ``buf`` with this table (numba only)."""
+        kernels = _kernels()
+        assert kernels is not None, "the compiled scan needs numba"
+        return kernels[5](buf, _words(buf), _TRANS, self.slots,  # type: ignore[no-any-return]
+                          self.bits, n)
