@@ -5,8 +5,8 @@ Needs PyFlink in a virtualenv of its own (see benchmarks/flink_oracle.py's docst
     python benchmarks/bench_flink_shapes.py                 # every case, writes results/flink_shapes.json
     python benchmarks/bench_flink_shapes.py --only deep_kleene,sp500_v_shape --scale 0.2
 
-Both engines get the same events. Ours runs each case's statement(s) over the events in Arrow
-batches of 8,192 in this process and only ``process``/``finish`` is timed, in CPU seconds of this
+Both engines get the same events. Ours runs each case's statement(s) in one embedded ``Engine``
+over the events in Arrow batches of 8,192 in this process and only ``process``/``finish`` is timed, in CPU seconds of this
 process (``time.process_time``), after one untimed warm-up run: the engine's steady state. Flink
 runs ``INSERT INTO <csv sink> SELECT ... MATCH_RECOGNIZE`` from a CSV file source in one
 PyFlink process per run (local mini-cluster, parallelism 1), every case at two input sizes; its
@@ -79,6 +79,7 @@ class Case(NamedTuple):
     watermark_delay: str = "0' SECOND"
     small_fraction: float = 0.2  # the small size: this fraction of the events
     small_by_prefix: bool = True  # a prefix of the big table, or (with sentinels) a table of its own
+    scale: float = 1.0  # times --scale: a case too slow in Flink at full size runs smaller
 
 
 # ------------------------------------------------------------------ events
@@ -119,16 +120,20 @@ def _with_sentinels(table: Any, cols: dict[str, float]) -> Any:
 
 def synthetic(n: int, keys: int) -> Callable[[float], Any]:
     def make(scale: float) -> Any:
-        import pyarrow as pa
-
         sys.path.insert(0, str(REPO / "benchmarks"))
         from bench_patterns import random_walk
 
-        t = random_walk(max(1000, int(n * scale)), keys, seed=42)
-        t = t.set_column(0, "k", pa.array(t.column("k").to_numpy().astype(str)))
-        return _with_prev(t, ["price"])
+        # integer keys, as bench_patterns feeds them (Flink reads them as BIGINT)
+        return _with_prev(random_walk(max(1000, int(n * scale)), keys, seed=42), ["price"])
 
     return make
+
+
+def _epoch_ms(s: Any) -> Any:
+    """Epoch milliseconds of a naive datetime Series, whatever unit pandas parsed it in."""
+    import numpy as np
+
+    return s.to_numpy().astype("datetime64[ms]").astype(np.int64)
 
 
 def sp500(scale: float) -> Any:
@@ -139,9 +144,9 @@ def sp500(scale: float) -> Any:
     df = df.sort_values(["date", "k"], kind="stable")
     df = df.iloc[: max(1000, int(len(df) * scale))]
     t = pa.table({"k": df["k"].astype(str).to_numpy(),
-                  "ts": (pd.to_datetime(df["date"]).astype("int64") // 1_000_000).to_numpy(),
+                  "ts": _epoch_ms(pd.to_datetime(df["date"])),
                   "close": df["close"].astype(float).to_numpy(), "volume": df["volume"].astype(float).to_numpy()})
-    return _with_sentinels(_with_prev(t, ["close"]), {"close": -1.0, "volume": 0.0})
+    return _with_prev(_with_sentinels(t, {"close": -1.0, "volume": 0.0}), ["close"])
 
 
 def xetra(copies: int) -> Callable[[float], Any]:
@@ -153,7 +158,7 @@ def xetra(copies: int) -> Callable[[float], Any]:
         import pyarrow as pa
 
         df = pd.read_csv(DATA / "xetra_1min_bars_2017-07-28.csv")
-        ts = (pd.to_datetime(df["Date"] + "T" + df["Time"] + ":00Z").astype("int64") // 1_000_000).to_numpy()
+        ts = _epoch_ms(pd.to_datetime(df["Date"] + "T" + df["Time"] + ":00"))
         base = pd.DataFrame({"k": df["Mnemonic"].astype(str), "ts": ts, "close": df["EndPrice"].astype(float),
                              "volume": df["TradedVolume"].astype(float)})
         df = pd.concat([base.assign(ts=base["ts"] + c * DAY_MS) for c in range(copies)])
@@ -161,7 +166,7 @@ def xetra(copies: int) -> Callable[[float], Any]:
         df = df.iloc[: max(1000, int(len(df) * scale))]
         t = pa.table({c: df[c].to_numpy() for c in ("k", "ts", "close", "volume")})
         t = t.set_column(1, "ts", pa.array(np.asarray(t.column("ts").to_numpy(), dtype=np.int64)))
-        return _with_sentinels(_with_prev(t, ["close"]), {"close": -1.0, "volume": 0.0})
+        return _with_prev(_with_sentinels(t, {"close": -1.0, "volume": 0.0}), ["close"])
 
     return make
 
@@ -262,6 +267,9 @@ def real_cases(prefix: str, make: Callable[[float], Any], delay: str, src: str) 
              [BREAKOUT[1]], "none (R and B exclude each other, so Flink's non-backtracking greedy R{9,} is exact)",
              delay),
     ]
+    # range_breakout on minute bars: long flat runs keep every start row's partial match alive in
+    # both engines (quadratic); Flink took over 9 minutes for 34,000 events, so this case is small
+    out[3] = out[3]._replace(scale=0.02 if prefix == "xetra" else 1.0)
     return [c._replace(small_by_prefix=False, flink=[re.sub(r"\.close\b", ".`close`", b) for b in c.flink])
             for c in out]
 
@@ -327,18 +335,21 @@ def norm(v: Any) -> str:
 
 
 def run_ours(case: Case, table: Any) -> tuple[float, list[tuple]]:
-    from cep.operator import PatternOperator
+    """CPU seconds of the embedded engine over the table in Arrow batches of 8,192, and its rows.
+
+    The engine (not one operator per statement) because it is what runs a rule file: it decodes
+    each batch once for all its rules (many_rules_50 is 3x faster so than with 50 operators).
+    """
+    from cep.engine import Engine
     from patterns.rules import parse_rule_text
 
-    ops = [PatternOperator(parse_rule_text(s).compiled, name=f"r{i}") for i, s in enumerate(case.ours)]
+    eng = Engine([parse_rule_text(s, f"r{i}") for i, s in enumerate(case.ours)])
     batches = table.to_batches(max_chunksize=8192)
     rows: list[dict] = []
     c0 = time.process_time()
     for b in batches:
-        for op in ops:
-            rows += op.process(b).matches
-    for op in ops:
-        rows += op.finish().matches
+        rows += eng.process(b).matches
+    rows += eng.finish().matches
     cpu = time.process_time() - c0
     return cpu, [tuple(norm(v) for k, v in r.items() if k != "rule") for r in rows]
 
@@ -389,7 +400,12 @@ def flink_worker(spec: dict) -> None:
         env.execute_sql(f"CREATE TEMPORARY TABLE snk ({cols}) WITH ('connector'='filesystem', "
                         f"'path'='{sink}', 'format'='csv')")
         w0, c0 = time.perf_counter(), _cpu(pid)
-        q.execute_insert("snk").wait()
+        result = q.execute_insert("snk")
+        try:
+            result.wait(int(spec["timeout_s"] * 1000))
+        except Exception:  # noqa: BLE001 - still running at the timeout: cancelled, reported
+            result.get_job_client().cancel().result()
+            raise TimeoutError(f"still running after {spec['timeout_s']} s (cancelled)") from None
         wall, cpu = time.perf_counter() - w0, _cpu(pid) - c0
         rows = []
         for d, _, fs in os.walk(sink):
@@ -411,7 +427,7 @@ def flink_worker(spec: dict) -> None:
                    or ("Exception" in ln or "Error" in ln) and not ln.lstrip().startswith("at ")]
             out["cases"][c["name"]] = {"runs": [], "error": (msg[-1] if msg else str(e))[:500]}
             print(f"flink: {c['name']}: {out['cases'][c['name']]['error']}", file=sys.stderr, flush=True)
-    Path(spec["out"]).write_text(json.dumps(out))
+        Path(spec["out"]).write_text(json.dumps(out))  # after every case: a later failure keeps these
 
 
 # ------------------------------------------------------------------ driver
@@ -432,6 +448,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of each case's events (quick runs)")
     ap.add_argument("--repeats", type=int, default=2, help="our runs per case (best CPU time)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds before a Flink job is cancelled")
     ap.add_argument("--flink-python", default=DEFAULT_FLINK_PYTHON)
     ap.add_argument("--out", type=Path, default=RESULTS / "flink_shapes.json")
     ap.add_argument("--flink-worker", help=argparse.SUPPRESS)
@@ -453,9 +470,9 @@ def main() -> int:
     spec_cases, ours = [], {}
     run_ours(chosen[0], chosen[0].table(0.01))  # warm-up: numba's loops load once, as in a long-running engine
     for c in chosen:
-        table = c.table(args.scale)
+        table = c.table(args.scale * c.scale)
         small = (table.slice(0, int(table.num_rows * c.small_fraction)) if c.small_by_prefix
-                 else c.table(args.scale * c.small_fraction))
+                 else c.table(args.scale * c.scale * c.small_fraction))
         best: dict[int, tuple[float, list]] = {}
         for t in (small, table):
             for _ in range(args.repeats):
@@ -476,12 +493,13 @@ def main() -> int:
                            "sizes": [small.num_rows, table.num_rows]})
         print(f"ours: {c.name}: {table.num_rows:,} events {best[table.num_rows][0]:.2f} CPU s, "
               f"{len(best[table.num_rows][1]):,} matches", file=sys.stderr, flush=True)
-    spec = {"cases": spec_cases, "tmp": tmp, "out": os.path.join(tmp, "out.json")}
+    spec = {"cases": spec_cases, "tmp": tmp, "out": os.path.join(tmp, "out.json"), "timeout_s": args.timeout}
     Path(tmp, "spec.json").write_text(json.dumps(spec))
     before = os.times()
-    subprocess.run([args.flink_python, __file__, "--flink-worker", os.path.join(tmp, "spec.json")], check=True)
+    subprocess.run([args.flink_python, __file__, "--flink-worker", os.path.join(tmp, "spec.json")], check=False)
     after = os.times()
-    got = json.loads(Path(spec["out"]).read_text())
+    out_path = Path(spec["out"])
+    got = json.loads(out_path.read_text()) if out_path.exists() else {"jvm_pid_found": False, "cases": {}}
     res["flink_version"] = "apache-flink 2.3 (PyFlink, local mini-cluster, parallelism 1)"
     res["flink_process_cpu_seconds"] = (after.children_user - before.children_user) + (
         after.children_system - before.children_system)
