@@ -47,8 +47,8 @@ import argparse
 import csv
 import json
 import os
-import re
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -65,6 +65,7 @@ DEFAULT_FLINK_PYTHON = os.environ.get("FLINK_PYTHON") or next(
     "/work/flinkenv/bin/python",
 )
 DAY_MS = 86_400_000
+MIN_SLOPE_CPU_S = 1.0  # below this many JVM CPU seconds between the two sizes a slope is noise
 
 
 class Case(NamedTuple):
@@ -443,6 +444,21 @@ def _columns(schema: Any) -> str:
     return ", ".join(f"`{f.name}` {t(f.type)}" for f in schema)
 
 
+def markdown(res: dict[str, Any]) -> str:
+    """The README table of a results file: shape, ours, Flink, ratio, same matches."""
+    lines = ["| shape | events | ours, events/cpu-s | Flink JVM, events/cpu-s (slope) | ours / Flink | same matches |",
+             "|---|---:|---:|---:|---:|---|"]
+    for e in res["cases"]:
+        f = e["flink"]
+        ok = "error" not in f and f["events_per_jvm_cpu_s_slope"] is not None
+        flink = (f"{f['events_per_jvm_cpu_s_slope']:,.0f}" if ok else "not run: " + f["error"][:60] if "error" in f
+                 else "slope below noise")
+        ratio = f"{e['ratio_ours_over_flink_cpu']:.1f}x" if ok else ""
+        lines.append(f"| {e['case']} | {e['events'][1]:,} | {e['ours']['events_per_cpu_s']:,.0f} | {flink} | {ratio} | "
+                     f"{'yes' if e.get('same_matches') else 'no' if 'error' not in f else ''} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names")
@@ -451,8 +467,12 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds before a Flink job is cancelled")
     ap.add_argument("--flink-python", default=DEFAULT_FLINK_PYTHON)
     ap.add_argument("--out", type=Path, default=RESULTS / "flink_shapes.json")
+    ap.add_argument("--table", action="store_true", help="print the README table of --out and stop")
     ap.add_argument("--flink-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.table:
+        print(markdown(json.loads(args.out.read_text())))
+        return 0
     if args.flink_worker:
         flink_worker(json.loads(Path(args.flink_worker).read_text()))
         return 0
@@ -521,21 +541,23 @@ def main() -> int:
             fs, fb = f["runs"]
             wall_slope = (nb - ns) / max(fb["wall"] - fs["wall"], 1e-9)
             cpu_slope = (nb - ns) / max(fb["cpu"] - fs["cpu"], 1e-9)
+            noise = fb["cpu"] - fs["cpu"] < MIN_SLOPE_CPU_S  # the sizes' difference drowns in the fixed cost
             same_small = Counter(tuple(norm(v) for v in r) for r in fs["rows"]) == Counter(rs)
             same_big = Counter(tuple(norm(v) for v in r) for r in fb["rows"]) == Counter(rb)
             entry["flink"] = {"wall_seconds": [fs["wall"], fb["wall"]], "jvm_cpu_seconds": [fs["cpu"], fb["cpu"]],
                               "matches": [len(fs["rows"]), len(fb["rows"])],
-                              "events_per_s_wall_slope": wall_slope, "events_per_jvm_cpu_s_slope": cpu_slope,
-                              "jvm_cpu_us_per_event_slope": 1e6 / cpu_slope}
+                              "events_per_s_wall_slope": None if noise else wall_slope,
+                              "events_per_jvm_cpu_s_slope": None if noise else cpu_slope,
+                              "jvm_cpu_us_per_event_slope": None if noise else 1e6 / cpu_slope}
             entry["same_matches"] = same_small and same_big
-            entry["ratio_ours_over_flink_cpu"] = entry["ours"]["events_per_cpu_s"] / cpu_slope
-            entry["ratio_ours_over_flink_wall_slope"] = entry["ours"]["events_per_cpu_s"] / wall_slope
+            entry["ratio_ours_over_flink_cpu"] = None if noise else entry["ours"]["events_per_cpu_s"] / cpu_slope
+            entry["ratio_ours_over_flink_wall_slope"] = None if noise else entry["ours"]["events_per_cpu_s"] / wall_slope
         res["cases"].append(entry)
         r = entry.get("ratio_ours_over_flink_cpu")
         print(f"{c.name:28s} ours {entry['ours']['events_per_cpu_s']:>11,.0f}/cpu-s  "
               + (f"flink {entry['flink']['events_per_jvm_cpu_s_slope']:>10,.0f}/cpu-s (wall slope "
                  f"{entry['flink']['events_per_s_wall_slope']:,.0f})  x{r:.1f}  same matches {entry['same_matches']}"
-                 if r else f"flink: {entry['flink']['error']}"), flush=True)
+                 if r else f"flink: {entry['flink'].get('error', 'slope below noise')}"), flush=True)
     res["machine"]["loadavg_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
