@@ -207,6 +207,11 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
             cols[name] = _arrow_time_ms(col)
             conv[name] = True
             continue
+        if (pa.types.is_string(t) or pa.types.is_large_string(t)) and len(col):
+            # Arrow builds the object array of str (None for nulls) itself: half the time of
+            # to_pylist then np.asarray, and every key column of a keyed rule is read this way
+            cols[name] = col.to_numpy(zero_copy_only=False)
+            continue
         if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             arr = np.asarray(col.to_pylist(), dtype=object) if col.null_count or not pa.types.is_boolean(col.type) else col.to_numpy(zero_copy_only=False)
             if arr.ndim != 1:  # lists/structs: keep Python objects
