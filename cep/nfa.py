@@ -139,9 +139,13 @@ class PatternAutomaton:
         max_partial_matches: int = 10_000,
         on_cap: str = "drop_oldest",
         max_steps_per_event: int | None = None,
+        rewrite: bool | None = None,
     ):
         mr = cp.statement
         self.cp = cp
+        # rewrite: None follows REWRITE_CONDITIONS and the class; a restore passes the mode its
+        # snapshot was written in (the rewrite can turn a rule's runs from node chains into DFA states)
+        self.rewritten = (REWRITE_CONDITIONS and self.rewrite) if rewrite is None else rewrite
         self.mr = mr
         prog = cp.program
         self.ins = prog.instructions
@@ -230,7 +234,7 @@ class PatternAutomaton:
         self.row_local_fns: list[list[Callable]] = [[] for _ in range(self.nvars)]
         max_back = 0
         # what the conditions are evaluated as: the user's text, or its exact rewrite
-        self.defines = rewrite_defines(cp) if REWRITE_CONDITIONS and self.rewrite else cp.defines
+        self.defines = rewrite_defines(cp) if self.rewritten else cp.defines
         for vid, expr in self.defines.items():
             name = self.var_names[vid]
             local, rest = [], []

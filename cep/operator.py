@@ -154,25 +154,19 @@ class PatternOperator:
         max_steps_per_event: int | None = None,
     ):
         self.name = name
-        self.automaton = self._new_automaton(
-            compiled, max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
+        self._compiled = compiled
+        self._automaton_options = dict(
+            max_partial_matches=max_partial_matches, on_cap=on_cap, max_steps_per_event=max_steps_per_event
         )
+        self._bind(self._new_automaton(compiled, **self._automaton_options))
         a = self.automaton
         self.lateness = int(lateness_ms)
-        self.time_col = a.mr.order_by
         self.time_unit = time_unit
         self.max_future_skew_ms = max_future_skew_ms
         self.clock: Clock | None = None  # the future guard's wall clock (None: the machine's)
         self.unit_checked = False  # the first batch's times were looked at for a wrong unit
         self.unit_hint: UnitHint | None = None
-        self.key_cols = list(a.mr.partition_by)
-        self.columns = a.columns
-        self.keep_records = a.all_rows
-        # NEXT in DEFINE holds each key's last rows back; WITH UNMATCHED ROWS outputs every row:
-        # both step every key's rows from st.rows (see _step_held), never by the skip fast path
-        self.careful = a.lookahead > 0 or a.with_unmatched
         self.states: dict[Any, KeyState] = {}
-        self.time_col_index = a.time_index
         # keys with live partial matches, in the order they became live (a dict: ordered, so the
         # order of rows emitted at a watermark is the same in every run)
         self.active: dict[Any, None] = {}
@@ -183,14 +177,6 @@ class PatternOperator:
         self._deadlines: list[tuple[int, int, Any]] = []
         self._deadline_of: dict[Any, int] = {}
         self._deadline_seq = 0
-        # PATTERN (A NOT B) WITHIN T with row-local conditions: decided column-wise (cep/absence.py);
-        # chosen at the first batch, when no idle-state TTL or global cap asks for the automaton
-        self._absence_plan = absence_path.absence_plan(a)
-        self._fast: absence_path.AbsencePath | None = None
-        # lazy-DFA rules over many keys: every key of a batch stepped by one compiled loop
-        # (cep/batch_dfa.py); planned at the first batch, chosen under the same conditions
-        self._batch_plan: Any = False  # False: not planned yet; None: the rule does not fit
-        self._keyed: batch_dfa.BatchDFA | None = None
         self.pending = _Pending(len(self.columns))
         self.counts = OperatorCounts()
         self.stats = StepStats()
@@ -215,7 +201,55 @@ class PatternOperator:
         # engine around process(); None: compute everything here)
         self.shared: SharedBatch | None = None
         self._fresh: np.ndarray | None = None  # this batch's accepted rows, when nothing else was pending
+
+    def _bind(self, a: PatternAutomaton) -> None:
+        """Step with automaton ``a``: set what this operator reads from it."""
+        self.automaton = a
+        self.time_col = a.mr.order_by
+        self.key_cols = list(a.mr.partition_by)
+        self.columns = a.columns
+        self.keep_records = a.all_rows
+        # NEXT in DEFINE holds each key's last rows back; WITH UNMATCHED ROWS outputs every row:
+        # both step every key's rows from st.rows (see _step_held), never by the skip fast path
+        self.careful = a.lookahead > 0 or a.with_unmatched
+        self.time_col_index = a.time_index
+        # PATTERN (A NOT B) WITHIN T with row-local conditions: decided column-wise (cep/absence.py);
+        # chosen at the first batch, when no idle-state TTL or global cap asks for the automaton
+        self._absence_plan = absence_path.absence_plan(a)
+        self._fast: absence_path.AbsencePath | None = None
+        # lazy-DFA rules over many keys: every key of a batch stepped by one compiled loop
+        # (cep/batch_dfa.py); planned at the first batch, chosen under the same conditions
+        self._batch_plan: Any = False  # False: not planned yet; None: the rule does not fit
+        self._keyed: batch_dfa.BatchDFA | None = None
         self._kernel_keys = [[kernel_key(x, a.var_names[vid]) for x in a.local_exprs[vid]] for vid in range(a.nvars)]
+
+    def _restore_mode(self, state: dict) -> None:
+        """Step in the mode a snapshot was written in: node chains or DFA states.
+
+        The exact rewrites of patterns/rewrite.py can make a rule's conditions row-local, which
+        turns its runs from node chains into DFA states. A snapshot written without them (by an
+        older engine, or with ``cep.nfa.REWRITE_CONDITIONS`` off) holds node chains; this operator
+        then steps the rule as written, which gives the same rows (the rewrite is exact)."""
+        saved = state.get("dfa")
+        if saved is None:  # written before the mode was saved: read it from the partial matches
+            if state.get("batch_dfa") is not None:
+                saved = True
+            for key in state["keys"]:
+                for att in key[4]:  # (start, start_ts, threads, ...): DFA threads are ("dfa", ...)
+                    saved = isinstance(att[2], tuple) and bool(att[2]) and att[2][0] == "dfa"
+                    break
+                if saved is not None:
+                    break
+        if saved is None or saved == self.automaton.dfa:
+            return
+        a = self._new_automaton(self._compiled, rewrite=not self.automaton.rewritten, **self._automaton_options)
+        if a.dfa != saved or a.columns != self.columns:
+            raise StateVersionError(
+                f"rule {self.name!r}: the snapshot's partial matches are "
+                f"{'DFA states' if saved else 'node chains'} and this engine steps the rule "
+                f"{'as DFA states' if self.automaton.dfa else 'with node chains'}; restore with the engine that wrote it"
+            )
+        self._bind(a)
 
     def _new_automaton(self, compiled, **options: Any) -> PatternAutomaton:
         """The automaton this operator steps (``cep explain``'s operator builds one that reports what it does)."""
@@ -1350,6 +1384,7 @@ class PatternOperator:
         state = {
             "rule": self.name,
             "program": self.automaton.ins,
+            "dfa": self.automaton.dfa,  # node chains or DFA states (see _restore_mode)
             "seen": {name: f.to_bytes() for name, f in self.seen.items()},
             "max_ts": self.max_ts,
             "seq": self.seq,
@@ -1379,6 +1414,7 @@ class PatternOperator:
                 f"rule {self.name!r}: the snapshot was taken for a different pattern; "
                 "a changed PATTERN cannot resume old partial matches (start from an empty state)"
             )
+        self._restore_mode(state)
         nodes: list[Node] = []
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))

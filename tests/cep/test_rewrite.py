@@ -215,3 +215,43 @@ def test_within_expiry_by_the_watermark(lateness):
         seen.append(got)
     assert seen[0] == seen[1]
     assert any(live for _, _, live, _ in seen[0]) and sum(len(m) for m, *_ in seen[0]) > 5
+
+
+def _without_mode(blob: bytes) -> bytes:
+    """The snapshot as an engine from before the mode was saved wrote it (no "dfa" entry)."""
+    import pickle
+
+    state = pickle.loads(blob[1:])
+    del state["dfa"]
+    return blob[:1] + pickle.dumps(state, protocol=5)
+
+
+@pytest.mark.parametrize("old_format", [False, True])
+@pytest.mark.parametrize("written, read", [(False, True), (True, False)])
+def test_restore_across_the_rewrite(monkeypatch, written, read, old_format):
+    """A snapshot written with the rewrite off (an older engine: node chains) restores into an engine
+    with it on (DFA states) and the other way round, with the rows of a run that never switched."""
+    sql = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(ts) AS t0, LAST(ts) AS t1 "
+           "PATTERN (R{3} D) DEFINE R AS R.x > PREV(R.x), D AS D.x < LAST(R.x))")
+    rnd = random.Random(3)
+    events = [{"k": i % 3, "ts": i, "x": rnd.randrange(10)} for i in range(400)]
+    monkeypatch.setattr(batch_dfa, "USE_BATCH_DFA", False)  # the per-key automaton's own threads
+
+    def op(rewrite: bool) -> PatternOperator:
+        monkeypatch.setattr(nfa, "REWRITE_CONDITIONS", rewrite)
+        return PatternOperator(parse_rule_text(sql).compiled, name="r")
+
+    want, _ = replay(lambda: op(written), events, [201], None)
+    first = op(written)
+    assert first.automaton.dfa == written
+    got = first.process(events[:201]).matches
+    blob = first.snapshot()
+    second = op(read)
+    second.restore(_without_mode(blob) if old_format else blob)
+    assert second.automaton.dfa == written  # steps on in the snapshot's mode
+    got += second.process(events[201:]).matches + second.finish().matches
+    assert got == want and len(want) == 6
+    again = second.snapshot()  # and writes that mode, so a second restore agrees
+    third = op(read)
+    third.restore(again)
+    assert third.automaton.dfa == written
