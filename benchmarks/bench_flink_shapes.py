@@ -4,6 +4,7 @@ Needs PyFlink in a virtualenv of its own (see benchmarks/flink_oracle.py's docst
 
     python benchmarks/bench_flink_shapes.py                 # every case, writes results/flink_shapes.json
     python benchmarks/bench_flink_shapes.py --only deep_kleene,sp500_v_shape --scale 0.2
+    python benchmarks/bench_flink_shapes.py --ours-only --scale 0.5   # ours again, Flink's figures reused
 
 Both engines get the same events. Ours runs each case's statement(s) in one embedded ``Engine``
 over the events in Arrow batches of 8,192 in this process and only ``process``/``finish`` is timed, in CPU seconds of this
@@ -36,6 +37,14 @@ end a pattern:
 * the real data's event time is the date (or minute) in epoch milliseconds; many keys share one
   time, so Flink's watermark lags the largest time by one day (one minute on Xetra) and no row is
   late.
+
+``--ours-only`` re-measures only our engine (no PyFlink needed) and reuses Flink's figures from the
+results file (``--out``) for the same case, scale and sizes: Flink costs many CPU minutes, and its
+figures do not change when ours does. Each reused entry says so (``flink.reused_from``: the date
+of the run that measured it). Rows are checked against what that run stored: Flink's row digest
+(``rows_sha256``, stored by full runs since it was added) when present, else the match counts of
+both engines at both sizes (``same_matches_basis`` says which). Cases not chosen by ``--only`` are
+carried over unchanged (``carried_over_from``).
 
 Shapes Flink cannot run are listed in ``not_run`` with the reason (absence ``NOT``, greedy
 quantifiers that end the pattern under ``WITHIN``, analytics and search rules).
@@ -335,6 +344,16 @@ def norm(v: Any) -> str:
     return repr(round(f, 6) + 0.0)
 
 
+def rows_digest(rows: Any) -> str:
+    """SHA-256 of a multiset of normalised rows (sorted), so a later run can check rows it cannot rerun."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for r in sorted(rows):
+        h.update(("\x1f".join(r) + "\n").encode())
+    return h.hexdigest()
+
+
 def run_ours(case: Case, table: Any) -> tuple[float, list[tuple]]:
     """CPU seconds of the embedded engine over the table in Arrow batches of 8,192, and its rows.
 
@@ -459,6 +478,41 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def reuse_flink(entry: dict[str, Any], old: dict[str, Any] | None, date: str) -> None:
+    """Fill ``entry``'s Flink side from the stored entry ``old`` of the same case (``--ours-only``).
+
+    Reused only at the same sizes (the same events: the tables are a function of case and scale).
+    The rows are checked against what the stored run kept: Flink's row digest when it has one,
+    else the match counts of both engines at both sizes.
+    """
+    if old is None or old.get("events") != entry["events"]:
+        got = None if old is None else old.get("events")
+        entry["flink"] = {"error": f"no stored Flink run of this case at {entry['events']} events (stored: {got})"}
+        return
+    f = dict(old["flink"])
+    f["reused_from"] = f.get("reused_from", date)  # a reuse of a reuse keeps the date Flink ran
+    entry["flink"] = f
+    ours, was = entry["ours"], old["ours"]
+    entry["ours_matches_as_stored"] = ours["matches"] == was["matches"]
+    if "rows_sha256" in was:
+        entry["ours_rows_as_stored"] = ours["rows_sha256"] == was["rows_sha256"]
+    if "error" in f:
+        return
+    if "rows_sha256" in f:
+        entry["same_matches"] = f["rows_sha256"] == ours["rows_sha256"]
+        entry["same_matches_basis"] = "rows: Flink's stored row digest at both sizes"
+    elif old.get("same_matches"):
+        entry["same_matches"] = ours["matches"] == f["matches"]
+        entry["same_matches_basis"] = ("match counts: Flink's stored counts at both sizes (its run found the same "
+                                       "rows as ours then; Flink's rows were not stored)")
+    else:
+        entry["same_matches"] = False
+        entry["same_matches_basis"] = "the stored run found different rows (Flink's rows were not stored)"
+    slope, wall = f.get("events_per_jvm_cpu_s_slope"), f.get("events_per_s_wall_slope")
+    entry["ratio_ours_over_flink_cpu"] = None if slope is None else ours["events_per_cpu_s"] / slope
+    entry["ratio_ours_over_flink_wall_slope"] = None if wall is None else ours["events_per_cpu_s"] / wall
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names")
@@ -467,6 +521,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds before a Flink job is cancelled")
     ap.add_argument("--flink-python", default=DEFAULT_FLINK_PYTHON)
     ap.add_argument("--out", type=Path, default=RESULTS / "flink_shapes.json")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="measure only our engine; reuse Flink's figures stored in --out for the same case and scale")
     ap.add_argument("--table", action="store_true", help="print the README table of --out and stop")
     ap.add_argument("--flink-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -476,10 +532,21 @@ def main() -> int:
     if args.flink_worker:
         flink_worker(json.loads(Path(args.flink_worker).read_text()))
         return 0
+    prior: dict[str, Any] = {}
+    if args.ours_only:
+        if not args.out.exists():
+            print(f"--ours-only: no stored results at {args.out} to take Flink's figures from", file=sys.stderr)
+            return 2
+        prior = json.loads(args.out.read_text())
+        if prior.get("scale") != args.scale:
+            print(f"--ours-only: {args.out} holds Flink's figures at --scale {prior.get('scale')}, "
+                  f"not {args.scale}: run with --scale {prior.get('scale')}", file=sys.stderr)
+            return 2
     sys.path.insert(0, str(REPO))
     import pyarrow.csv as pacsv
 
-    chosen = [c for c in cases() if not args.only or c.name in args.only.split(",")]
+    all_cases = cases()
+    chosen = [c for c in all_cases if not args.only or c.name in args.only.split(",")]
     res: dict[str, Any] = {
         "benchmark": "flink_shapes", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -501,29 +568,43 @@ def main() -> int:
                     best[t.num_rows] = (cpu, rows)
         ours[c.name] = best
         paths = []
-        for t in (small, table):
-            p = os.path.join(tmp, f"{c.name}_{t.num_rows}.csv")
-            pacsv.write_csv(t, p, pacsv.WriteOptions(include_header=False, quoting_style="none"))
-            paths.append(p)
+        if not args.ours_only:
+            for t in (small, table):
+                p = os.path.join(tmp, f"{c.name}_{t.num_rows}.csv")
+                pacsv.write_csv(t, p, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+                paths.append(p)
         warm = os.path.join(tmp, f"{c.name}_warm.csv")
-        pacsv.write_csv(table.slice(0, min(50_000, table.num_rows)), warm,
-                        pacsv.WriteOptions(include_header=False, quoting_style="none"))
+        if not args.ours_only:
+            pacsv.write_csv(table.slice(0, min(50_000, table.num_rows)), warm,
+                            pacsv.WriteOptions(include_header=False, quoting_style="none"))
         spec_cases.append({"name": c.name, "bodies": c.flink, "columns": _columns(table.schema),
                            "delay": c.watermark_delay, "paths": paths, "warmup": warm,
                            "sizes": [small.num_rows, table.num_rows]})
         print(f"ours: {c.name}: {table.num_rows:,} events {best[table.num_rows][0]:.2f} CPU s, "
               f"{len(best[table.num_rows][1]):,} matches", file=sys.stderr, flush=True)
-    spec = {"cases": spec_cases, "tmp": tmp, "out": os.path.join(tmp, "out.json"), "timeout_s": args.timeout}
-    Path(tmp, "spec.json").write_text(json.dumps(spec))
-    before = os.times()
-    subprocess.run([args.flink_python, __file__, "--flink-worker", os.path.join(tmp, "spec.json")], check=False)
-    after = os.times()
-    out_path = Path(spec["out"])
-    got = json.loads(out_path.read_text()) if out_path.exists() else {"jvm_pid_found": False, "cases": {}}
-    res["flink_version"] = "apache-flink 2.3 (PyFlink, local mini-cluster, parallelism 1)"
-    res["flink_process_cpu_seconds"] = (after.children_user - before.children_user) + (
-        after.children_system - before.children_system)
-    res["jvm_cpu_from_proc"] = got["jvm_pid_found"]
+    got: dict[str, Any] = {"jvm_pid_found": False, "cases": {}}
+    if args.ours_only:
+        # Flink's side as stored: the run-level facts of the run that measured it
+        for k, v in prior.items():
+            if k in ("flink_version", "flink_process_cpu_seconds", "jvm_cpu_from_proc") or k.startswith("note_"):
+                res[k] = v
+        res["flink_reused_from"] = prior.get("flink_reused_from", prior["date"])
+        res["ours_only"] = True
+    else:
+        spec = {"cases": spec_cases, "tmp": tmp, "out": os.path.join(tmp, "out.json"), "timeout_s": args.timeout}
+        Path(tmp, "spec.json").write_text(json.dumps(spec))
+        before = os.times()
+        subprocess.run([args.flink_python, __file__, "--flink-worker", os.path.join(tmp, "spec.json")], check=False)
+        after = os.times()
+        out_path = Path(spec["out"])
+        if out_path.exists():
+            got = json.loads(out_path.read_text())
+        res["flink_version"] = "apache-flink 2.3 (PyFlink, local mini-cluster, parallelism 1)"
+        res["flink_process_cpu_seconds"] = (after.children_user - before.children_user) + (
+            after.children_system - before.children_system)
+        res["jvm_cpu_from_proc"] = got["jvm_pid_found"]
+    old_cases = {e["case"]: e for e in prior.get("cases", [])}
+    new_cases: dict[str, dict] = {}
     for c, sc in zip(chosen, spec_cases):
         (ns, nb) = sc["sizes"]
         (cs, rs), (cb, rb) = ours[c.name][ns], ours[c.name][nb]
@@ -532,32 +613,43 @@ def main() -> int:
             "ours_statement": c.ours[0], "flink_statement": c.flink[0], "events": [ns, nb],
             "ours": {"cpu_seconds": [cs, cb], "matches": [len(rs), len(rb)],
                      "cpu_us_per_event": 1e6 * cb / nb, "events_per_cpu_s": nb / cb,
-                     "events_per_cpu_s_slope": (nb - ns) / max(cb - cs, 1e-9)},
+                     "events_per_cpu_s_slope": (nb - ns) / max(cb - cs, 1e-9),
+                     "rows_sha256": [rows_digest(rs), rows_digest(rb)]},
         }
         f = got["cases"].get(c.name, {"runs": [], "error": "not run"})
-        if f["error"]:
+        if args.ours_only:
+            reuse_flink(entry, old_cases.get(c.name), res["flink_reused_from"])
+        elif f["error"]:
             entry["flink"] = {"error": f["error"]}
         else:
             fs, fb = f["runs"]
             wall_slope = (nb - ns) / max(fb["wall"] - fs["wall"], 1e-9)
             cpu_slope = (nb - ns) / max(fb["cpu"] - fs["cpu"], 1e-9)
             noise = fb["cpu"] - fs["cpu"] < MIN_SLOPE_CPU_S  # the sizes' difference drowns in the fixed cost
-            same_small = Counter(tuple(norm(v) for v in r) for r in fs["rows"]) == Counter(rs)
-            same_big = Counter(tuple(norm(v) for v in r) for r in fb["rows"]) == Counter(rb)
+            frs = [[tuple(norm(v) for v in r) for r in run["rows"]] for run in (fs, fb)]
+            same_small = Counter(frs[0]) == Counter(rs)
+            same_big = Counter(frs[1]) == Counter(rb)
             entry["flink"] = {"wall_seconds": [fs["wall"], fb["wall"]], "jvm_cpu_seconds": [fs["cpu"], fb["cpu"]],
                               "matches": [len(fs["rows"]), len(fb["rows"])],
+                              "rows_sha256": [rows_digest(r) for r in frs],
                               "events_per_s_wall_slope": None if noise else wall_slope,
                               "events_per_jvm_cpu_s_slope": None if noise else cpu_slope,
                               "jvm_cpu_us_per_event_slope": None if noise else 1e6 / cpu_slope}
             entry["same_matches"] = same_small and same_big
             entry["ratio_ours_over_flink_cpu"] = None if noise else entry["ours"]["events_per_cpu_s"] / cpu_slope
             entry["ratio_ours_over_flink_wall_slope"] = None if noise else entry["ours"]["events_per_cpu_s"] / wall_slope
-        res["cases"].append(entry)
+        new_cases[c.name] = entry
         r = entry.get("ratio_ours_over_flink_cpu")
         print(f"{c.name:28s} ours {entry['ours']['events_per_cpu_s']:>11,.0f}/cpu-s  "
               + (f"flink {entry['flink']['events_per_jvm_cpu_s_slope']:>10,.0f}/cpu-s (wall slope "
                  f"{entry['flink']['events_per_s_wall_slope']:,.0f})  x{r:.1f}  same matches {entry['same_matches']}"
                  if r else f"flink: {entry['flink'].get('error', 'slope below noise')}"), flush=True)
+    for c in all_cases:  # in the cases' order; with --ours-only, stored cases not chosen are kept as they were
+        if c.name in new_cases:
+            res["cases"].append(new_cases[c.name])
+        elif c.name in old_cases:
+            res["cases"].append({**old_cases[c.name],
+                                 "carried_over_from": old_cases[c.name].get("carried_over_from", prior["date"])})
     res["machine"]["loadavg_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")

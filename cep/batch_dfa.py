@@ -25,11 +25,13 @@ same inputs); without numba the operator keeps the automaton, which stays the re
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import fields
+from typing import Any, Callable
 
 import numpy as np
 
 from cep.compiled import numba_allowed
+from cep.expressions import _FUNCS, _compile_common
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
 from patterns.rewrite import fixed_length
@@ -132,9 +134,54 @@ def _numba_ok() -> bool:
     return True
 
 
+def _leaf(a: Any, name: str, e: A.Expr) -> tuple[str, str, frozenset[int] | None, int] | None:
+    """One measure the kernel reads as one row lookup or count (see :func:`measure_plan`), or None."""
+    if isinstance(e, A.MatchNumber):
+        return (name, "MN", None, -1)
+    if isinstance(e, A.Classifier) and e.var is None:
+        return (name, "CLS", None, -1)
+    if isinstance(e, A.Agg) and e.func == "COUNT" and e.arg is None:
+        return (name, "COUNT", a.layout.var_set(e.var), -1)
+    if isinstance(e, A.Column):
+        return (name, "LAST", a.layout.var_set(e.var), a.layout.col_index[e.name])
+    if isinstance(e, A.Nav) and e.kind in ("FIRST", "LAST") and e.offset == 0 and isinstance(e.arg, A.Column):
+        return (name, e.kind, a.layout.var_set(e.arg.var), a.layout.col_index[e.arg.name])
+    return None
+
+
+# row-local operators over a match's leaves: evaluated by cep.expressions' own code, as the
+# automaton evaluates them (no navigation, aggregate or column of their own)
+_SCALAR = (A.Literal, A.Unary, A.Binary, A.Compare, A.Logical, A.Not, A.IsNull, A.Between, A.InList, A.Like,
+           A.Case, A.Func)
+
+
+def _expr_leaves(a: Any, e: A.Expr, out: list[A.Expr]) -> bool:
+    """Collect the leaves of measure ``e`` into ``out``; False when a part is not a leaf or scalar."""
+    if _leaf(a, "", e) is not None:
+        out.append(e)
+        return True
+    if not isinstance(e, _SCALAR) or (isinstance(e, A.Func) and e.name not in _FUNCS):
+        return False
+    if isinstance(e, A.Agg):
+        return False
+    kids = [v for f in fields(e) for v in _children(getattr(e, f.name))]
+    return all(_expr_leaves(a, k, out) for k in kids)
+
+
+def _children(v: Any) -> list[A.Expr]:
+    if isinstance(v, A.Expr):
+        return [v]
+    if isinstance(v, (tuple, list)):
+        return [x for item in v for x in _children(item)]
+    return []
+
+
 def measure_plan(a: Any) -> list[tuple[str, str, frozenset[int] | None, int]] | None:
     """The automaton's fast measures (:meth:`cep.nfa.PatternAutomaton._fast_plan`), plus
-    ``COUNT(*)`` and ``COUNT(var.*)``: a count of the match's rows of those variables; or None."""
+    ``COUNT(*)`` and ``COUNT(var.*)``: a count of the match's rows of those variables, plus
+    expressions over these (``ROUND(100 * (D.close - LAST(R.close)) / LAST(R.close), 2)``): an
+    ``EXPR`` entry followed by its leaves, named ``<measure>\x00<i>``, read by the kernel and
+    combined after it (:func:`expr_measures`); or None."""
     if a.fast_plan is not None:
         return a.fast_plan
     if a.track or a.all_rows or a.max_next or a.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
@@ -143,20 +190,39 @@ def measure_plan(a: Any) -> list[tuple[str, str, frozenset[int] | None, int]] | 
         return None
     plan: list[tuple[str, str, frozenset[int] | None, int]] = []
     for m in a.mr.measures:
-        e = m.expr
-        if isinstance(e, A.MatchNumber):
-            plan.append((m.name, "MN", None, -1))
-        elif isinstance(e, A.Classifier) and e.var is None:
-            plan.append((m.name, "CLS", None, -1))
-        elif isinstance(e, A.Agg) and e.func == "COUNT" and e.arg is None:
-            plan.append((m.name, "COUNT", a.layout.var_set(e.var), -1))
-        elif isinstance(e, A.Column):
-            plan.append((m.name, "LAST", a.layout.var_set(e.var), a.layout.col_index[e.name]))
-        elif isinstance(e, A.Nav) and e.kind in ("FIRST", "LAST") and e.offset == 0 and isinstance(e.arg, A.Column):
-            plan.append((m.name, e.kind, a.layout.var_set(e.arg.var), a.layout.col_index[e.arg.name]))
-        else:
+        leaf = _leaf(a, m.name, m.expr)
+        if leaf is not None:
+            plan.append(leaf)
+            continue
+        leaves: list[A.Expr] = []
+        if not _expr_leaves(a, m.expr, leaves):
             return None
+        plan.append((m.name, "EXPR", None, -1))
+        plan += [_leaf(a, f"{m.name}\x00{i}", x) for i, x in enumerate(leaves)]  # type: ignore[misc]
     return plan
+
+
+def expr_measures(a: Any) -> dict[str, tuple[Callable[[tuple], Any], list[str]]]:
+    """Per expression measure of :func:`measure_plan`: its function of its leaves' values (a
+    tuple, in order) and the leaves' names. The leaves are the same expressions the automaton's
+    measure reads, the operators between them :func:`cep.expressions._compile_common`'s."""
+    out: dict[str, tuple[Callable[[tuple], Any], list[str]]] = {}
+    for m in a.mr.measures:
+        if _leaf(a, m.name, m.expr) is not None:
+            continue
+        leaves: list[A.Expr] = []
+        if not _expr_leaves(a, m.expr, leaves):
+            raise ValueError(f"measure {m.name!r} is not an expression of the batch DFA's measures")
+        where = {id(x): i for i, x in enumerate(leaves)}
+
+        def c(x: A.Expr, where: dict[int, int] = where) -> Callable[[tuple], Any]:
+            if id(x) in where:
+                i = where[id(x)]
+                return lambda vals: vals[i]
+            return _compile_common(x, c)
+
+        out[m.name] = (c(m.expr), [f"{m.name}\x00{i}" for i in range(len(leaves))])
+    return out
 
 
 def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str, str, int, int]]] | None:
@@ -179,6 +245,8 @@ def batch_plan(a: Any) -> tuple[DfaTable, np.ndarray, np.ndarray, list[tuple[str
         return None
     kinds, bits, measures = [], [], []
     for name, kind, vs, ci in fast_plan:
+        if kind == "EXPR":  # combined from its leaves after the kernel (BatchDFA._rows)
+            continue
         kinds.append(_KIND[kind])
         b = -1
         if vs is not None:
@@ -204,6 +272,8 @@ class BatchDFA:
     def __init__(self, automaton: Any, plan: tuple):
         self.a = automaton
         self.table, self.kinds, self.bits, self.measures = plan
+        self.exprs = expr_measures(automaton) if any(
+            "\x00" in m[0] for m in self.measures) else {}
         self.past_last = automaton.skip.mode == "PAST_LAST_ROW"
         self.ids: dict[Any, int] = {}
         self.key_list: list[Any] = []
@@ -469,6 +539,19 @@ class BatchDFA:
                 for i in np.flatnonzero(idx < 0).tolist():
                     vals[i] = None
                 values.append(vals)
+        if self.exprs:
+            # expression measures from their leaves' values, in the measures' order; the
+            # leaves themselves are not output
+            got = dict(zip(names, values))
+            names = list(a.mr.partition_by)
+            values = values[: len(names)]
+            for m in a.mr.measures:
+                names.append(m.name)
+                if m.name in self.exprs:
+                    fn, leaf_names = self.exprs[m.name]
+                    values.append([fn(vals) for vals in zip(*[got[n] for n in leaf_names])])
+                else:
+                    values.append(got[m.name])
         names.append("rule")
         values.append([rule] * nm)
         if row_ids:

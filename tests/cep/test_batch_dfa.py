@@ -47,6 +47,17 @@ SHAPES = {
            PATTERN (A B+ C) SUBSET U = (A, C) DEFINE A AS x < 3, B AS x < 8, C AS x >= 8)""",
         {"A": lambda x, i: x[i] < 3, "B": lambda x, i: x[i] < 8, "C": lambda x, i: x[i] >= 8},
     ),
+    # expressions over the kernel's measures, combined after it: NULL leaves (D absent), division
+    # by zero (A.x = 0), counts, CASE and a function of several leaves
+    "expression_measures": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES A.ts AS t0, ROUND(100 * (LAST(B.x) - A.x) / A.x, 2) AS pct, COUNT(B.*) * 2 + 1 AS odd,
+                    COALESCE(D.x, -1) AS d_or, CASE WHEN FIRST(B.x) > 5 THEN 'hi' ELSE 'lo' END AS band,
+                    GREATEST(A.x, LAST(B.x)) - MATCH_NUMBER() AS g, C.ts AS t1
+           PATTERN (A B+ D? C) DEFINE A AS x < 3, B AS x < 8, D AS x = 8, C AS x >= 8)""",
+        {"A": lambda x, i: x[i] < 3, "B": lambda x, i: x[i] < 8, "D": lambda x, i: x[i] == 8,
+         "C": lambda x, i: x[i] >= 8},
+    ),
     "no_partition": (
         """SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts
            MEASURES FIRST(A.ts) AS t0, LAST(A.ts) AS t1, B.x AS b_x
@@ -215,13 +226,16 @@ rules:
 
 
 def test_uncovered_rules_keep_the_automaton():
-    """WITHIN over matches of varying length, aggregates other than COUNT and back-referencing
+    """WITHIN over matches of varying length, aggregates other than COUNT, measures that navigate
+    (PREV) and back-referencing
     conditions that no rewrite makes row-local are not planned for the batch path."""
     assert batch_dfa.batch_plan(PatternOperator(parse_rule_text(SHAPES["v_shape"][0]).compiled).automaton) is not None
     for sql in (
         """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS t0
            PATTERN (A B+) WITHIN INTERVAL '5' SECOND DEFINE A AS x > 1, B AS x < 1)""",
         """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES SUM(B.x) AS sb
+           PATTERN (A B+) DEFINE A AS x > 1, B AS x < 1)""",
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.x - PREV(A.x) AS d
            PATTERN (A B+) DEFINE A AS x > 1, B AS x < 1)""",
         """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS t0
            PATTERN (A B+) DEFINE A AS x > 1, B AS x < A.x)""",
