@@ -549,6 +549,7 @@ class BatchDFA:
                 names.append(m.name)
                 if m.name in self.exprs:
                     fn, leaf_names = self.exprs[m.name]
+                    fn = a.guarded(fn)  # NULL and counted where the values raise, as the automaton's
                     values.append([fn(vals) for vals in zip(*[got[n] for n in leaf_names])])
                 else:
                     values.append(got[m.name])

@@ -156,6 +156,17 @@ class Node:
         return out
 
 
+# The state of a running aggregate that met a value it cannot take (text in SUM, a list and a
+# number in MIN): every later update keeps it, and reading it raises TypeError, which a condition
+# counts as an evaluation error (the partial match does not go on) and a measure as a NULL (see
+# cep.nfa.PatternAutomaton's measures). A tuple, so the specialised updates fail on it by themselves.
+BAD_AGGREGATE = (None, -1)
+
+
+def _bad_aggregate(func: str) -> Any:
+    raise TypeError(f"{func} met a value of a type it cannot aggregate")
+
+
 @dataclass(frozen=True)
 class AggSpec:
     """A running aggregate over the rows mapped to ``vars`` (None: every row)."""
@@ -175,7 +186,15 @@ class AggSpec:
         return None
 
     def update(self, state, row: tuple):
+        try:
+            return self._update(state, row)
+        except (TypeError, ValueError, ArithmeticError):
+            return BAD_AGGREGATE
+
+    def _update(self, state, row: tuple):
         f = self.func
+        if state is BAD_AGGREGATE:
+            return state
         if self.arg is None:
             return state + 1
         v = self.arg(row)
@@ -202,15 +221,17 @@ class AggSpec:
         """``final`` specialised to this aggregate's function (conditions call it per partial match)."""
         f = self.func
         if f == "SUM":
-            return lambda state: state[0] if state[1] else None
+            return lambda state: state[0] if state[1] > 0 else None if state[1] == 0 else _bad_aggregate(f)
         if f == "AVG":
-            return lambda state: state[0] / state[1] if state[1] else None
+            return lambda state: state[0] / state[1] if state[1] > 0 else None if state[1] == 0 else _bad_aggregate(f)
         if f == "COUNT":
             return lambda state: state
         return self.final
 
     def final(self, state):
         f = self.func
+        if state is BAD_AGGREGATE:
+            return _bad_aggregate(f)
         if f == "SUM":
             return state[0] if state[1] else None
         if f == "AVG":

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cep.expressions import (
+    BAD_AGGREGATE,
     Layout,
     MatchCtx,
     Node,
@@ -257,8 +258,11 @@ class PatternAutomaton:
 
         # MEASURES
         self.measures: list[tuple[str, Callable]] = []
+        # measures a match's values cannot give (text where a number is expected, an aggregate
+        # that met such a value): NULL in the row, counted; the operator adds them to eval_errors
+        self.measure_errors = 0
         for m in mr.measures:
-            self.measures.append((m.name, compile_match_expr(m.expr, layout)))
+            self.measures.append((m.name, self.guarded(compile_match_expr(m.expr, layout))))
         for e in [m.expr for m in mr.measures] + list(self.defines.values()):
             for x in A.walk_expr(e):
                 if isinstance(x, A.Nav) and x.kind in ("PREV", "NEXT"):
@@ -342,6 +346,19 @@ class PatternAutomaton:
             elif x[0] in (2, OP_END):
                 stack.append(x[1])
         return False
+
+    def guarded(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``fn`` (a measure) giving NULL where its values raise a type or arithmetic error,
+        counted in :attr:`measure_errors`."""
+
+        def measure(arg: Any) -> Any:
+            try:
+                return fn(arg)
+            except (TypeError, ValueError, ArithmeticError):
+                self.measure_errors += 1
+                return None
+
+        return measure
 
     # ------------------------------------------------------------------ nodes
     def new_node(self, rno: int, vid: int, parent: Node | None, row: tuple, excl: bool) -> Node:
@@ -1123,7 +1140,10 @@ def _agg_update(a: Any) -> Callable[[Any, tuple], Any]:
 
         def sum_(s, row):
             v = arg(row)
-            return s if v is None else (s[0] + v, s[1] + 1)
+            try:
+                return s if v is None else (s[0] + v, s[1] + 1)
+            except (TypeError, ValueError, ArithmeticError):  # (BAD_AGGREGATE fails here too)
+                return BAD_AGGREGATE
 
         return sum_
     if f in ("MIN", "MAX"):
@@ -1131,7 +1151,10 @@ def _agg_update(a: Any) -> Callable[[Any, tuple], Any]:
 
         def extreme(s, row):
             v = arg(row)
-            return s if v is None else v if s is None else pick(s, v)
+            try:
+                return s if v is None else v if s is None else pick(s, v)
+            except (TypeError, ValueError, ArithmeticError):
+                return BAD_AGGREGATE
 
         return extreme
     return a.update

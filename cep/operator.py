@@ -598,6 +598,14 @@ class PatternOperator:
 
     # ------------------------------------------------------------------ release and match
     def _release(self, watermark: int | None, out: OperatorOutput, final: bool = False) -> None:
+        """Match what ``watermark`` releases (everything when ``final``) into ``out``."""
+        self._release_rows(watermark, out, final)
+        a = self.automaton
+        if a.measure_errors:  # measures that were NULL because their values raised (PatternAutomaton.guarded)
+            self.stats.eval_errors += a.measure_errors
+            a.measure_errors = 0
+
+    def _release_rows(self, watermark: int | None, out: OperatorOutput, final: bool) -> None:
         p = self.pending
         if len(p):
             if final:

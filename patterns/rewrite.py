@@ -6,7 +6,7 @@ column-wise over a batch, and the rule's runs are plain automaton states (the la
 :mod:`cep.nfa`, all keys at once in :mod:`cep.batch_dfa`). The passes here turn the first kind into
 the second where, for every possible match, both give the same value. Each is documented in
 ``docs/semantics.md`` ("Compile-time rewrites") and proven by differential tests
-(``tests/patterns/test_rewrite.py``) against the unrewritten automaton and the brute-force matcher.
+(``tests/cep/test_rewrite.py``) against the unrewritten automaton and the brute-force matcher.
 
 The passes read the compiled program (:mod:`patterns.compiler`) and return plain data; the runtime
 decides whether to use them (``cep.nfa.REWRITE_CONDITIONS``).

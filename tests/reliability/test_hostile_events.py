@@ -249,3 +249,41 @@ def test_hostile_lines_do_not_change_the_good_events_matches(tmp_path, batch):
     assert odd
     assert [r for r in res[0] if r["rule"] == "rise" and r["sym"] not in ("X", 7)] == \
         [r for r in res[1] if r["rule"] == "rise" and r["sym"] not in ("X", 7)]
+
+
+WRONG_TYPE_SQL = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+  MEASURES A.ts AS a, C.ts AS c, SUM(B.x) AS s, A.x + 1 AS a1
+  PATTERN (A B+ C) DEFINE B AS SUM(B.x) < 100, C AS C.x = -1)"""
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_a_value_of_the_wrong_type_in_an_aggregate_or_a_measure(monkeypatch, lanes):
+    """Text where SUM wants a number ends the partial matches whose aggregate took it (a condition
+    error, counted); a measure that cannot be computed is NULL in its row (counted); nothing raises."""
+    import cep.lanes
+    from cep.operator import PatternOperator
+    from patterns.rules import parse_rule_text
+
+    monkeypatch.setattr(cep.lanes, "USE_LANES", lanes)
+    xs = {1: [0, 1, "a", 2, -1], 2: [0, 1, 2, 3, -1], 3: ["b", 5, -1]}
+    events = sorted(({"k": k, "ts": i, "x": x} for k, v in xs.items() for i, x in enumerate(v)), key=lambda e: e["ts"])
+    op = PatternOperator(parse_rule_text(WRONG_TYPE_SQL).compiled, name="r")
+    rows = op.process(events).matches + op.finish().matches
+    got = sorted((r["k"], r["a"], r["c"], r["s"], r["a1"]) for r in rows)
+    # key 1: the runs from rows 0 and 1 cannot take "a" into SUM(B.x); A may be "a" (no condition)
+    # and then B+ = 2 and C = -1. key 3: A.x + 1 over "b" is NULL.
+    assert got == [(1, 2, 4, 2, None), (2, 0, 4, 6, 1), (3, 0, 2, 5, None)]
+    assert op.counts.late == 0 and op.counts.errors == 0
+    # SUM over "a" (the runs from rows 0 and 1 of key 1), C.x = -1 over "a" and "b", A.x + 1 twice
+    assert op.stats.eval_errors == 2 + 2 + 2
+
+
+def test_cli_run_goes_on_past_a_value_of_the_wrong_type(tmp_path, capsys):
+    rules = tmp_path / "r.yaml"
+    rules.write_text("rules:\n  - name: r\n    sql: |\n" + "".join(f"      {ln}\n" for ln in WRONG_TYPE_SQL.splitlines()))
+    events = tmp_path / "e.jsonl"
+    events.write_text("".join(json.dumps({"k": 1, "ts": i, "x": x}) + "\n" for i, x in enumerate([0, 1, "a", 2, -1])))
+    assert main(["run", str(rules), "--input", str(events)]) == 0
+    out = capsys.readouterr()
+    assert [json.loads(ln)["a"] for ln in out.out.splitlines()] == [2]
+    assert "condition errors" in out.err
