@@ -860,7 +860,7 @@ def _rows11(names: tuple[str, ...], cols: list[list]) -> list[dict]:
 
 def _rows12(names: tuple[str, ...], cols: list[list]) -> list[dict]:
     k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11 = names
-    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i, k9: j, k10: k, k11: l} for a, b, c, d, e, f, g, h, i, j, k, l in zip(*cols)]
+    return [{k0: a, k1: b, k2: c, k3: d, k4: e, k5: f, k6: g, k7: h, k8: i, k9: j, k10: k, k11: m} for a, b, c, d, e, f, g, h, i, j, k, m in zip(*cols)]
 
 
 _DISPLAYS: dict[int, Callable[[tuple[str, ...], list[list]], list[dict]]] = {
