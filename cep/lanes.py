@@ -11,6 +11,11 @@ general path's: start rows are still :class:`cep.nfa.Attempt` objects in ``KeySt
 (their ``threads`` a :class:`LaneRun` while on this path), and a partial match becomes a node
 chain (the general path's form) whenever something needs one: a snapshot, ``cep state``, a row
 whose values are not numbers, or a match to output.
+
+About 1,130 lines in one module because the plan, the numpy stepping and the handover to and from
+node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
+compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
+:mod:`cep._expr_kernel`.
 """
 
 from __future__ import annotations
@@ -851,37 +856,28 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     lanes = st.lanes
     live_ids: list[int] = []
     general = 0  # live start rows on the general path (node chains)
-    if lanes is None or lanes.plan is not plan or lanes.n > 2 * len(attempts) + 256:
+    fresh = lanes is None or lanes.plan is not plan or lanes.n > 2 * len(attempts) + 256
+    if fresh:
         lanes = _Lanes(plan, 2 * len(attempts) + (e - s))
         st.lanes = lanes
-        for att in attempts:
-            th = att.threads
-            if isinstance(th, LaneRun):  # (from the arrays being replaced)
-                sums, cnts = th.aggs()
-                i = lanes.add(att, rows[att.start - st.base], th.k, sums, cnts, plan)
-                att.threads = LaneRun(lanes, i)
-                live_ids.append(i)
-            elif th:
-                got = _to_lane(a, st, att)
-                if got is None:
-                    general += 1
-                    continue
-                i = lanes.add(att, rows[att.start - st.base], *got, plan)
-                att.threads = LaneRun(lanes, i)
-                live_ids.append(i)
-    else:
-        for att in attempts:
-            th = att.threads
-            if isinstance(th, LaneRun):
+    for att in attempts:
+        th = att.threads
+        if isinstance(th, LaneRun):
+            if not fresh:
                 live_ids.append(th.i)
-            elif th:
-                got = _to_lane(a, st, att)
-                if got is None:
-                    general += 1
-                    continue
-                i = lanes.add(att, rows[att.start - st.base], *got, plan)
-                att.threads = LaneRun(lanes, i)
-                live_ids.append(i)
+                continue
+            sums, cnts = th.aggs()  # (from the arrays being replaced)
+            got: tuple | None = (th.k, sums, cnts)
+        elif th:
+            got = _to_lane(a, st, att)
+            if got is None:
+                general += 1
+                continue
+        else:
+            continue
+        i = lanes.add(att, rows[att.start - st.base], *got, plan)
+        att.threads = LaneRun(lanes, i)
+        live_ids.append(i)
     live = np.array(live_ids, dtype=np.int64)
     env = _Env()
 

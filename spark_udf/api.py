@@ -18,6 +18,10 @@ Example:
     >>> events = spark.readStream.schema("sym string, ts long, px double").json("in/")  # doctest: +SKIP
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
+
+About 1,050 lines: the public entry point and the plan of one query (which stage each rule takes,
+the two arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
+workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.tables`).
 """
 
 from __future__ import annotations
