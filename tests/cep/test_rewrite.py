@@ -255,3 +255,23 @@ def test_restore_across_the_rewrite(monkeypatch, written, read, old_format):
     third = op(read)
     third.restore(again)
     assert third.automaton.dfa == written
+
+
+def test_restore_refuses_partial_matches_of_a_form_no_setting_gives(monkeypatch):
+    """A rule that is not a DFA with or without the rewrite cannot take a snapshot that says its
+    partial matches are DFA states: a clear error naming the rule, not a crash later."""
+    import pickle
+
+    from cep.operator import StateVersionError
+
+    sql = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(ts) AS t0 "
+           "PATTERN (A B+) DEFINE B AS B.x > FIRST(A.x))")
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    assert not op.automaton.dfa
+    op.process([{"k": 1, "ts": i, "x": i} for i in range(5)])
+    blob = op.snapshot()
+    state = pickle.loads(blob[1:])
+    state["dfa"] = True
+    other = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    with pytest.raises(StateVersionError, match="rule 'r': the snapshot's partial matches are DFA states"):
+        other.restore(blob[:1] + pickle.dumps(state, protocol=5))
