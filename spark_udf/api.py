@@ -108,6 +108,12 @@ class SparkRunConfig:
     """Backfill: run pattern rules in one group per PARTITION BY column set and bucket, with the arrival
     watermarks' second pass only when some row can be late (docs/spark.md, "Backfill"); False: one
     group per rule and bucket, as for analytics rules and joins."""
+    backfill_partitions: int | None = None
+    """Backfill: Spark partitions of the group stage. None: as many as there are groups, at most 4 per
+    core of the session (``defaultParallelism``), set explicitly so adaptive execution does not merge
+    them: the stage's work is CPU in each group, and merged partitions leave cores idle (with 4
+    shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage). 0: the
+    session's shuffle partitions, merged as adaptive execution decides."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
     worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
@@ -116,6 +122,8 @@ class SparkRunConfig:
     def __post_init__(self) -> None:
         if self.buckets < 1:
             raise ValueError(f"buckets must be at least 1, found {self.buckets!r}")
+        if self.backfill_partitions is not None and self.backfill_partitions < 0:
+            raise ValueError(f"backfill_partitions must be 0 or more, found {self.backfill_partitions!r}")
         if self.search_buckets < 1:
             raise ValueError(f"search_buckets must be at least 1, found {self.search_buckets!r}")
         if self.on_rule_change not in ("fail", "reset"):
@@ -759,7 +767,23 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
     def static_fn(key, pdf):
         return core.static_group(key, pdf)
 
+    x = _spread_groups(x, cfg, len(keyed) * cfg.buckets)
     return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(static_fn, schema), "rule"
+
+
+def _spread_groups(x: DataFrame, cfg: SparkRunConfig, groups: int) -> DataFrame:
+    """A backfill's rows hash-partitioned by group into a fixed number of partitions (see
+    :attr:`SparkRunConfig.backfill_partitions`); the grouping that follows reuses the partitioning."""
+    n = cfg.backfill_partitions
+    if n == 0:
+        return x
+    if n is None:
+        try:
+            cores = x.sparkSession.sparkContext.defaultParallelism
+        except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
+            cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4")) // 4)
+        n = max(1, min(groups, 4 * cores))
+    return x.repartition(n, GROUP_RULE, GROUP_BUCKET)
 
 
 def _key_set_ready(keyed: list[Any], bindings: Mapping[str, Any], views: list[Any], layout: InputLayout,
@@ -822,6 +846,7 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     drop = [f"{PRIOR_COL}_{i}" for i in range(len(key_sets)) if not judged.get(i)]
     x = x.drop(*[c for c in drop if c in x.columns])
     runner = KeySetCore(core, rules_of, judged, (*seg_cols, ORDER_COL))
+    x = _spread_groups(x, cfg, len(rules_of) * cfg.buckets)
 
     def key_set_fn(key, pdf):
         return runner.group(key, pdf)

@@ -233,3 +233,32 @@ def test_late_free_says_whether_any_row_is_late(segments: list[list[int]], laten
         prior = annotated["_cep_prior_0"].to_numpy(dtype="float64", na_value=np.nan)
         late = int(np.sum(~np.isnan(prior) & (annotated["ts"].to_numpy() < prior - lateness)))
         assert late == _late_rows(segments, lateness)
+
+
+def _exchanges(df: Any, capsys: Any) -> list[str]:
+    """The shuffles of a DataFrame's physical plan, as ``explain`` prints them."""
+    capsys.readouterr()
+    df.explain()
+    return [line.strip() for line in capsys.readouterr().out.splitlines() if "Exchange hashpartitioning(_cep_rule" in line]
+
+
+@pytest.mark.spark
+def test_the_group_stage_gets_one_partition_per_group_up_to_four_per_core(spark: Any, tmp_path: Path,
+                                                                          capsys: Any) -> None:
+    import re
+
+    from spark_udf.api import SparkRunConfig
+
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(1, False))]
+    assert paths
+    cores = spark.sparkContext.defaultParallelism
+    # three key sets (k; g; none) of 5 buckets: 15 groups, spread over at most 4 partitions per core
+    (default,) = _exchanges(_backfill(spark, tmp_path / "in").envelope, capsys)
+    assert re.search(rf", {min(15, 4 * cores)}\), REPARTITION_BY_NUM", default), default
+    (fixed,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=7).envelope, capsys)
+    assert re.search(r", 7\), REPARTITION_BY_NUM", fixed), fixed
+    # 0: the grouping's own shuffle, as many partitions as the session's shuffle partitions
+    (own,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=0).envelope, capsys)
+    assert "REPARTITION_BY_NUM" not in own and "ENSURE_REQUIREMENTS" in own, own
+    with pytest.raises(ValueError, match="backfill_partitions must be 0 or more, found -1"):
+        SparkRunConfig(backfill_partitions=-1)
