@@ -107,7 +107,7 @@ class WindowOperator:
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
         # id -> (column, its codes, its name): the argument columns of the batch being prepared
-        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray], str]] = {}
+        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, Any], str]] = {}
         self._string_hash_cache = _StringHashes()  # hashes of the strings seen, each hashed once
         self.counts = OperatorCounts()
         self.stats = WindowStats()
@@ -551,8 +551,9 @@ class WindowOperator:
                     got[j] = k
         return np.array(got, dtype=np.int64)
 
-    def _factors_of(self, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """The decoder's dictionary encoding of an argument column of the batch being prepared."""
+    def _factors_of(self, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any] | None:
+        """The decoder's dictionary encoding of an argument column of the batch being prepared
+        (codes, distinct strings, and the file-wide dictionary they come from or None)."""
         got = self._args.get(id(vals))
         return got[1] if got is not None and got[0] is vals else None
 
@@ -568,7 +569,7 @@ class WindowOperator:
             vals = batch.column(a.arg.name)[idx]
             enc = batch.encoded(a.arg.name)
             if enc is not None:  # kept for this batch's kernels (hashing per distinct value)
-                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]), a.arg.name)
+                self._args[id(vals)] = (vals, (enc[0][idx], enc[1], batch.dictionary(a.arg.name)), a.arg.name)
             return vals
         if isinstance(a.arg, A.Literal):
             out = np.empty(len(idx), dtype=object)
