@@ -191,6 +191,63 @@ def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # p
     return 0
 
 
+def _block_codes_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
+    """Codes per row of the byte strings ``buf[vstart:vend]`` (-1 where not valid) in a table of
+    this call's own, and the row of each code's first occurrence: one open-addressing table over
+    FNV-1a hashes. A fresh table sized for the rows is faster per row than the file's dictionary
+    (measured: about a fifth), so a block's rows are coded here and only its distinct strings
+    are looked up in the dictionary."""
+    n = len(vstart)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    table = np.full(size, -1, np.int64)  # code at each slot
+    first = np.empty(n, np.int64)  # row of each code's first occurrence
+    codes = np.full(n, -1, np.int64)
+    ncodes = 0
+    for i in range(n):
+        if not valid[i]:
+            continue
+        s = vstart[i]
+        e = vend[i]
+        # four bytes a step (one multiply per word, not per byte: hosts and URLs are long); the
+        # codes do not depend on the hash, only where the table probes
+        h = np.uint64(14695981039346656037) ^ np.uint64(e - s)
+        p = s
+        while p + 4 <= e:
+            w = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8)) | (np.uint64(buf[p + 2]) << np.uint64(16))
+                 | (np.uint64(buf[p + 3]) << np.uint64(24)))
+            h = (h ^ w) * np.uint64(0x9E3779B97F4A7C15)
+            p += 4
+        while p < e:
+            h = (h ^ np.uint64(buf[p])) * np.uint64(1099511628211)
+            p += 1
+        h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(mask))
+        while True:
+            c = table[slot]
+            if c < 0:
+                table[slot] = ncodes
+                first[ncodes] = i
+                codes[i] = ncodes
+                ncodes += 1
+                break
+            r = first[c]
+            rs = vstart[r]
+            if vend[r] - rs == e - s:
+                same = True
+                for j in range(e - s):
+                    if buf[rs + j] != buf[s + j]:
+                        same = False
+                        break
+                if same:
+                    codes[i] = c
+                    break
+            slot = (slot + 1) & mask
+    return codes, first[:ncodes]
+
+
 def _dict_encode_py(buf, vstart, vend, valid, codes, added, table, hashes, offs, lens, arena, state):  # pragma: no cover - compiled
     """Code each row of the byte strings ``buf[vstart:vend]`` (-1 where not valid) in a dictionary
     kept across calls, noting the rows that add a code (in code order) in ``added``.
@@ -339,6 +396,11 @@ class StringDictionary:
 
     def encode(self, buf: np.ndarray, s: np.ndarray, e: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a code per row, -1 where not valid; the rows that brought new codes, in code order)."""
+        local, first = _compiled["block"](buf, s, e, valid)  # the block's distinct strings, coded apart
+        codes, added = self._encode(buf, s[first], e[first], np.ones(len(first), dtype=bool))
+        return np.append(codes, -1)[local], first[added]  # -1 (not valid) takes the last entry
+
+    def _encode(self, buf: np.ndarray, s: np.ndarray, e: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(s)
         codes = np.empty(n, dtype=np.int64)
         added = np.empty(n, dtype=np.int64)
@@ -443,6 +505,7 @@ def _kernels() -> tuple[Any, Any]:
         _compiled["newlines"] = jit(_newlines_py)
         _compiled["gather"] = jit(_gather_py)
         _compiled["rehash"] = jit(_rehash_py)
+        _compiled["block"] = jit(_block_codes_py)
     return _compiled["scan"], _compiled["dict"]
 
 
