@@ -15,7 +15,7 @@ from cep.events import read_events
 from cep.json_flat import StringDictionary, decode_flat, flat_enabled
 from tests.cep.test_json_flat import assert_same, block_of, per_line
 
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 needs_numba = pytest.mark.skipif(not flat_enabled(), reason="numba is a dependency: installed with the package")
