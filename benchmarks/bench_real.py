@@ -201,20 +201,20 @@ DAY_MS = 86_400_000
 HLL_P = 12  # the rule's hll_precision (the default)
 
 # The child process that times ``cep run`` of one checkout (this one, or --baseline's): imports and a
-# warm-up run first (numba's compiled scanner loads from its cache there), then the timed runs.
+# warm-up run first (numba's compiled scanner loads from its cache there), then ``repeat`` timed runs
+# (the best is the round's figure: on a shared machine one run's CPU time varies by a third).
 _CHILD = r"""
 import json, sys, time
 from cep.cli.command import main
 rules, path, out, batch, repeat = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 args = ["run", rules, "--input", path, "--output", out, "--quiet", "--batch-size", batch, "--progress", "off"]
 assert main(args) == 0
-best = None
+runs = []
 for _ in range(repeat):
     c0 = time.process_time()
     assert main(args) == 0
-    t = time.process_time() - c0
-    best = t if best is None else min(best, t)
-print(json.dumps({"cpu": best}))
+    runs.append(time.process_time() - c0)
+print(json.dumps({"cpu": min(runs), "runs": runs}))
 """
 
 
@@ -234,19 +234,21 @@ def build_nasa_jsonl(out: Path, copies: int) -> int:
     return n
 
 
-def _cep_child(repo: Path, rules: Path, path: Path, out: Path, batch: int, repeat: int) -> tuple[float, float]:
-    """(best CPU seconds of one ``cep run`` in a warm process, CPU seconds of the whole child process)."""
+def _cep_child(repo: Path, rules: Path, path: Path, out: Path, batch: int, inner: int) -> tuple[float, float]:
+    """(best CPU seconds of ``inner`` runs of ``cep run`` in one warm process, CPU seconds of one whole
+    ``cep run`` process: the child's start-up and its first run, numba's loading included)."""
     import os
     import resource
     import subprocess
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    got = subprocess.run([sys.executable, "-c", _CHILD, str(rules), str(path), str(out), str(batch), str(repeat)],
+    got = subprocess.run([sys.executable, "-c", _CHILD, str(rules), str(path), str(out), str(batch), str(inner)],
                          check=True, cwd=repo, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(repo)})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return float(json.loads(got.stdout.strip().splitlines()[-1])["cpu"]), whole
+    told = json.loads(got.stdout.strip().splitlines()[-1])
+    return float(told["cpu"]), whole - sum(told.get("runs", [0.0]))
 
 
 def _cep_rows(out: Path) -> dict[tuple[str, int], tuple[int, int, int]]:
@@ -303,11 +305,19 @@ def _approx_error(rows: dict[tuple[str, int], tuple[int, int, int]]) -> dict[str
     return {"max_abs_below_2p_4": max(small, default=0), "max_rel_above": round(max(large, default=0.0), 4)}
 
 
-def windowed_analytics(copies: int, repeat: int, batch: int, baseline: Path | None) -> dict[str, Any]:
+def windowed_analytics(copies: int, repeat: int, batch: int, baseline: Path | None, inner: int = 3) -> dict[str, Any]:
     """``cep run`` with one analytics rule over the NASA log x ``copies`` (JSON lines), with DuckDB
-    and Polars over the same file and, with ``baseline``, another checkout's ``cep run``: alternating,
-    ``repeat`` rounds, best CPU time of each; rows checked equal to DuckDB's."""
+    and Polars over the same file and, with ``baseline``, another checkout's ``cep run``.
+
+    The machine is shared, so the engines are interleaved: ``repeat`` rounds, each engine's turn in a
+    round ``inner`` runs of which the best counts (a child process per round for ``cep run``, warm
+    after a first run), the order of the engines rotating from round to round. A round's ratios are
+    of figures taken side by side; the result gives the best of the rounds for each engine and its
+    ratio (best over best), and the median and range of the per-round ratios, the figure least
+    moved by a burst of load in one round. Rows are checked equal to DuckDB's and Polars'."""
+    import os
     import shutil
+    import statistics
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_windows_"))
@@ -322,28 +332,45 @@ def windowed_analytics(copies: int, repeat: int, batch: int, baseline: Path | No
         rounds: dict[str, list[int]] = {}  # every round's rate: the machine is shared, show the spread
         peers: dict[str, Callable[[Path], Any]] = {"duckdb": _duckdb, "polars": _polars}
         peer_rows: dict[str, Any] = {}
-        for _ in range(repeat):
-            runs = [("cep", REPO)] + ([("cep_baseline", baseline)] if baseline else [])
-            for name, repo in runs:
-                t, w = _cep_child(repo, rules, path, tmp / f"{name}.jsonl", batch, 1)
-                best[name] = min(best.get(name, 1e18), t)
+        load = [round(os.getloadavg()[0], 1)]
+
+        def cep_turn(name: str, repo: Path) -> Callable[[], float | None]:
+            def run() -> float | None:
+                t, w = _cep_child(repo, rules, path, tmp / f"{name}.jsonl", batch, inner)
                 whole[name] = min(whole.get(name, 1e18), w)
-                rounds.setdefault(name, []).append(round(n / t))
-                print(f"  {name:<13} {n / t:>12,.0f} events/cpu-s (warm), whole process {n / w:>10,.0f}", flush=True)
-            for name, fn in peers.items():
-                c0 = time.process_time()
-                got = fn(path)
-                t = time.process_time() - c0
-                if got is None:
+                return t
+            return run
+
+        def peer_turn(name: str, fn: Callable[[Path], Any]) -> Callable[[], float | None]:
+            def run() -> float | None:
+                times = []
+                for _ in range(inner):
+                    c0 = time.process_time()
+                    got = fn(path)
+                    times.append(time.process_time() - c0)
+                    if got is None:
+                        return None
+                    peer_rows[name] = got
+                return min(times)
+            return run
+
+        engines = [("cep", cep_turn("cep", REPO))] + ([("cep_baseline", cep_turn("cep_baseline", baseline))] if baseline else [])
+        engines += [(name, peer_turn(name, fn)) for name, fn in peers.items()]
+        for r in range(repeat):
+            turn = engines[r % len(engines):] + engines[:r % len(engines)]  # no engine always first or last
+            for name, run in turn:
+                t = run()
+                if t is None:
                     continue
-                peer_rows[name] = got
                 best[name] = min(best.get(name, 1e18), t)
                 rounds.setdefault(name, []).append(round(n / t))
-                print(f"  {name:<13} {n / t:>12,.0f} events/cpu-s", flush=True)
+                print(f"  round {r + 1} {name:<13} {n / t:>12,.0f} events/cpu-s", flush=True)
+            load.append(round(os.getloadavg()[0], 1))
         ours = _cep_rows(tmp / "cep.jsonl")
         result: dict[str, Any] = {
             "workload": "nasa_windows", "data": "nasa_http_1995-08-01.tsv", "copies": copies, "events": n,
             "rule": WINDOWS_RULE, "batch": batch, "repeats": repeat, "rows": len(ours),
+            "inner_runs": inner, "load_average_1min": load,
             "events_per_cpu_s": {k: round(n / t) for k, t in best.items()},
             "events_per_cpu_s_each_round": rounds,
             "whole_process_events_per_cpu_s": {k: round(n / t) for k, t in whole.items()},
@@ -370,7 +397,9 @@ def windowed_analytics(copies: int, repeat: int, batch: int, baseline: Path | No
                 result.setdefault("ratio_cep_over", {})[k] = round(result["events_per_cpu_s"]["cep"] / v, 2)
                 each = [a / b for a, b in zip(rounds["cep"], rounds[k])]  # measured side by side in each round
                 result.setdefault("ratio_cep_over_each_round", {})[k] = [round(x, 2) for x in each]
-        print(f"  ratios: {result.get('ratio_cep_over')}", flush=True)
+                result.setdefault("ratio_cep_over_median_round", {})[k] = round(statistics.median(each), 2)
+        print(f"  ratios, best of {repeat}: {result.get('ratio_cep_over')}; median round: "
+              f"{result.get('ratio_cep_over_median_round')}", flush=True)
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -382,7 +411,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8192)
     ap.add_argument("--out", type=Path, default=RESULTS / "real.json")
     ap.add_argument("--copies", type=int, default=20, help="nasa_windows: copies of the NASA log (20: 619,380 events)")
-    ap.add_argument("--repeat", type=int, default=3, help="nasa_windows: rounds (best CPU time of each)")
+    ap.add_argument("--repeat", type=int, default=3, help="nasa_windows: rounds, the engines interleaved")
+    ap.add_argument("--inner", type=int, default=3, help="nasa_windows: runs of each engine per round (its best counts)")
     ap.add_argument("--baseline", type=Path, help="nasa_windows: another checkout whose cep run is timed alongside")
     ap.add_argument("--windows-out", type=Path, default=RESULTS / "real_windows.json")
     args = ap.parse_args()
@@ -390,7 +420,7 @@ def main() -> None:
     if "nasa_windows" in names:
         names.remove("nasa_windows")
         if (DATA / "nasa_http_1995-08-01.tsv").exists():
-            got = windowed_analytics(args.copies, args.repeat, args.batch, args.baseline)
+            got = windowed_analytics(args.copies, args.repeat, args.batch, args.baseline, args.inner)
             args.windows_out.parent.mkdir(parents=True, exist_ok=True)
             args.windows_out.write_text(json.dumps({
                 "benchmark": "real_windows", "date": time.strftime("%Y-%m-%d"),

@@ -33,7 +33,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
-from cep.json_flat import flat_for
+from cep.json_flat import StringDictionary, flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
 from patterns.rules import DEFAULT_MAX_FUTURE_SKEW_MS, TIME_UNITS
@@ -93,6 +93,9 @@ class EventBatch:
     # string columns the decoder dictionary-encoded: name -> (the column, a code per row, -1 for
     # NULL, the distinct values in first-seen order), so that keys and hashes are made per value
     dict_codes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # of those, the columns whose codes index a dictionary kept across the file's batches
+    # (cep.json_flat.StringDictionary): what a consumer derives per code carries over by its identity
+    dictionaries: dict[str, Any] = field(default_factory=dict)
 
     def encoded(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(codes, distinct values) of column ``name`` as the decoder encoded it, or None.
@@ -102,6 +105,13 @@ class EventBatch:
         if got is None or self.columns.get(name) is not got[0]:
             return None
         return got[1], got[2]
+
+    def dictionary(self, name: str) -> Any:
+        """The file-wide dictionary (:class:`cep.json_flat.StringDictionary`) whose strings
+        :meth:`encoded` gives for column ``name``, or None (then they are this batch's own)."""
+        if self.encoded(name) is None:
+            return None
+        return self.dictionaries.get(name)
 
     def column(self, name: str) -> np.ndarray:
         """The column ``name``, or an all-NULL column when the batch has no such field."""
@@ -133,7 +143,8 @@ class EventBatch:
             got = self.encoded(k)
             if got is not None:
                 codes[k] = (cols[k], got[0][idx], got[1])
-        return EventBatch(cols, len(idx), lines, self.source, epoch_ms=conv, dict_codes=codes)
+        dicts = {k: d for k, d in self.dictionaries.items() if k in codes}
+        return EventBatch(cols, len(idx), lines, self.source, epoch_ms=conv, dict_codes=codes, dictionaries=dicts)
 
 
 def batch_from_records(
@@ -395,6 +406,7 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
             if not len(ends):
                 return
     misses = 0  # blocks in a row that went to the per-line decoder
+    dicts: dict[str, StringDictionary] = {}  # string columns' dictionaries, kept across the blocks
     while True:
         first, block, ends = lines.take(batch_size)
         if not len(ends):
@@ -403,12 +415,12 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         # every RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
         if misses < 2 or misses % RETRY_EVERY == 0:
             codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            cols = decode_block(block, ends, hints, codes, flat)
+            cols = decode_block(block, ends, hints, codes, flat, dicts)
             if cols is not None:
                 misses = 0
                 enc = {k: (cols[k], c, u) for k, (c, u) in codes.items()}
                 yield EventBatch(cols, len(ends), np.arange(first, first + len(ends), dtype=np.int64), src,
-                                 dict_codes=enc)
+                                 dict_codes=enc, dictionaries={k: dicts[k] for k in enc if k in dicts})
                 continue
         misses += 1
         # per line, as the line decoder does: fill the batch with lines after the block if needed

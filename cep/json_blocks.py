@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-from cep.json_flat import decode_flat, newlines
+from cep.json_flat import StringDictionary, decode_flat, newlines
 
 __all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
 
@@ -123,14 +123,15 @@ def _read_table(block: bytes, hints: BlockHints) -> Any:
 
 def decode_block(block: bytes, ends: np.ndarray, hints: BlockHints,
                  codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
-                 flat: bool = False) -> dict[str, np.ndarray] | None:
+                 flat: bool = False, dicts: dict[str, StringDictionary] | None = None) -> dict[str, np.ndarray] | None:
     """The columns of a block of whole lines (``ends``: where each line ends in it), as the per-line
     decoder builds them, or None when the per-line decoder must decide. ``codes`` receives the
-    string columns the flat scanner dictionary-encoded (see :func:`cep.json_flat.decode_flat`),
-    which reads the block first when ``flat`` (see :func:`cep.json_flat.flat_for`)."""
+    string columns the flat scanner dictionary-encoded (see :func:`cep.json_flat.decode_flat`,
+    which keeps ``dicts`` across a file's blocks), which reads the block first when ``flat``
+    (see :func:`cep.json_flat.flat_for`)."""
     import pyarrow as pa
 
-    got = decode_flat(block, ends, codes) if flat else None  # a line opening with a byte-order mark is refused there
+    got = decode_flat(block, ends, codes, dicts) if flat else None  # a line opening with a byte-order mark is refused there
     if got is not None:  # every line flat and alike: the compiled scanner (cep.json_flat) read it
         return got
     if _BOM in block:

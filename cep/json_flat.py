@@ -31,7 +31,8 @@ import orjson
 
 from cep.compiled import numba_allowed
 
-__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "flat_enabled", "flat_for", "decode_flat", "newlines"]
+__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "DICT_MAX_BYTES", "DICT_MAX_CODES", "StringDictionary", "flat_enabled", "flat_for",
+           "decode_flat", "newlines"]
 
 FLAT_ENV = "CEP_FLAT_JSON"
 """Environment variable: ``auto`` (default), ``on`` or ``off`` (see the module docstring)."""
@@ -190,9 +191,12 @@ def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # p
     return 0
 
 
-def _dict_encode_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
-    """Codes per row of the byte strings ``buf[vstart:vend]`` (-1 where not valid), and the row of
-    each code's first occurrence: one open-addressing table over FNV-1a hashes."""
+def _block_codes_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
+    """Codes per row of the byte strings ``buf[vstart:vend]`` (-1 where not valid) in a table of
+    this call's own, and the row of each code's first occurrence: one open-addressing table over
+    FNV-1a hashes. A fresh table sized for the rows is faster per row than the file's dictionary
+    (measured: about a fifth), so a block's rows are coded here and only its distinct strings
+    are looked up in the dictionary."""
     n = len(vstart)
     size = 16
     while size < 2 * n:
@@ -242,6 +246,176 @@ def _dict_encode_py(buf, vstart, vend, valid):  # pragma: no cover - compiled
                     break
             slot = (slot + 1) & mask
     return codes, first[:ncodes]
+
+
+def _dict_encode_py(buf, vstart, vend, valid, codes, added, table, hashes, offs, lens, arena, state):  # pragma: no cover - compiled
+    """Code each row of the byte strings ``buf[vstart:vend]`` (-1 where not valid) in a dictionary
+    kept across calls, noting the rows that add a code (in code order) in ``added``.
+
+    The dictionary: ``table`` (open addressing, a code per slot, -1 empty), each code's 64-bit
+    hash, its bytes at ``arena[offs:offs + lens]``. ``state``: (codes, arena bytes used, the next
+    row to code, rows noted in ``added``). Stops early, at a row that might not fit the per-code
+    arrays (the table has four slots for each of their places) or the arena; the caller makes room
+    and calls again."""
+    n = len(vstart)
+    mask = len(table) - 1
+    ncodes = state[0]
+    used = state[1]
+    nadded = state[3]
+    i = state[2]
+    while i < n:
+        if not valid[i]:
+            codes[i] = -1
+            i += 1
+            continue
+        s = vstart[i]
+        e = vend[i]
+        if ncodes + 1 > len(hashes) or used + (e - s) > len(arena):
+            break
+        # four bytes a step (one multiply per word, not per byte: hosts and URLs are long); the
+        # codes do not depend on the hash, only where the table probes
+        h = np.uint64(14695981039346656037) ^ np.uint64(e - s)
+        p = s
+        while p + 4 <= e:
+            w = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8)) | (np.uint64(buf[p + 2]) << np.uint64(16))
+                 | (np.uint64(buf[p + 3]) << np.uint64(24)))
+            h = (h ^ w) * np.uint64(0x9E3779B97F4A7C15)
+            p += 4
+        while p < e:
+            h = (h ^ np.uint64(buf[p])) * np.uint64(1099511628211)
+            p += 1
+        h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(mask))
+        while True:
+            c = table[slot]
+            if c < 0:
+                table[slot] = ncodes
+                hashes[ncodes] = h
+                offs[ncodes] = used
+                lens[ncodes] = e - s
+                for j in range(e - s):
+                    arena[used + j] = buf[s + j]
+                used += e - s
+                added[nadded] = i
+                nadded += 1
+                codes[i] = ncodes
+                ncodes += 1
+                break
+            if hashes[c] == h and lens[c] == e - s:  # the bytes compared only when the hashes agree
+                rs = offs[c]
+                same = True
+                for j in range(e - s):
+                    if arena[rs + j] != buf[s + j]:
+                        same = False
+                        break
+                if same:
+                    codes[i] = c
+                    break
+            slot = (slot + 1) & mask
+        i += 1
+    state[0] = ncodes
+    state[1] = used
+    state[2] = i
+    state[3] = nadded
+
+
+def _rehash_py(table, hashes, ncodes):  # pragma: no cover - compiled
+    """Every code back into an emptied, larger ``table`` by its stored hash."""
+    mask = len(table) - 1
+    for c in range(ncodes):
+        slot = np.int64(hashes[c] & np.uint64(mask))
+        while table[slot] >= 0:
+            slot = (slot + 1) & mask
+        table[slot] = c
+
+
+DICT_MAX_CODES = 1 << 18
+"""Distinct strings a column's dictionary holds before it starts afresh (bounds its memory on a
+column of ids, where nearly every string is new)."""
+DICT_MAX_BYTES = 1 << 26
+"""Bytes of strings a column's dictionary holds before it starts afresh."""
+
+
+class StringDictionary:
+    """The distinct strings of one column of a file, in first-seen order, kept across its blocks.
+
+    A block's strings are looked up here, so a host or URL seen in an earlier block keeps its code
+    and its Python string: only strings new to the file are copied, decoded and (downstream)
+    hashed. The strings only grow (``values()`` of a later block starts with those of an earlier
+    one), so a consumer can keep what it derived per code (key ids, hashes) and extend it. A
+    dictionary is replaced by a new, empty one past :data:`DICT_MAX_CODES` strings or
+    :data:`DICT_MAX_BYTES` bytes (consumers tell them apart by identity).
+
+    Example:
+        >>> d = StringDictionary()
+        >>> len(d), d.values().tolist()
+        (0, [])
+    """
+
+    __slots__ = ("table", "hashes", "offs", "lens", "arena", "state", "strings")
+
+    def __init__(self) -> None:
+        self.table = np.full(1 << 11, -1, dtype=np.int64)  # four slots per code of room: short probes
+        self.hashes = np.empty(1 << 9, dtype=np.uint64)
+        self.offs = np.empty(1 << 9, dtype=np.int64)
+        self.lens = np.empty(1 << 9, dtype=np.int64)
+        self.arena = np.empty(1 << 16, dtype=np.uint8)
+        self.state = np.zeros(4, dtype=np.int64)  # codes, arena bytes used; the encoder's row and new rows
+        self.strings = np.empty(1 << 9, dtype=object)  # the decoded string of each code, then room
+
+    def __len__(self) -> int:
+        return int(self.state[0])
+
+    def values(self) -> np.ndarray:
+        """The distinct strings so far, by code (a view: later blocks add after its end)."""
+        return self.strings[:len(self)]
+
+    def full_for(self, rows: int, nbytes: int) -> bool:
+        """Whether ``rows`` more strings of ``nbytes`` bytes could pass the limits."""
+        return len(self) + rows > DICT_MAX_CODES or int(self.state[1]) + nbytes > DICT_MAX_BYTES
+
+    def _grow(self, nbytes: int) -> None:
+        """Twice the room for codes (and the table), and the arena for ``nbytes`` more bytes."""
+        n, used = len(self), int(self.state[1])
+        if n + 1 > len(self.hashes):
+            size = 2 * len(self.hashes)
+            for name in ("hashes", "offs", "lens"):
+                old = getattr(self, name)
+                new = np.empty(size, dtype=old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+            strings = np.empty(size, dtype=object)
+            strings[:n] = self.strings[:n]
+            self.strings = strings  # views handed out keep the old array: the same strings
+            self.table = np.full(4 * size, -1, dtype=np.int64)  # at most a quarter full: short probes
+            _compiled["rehash"](self.table, self.hashes, n)
+        if used + nbytes > len(self.arena):
+            arena = np.empty(max(2 * len(self.arena), used + nbytes), dtype=np.uint8)
+            arena[:used] = self.arena[:used]
+            self.arena = arena
+
+    def encode(self, buf: np.ndarray, s: np.ndarray, e: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a code per row, -1 where not valid; the rows that brought new codes, in code order)."""
+        local, first = _compiled["block"](buf, s, e, valid)  # the block's distinct strings, coded apart
+        codes, added = self._encode(buf, s[first], e[first], np.ones(len(first), dtype=bool))
+        return np.append(codes, -1)[local], first[added]  # -1 (not valid) takes the last entry
+
+    def _encode(self, buf: np.ndarray, s: np.ndarray, e: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(s)
+        codes = np.empty(n, dtype=np.int64)
+        added = np.empty(n, dtype=np.int64)
+        self.state[2:] = 0
+        encode = _compiled["dict"]
+        while True:
+            encode(buf, s, e, valid, codes, added, self.table, self.hashes, self.offs, self.lens, self.arena, self.state)
+            at = int(self.state[2])
+            if at >= n:
+                return codes, added[:int(self.state[3])]
+            self._grow(int(e[at] - s[at]))
+
+    def add_strings(self, start: int, strings: list[str]) -> None:
+        """The decoded strings of the codes from ``start`` on (those :meth:`encode` just added)."""
+        self.strings[start:start + len(strings)] = strings
 
 
 def _newlines_py(buf):  # pragma: no cover - compiled
@@ -330,6 +504,8 @@ def _kernels() -> tuple[Any, Any]:
         _compiled["dict"] = jit(_dict_encode_py)
         _compiled["newlines"] = jit(_newlines_py)
         _compiled["gather"] = jit(_gather_py)
+        _compiled["rehash"] = jit(_rehash_py)
+        _compiled["block"] = jit(_block_codes_py)
     return _compiled["scan"], _compiled["dict"]
 
 
@@ -348,13 +524,18 @@ def _first_keys(block: bytes, end: int) -> list[str] | None:
 
 
 def decode_flat(block: bytes, ends: np.ndarray,
-                codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray] | None:
+                codes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                dicts: dict[str, StringDictionary] | None = None) -> dict[str, np.ndarray] | None:
     """The columns of a block of flat JSON lines as the per-line decoder builds them, or None.
 
     ``ends``: where each line ends in ``block`` (after its newline). None: the block is not
     uniformly flat (see the module docstring) and another decoder must decide. ``codes``, when
     given, receives each string column's dictionary encoding: (a code per row, -1 for NULL; the
-    distinct strings in first-seen order), what ``pandas.factorize`` gives for the column.
+    distinct strings in first-seen order), what ``pandas.factorize`` gives for the column when
+    the dictionary is new. ``dicts``: the dictionaries of the file's blocks so far, by column
+    (:class:`StringDictionary`), used and extended (a block's codes then index every string of
+    the file's column so far, each string once, spelt with or without escapes apart); without
+    it each block has its own.
 
     Example:
         >>> cols = decode_flat(b'{"a":"x","n":1}\\n{"a":"y","n":null}\\n{"a":"x","n":3}\\n', np.array([16, 35, 51]))
@@ -371,7 +552,7 @@ def decode_flat(block: bytes, ends: np.ndarray,
         raw_keys = [k.encode("utf-8") for k in keys]
     except UnicodeEncodeError:  # a lone surrogate (an escape in the key): the other decoders decide
         return None
-    scan, encode = _kernels()
+    scan, _encode = _kernels()
     buf = np.frombuffer(block, dtype=np.uint8)
     starts = np.empty(n, dtype=np.int64)
     starts[0] = 0
@@ -402,16 +583,28 @@ def decode_flat(block: bytes, ends: np.ndarray,
         if kind == _NULL:
             cols[name] = np.full(n, None, dtype=object)
         elif kind == _STR:
-            vcodes, first = encode(buf, vstart[f], vend[f], nonnull)
+            d = dicts.get(name) if dicts is not None else None
+            if d is None or d.full_for(n, len(block)):
+                d = StringDictionary()
+                if dicts is not None:
+                    dicts[name] = d
+            before = len(d)
+            vcodes, added = d.encode(buf, vstart[f], vend[f], nonnull)
             try:
-                uniq = _strings(block, buf, vstart[f][first], vend[f][first], ivals[f][first])
+                fresh = _strings(block, buf, vstart[f][added], vend[f][added], ivals[f][added])
             except (UnicodeDecodeError, orjson.JSONDecodeError):  # the per-line decoder reports the line
+                if dicts is not None:  # codes without their strings: the next block starts afresh
+                    dicts.pop(name, None)
                 return None
-            table = np.empty(len(uniq) + 1, dtype=object)
-            table[:-1] = uniq
-            table[-1] = None
-            cols[name] = table[vcodes]  # -1 (NULL) takes the last entry
-            enc[name] = (vcodes, table[:-1])
+            d.add_strings(before, fresh)
+            uniq = d.values()
+            if allvalid:
+                cols[name] = uniq[vcodes]
+            else:
+                col = uniq[np.where(nonnull, vcodes, 0)] if len(uniq) else np.empty(n, dtype=object)
+                col[~nonnull] = None
+                cols[name] = col
+            enc[name] = (vcodes, uniq)
         elif kind == _INT:
             if allvalid:
                 cols[name] = ivals[f].copy()

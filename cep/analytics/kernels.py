@@ -416,12 +416,13 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
 
 
 def _aligned_hashes(vals: np.ndarray, what: str, skip_empty: bool,
-                    factors: tuple[np.ndarray, np.ndarray] | None = None,
+                    factors: tuple[np.ndarray, np.ndarray, Any] | None = None,
                     cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(h0, h1, valid, bad rows) of a column, one row each (0 where not valid).
 
-    ``factors``: the column's dictionary encoding by the decoder (codes, -1 for NULL, and the
-    distinct strings), when it has one; ``cache``: strings hashed before (see :func:`_string_hashes`)."""
+    ``factors``: the column's dictionary encoding by the decoder (codes, -1 for NULL, the distinct
+    strings, and the file-wide dictionary they index or None), when it has one; ``cache``: strings
+    hashed before (see :func:`_string_hashes`)."""
     if vals.dtype == object and len(vals) >= _BY_VALUE_MIN:
         got = _hashes_by_value(vals, what, skip_empty, factors, cache)
         if got is not None:
@@ -433,7 +434,7 @@ _BY_VALUE_MIN = 64  # rows from which a string column is hashed one distinct val
 
 
 def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
-                     factors: tuple[np.ndarray, np.ndarray] | None = None,
+                     factors: tuple[np.ndarray, np.ndarray, Any] | None = None,
                      cache: _StringHashes | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The hashes of a column of strings computed once per distinct string, or None (another kind).
 
@@ -441,8 +442,9 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
     fraction of hashing every row. Only strings take this path, so that NULL, the values that
     compare equal across types (1, 1.0, True) and bad values stay with the per-row hashing."""
     n = len(vals)
+    dictionary = None
     if factors is not None:  # strings and None only, as the flat JSON scanner makes them
-        codes, uniq = factors
+        codes, uniq, dictionary = factors
         na = codes < 0
     else:
         try:
@@ -454,7 +456,10 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
         na = codes < 0
         if na.any() and not all(v is None for v in vals[na].tolist()):  # NaN, pd.NA, NaT: per row
             return None
-    if cache is not None and len(uniq):
+    if cache is not None and dictionary is not None and len(uniq):
+        uh0, uh1, nonempty = cache.of_dictionary(dictionary, uniq)
+        uvalid = nonempty if skip_empty else np.ones(len(uniq), dtype=bool)
+    elif cache is not None and len(uniq):
         uh0, uh1 = _string_hashes(uniq, cache)
         uvalid = np.ones(len(uniq), dtype=bool)
         if skip_empty:
@@ -474,16 +479,40 @@ def _hashes_by_value(vals: np.ndarray, what: str, skip_empty: bool,
 
 
 _CACHE_LIMIT = 1 << 20  # strings whose hashes an operator keeps (then it starts afresh)
+_DICTS_KEPT = 8  # decoder dictionaries whose hashes an operator keeps (several files, or columns)
 
 
 class _StringHashes:
     """The hashes of the strings an operator has seen: batches bring the same hosts and URLs
     again, and a dictionary look-up costs a fraction of hashing."""
 
-    __slots__ = ("index", "h0", "h1", "n", "last")
+    __slots__ = ("index", "h0", "h1", "n", "last", "dicts")
 
     def __init__(self) -> None:
         self._reset()
+        # per file-wide dictionary of the decoder (by identity, held so the id stays its own): the
+        # hashes and non-emptiness of its strings by code, extended as it grows
+        self.dicts: dict[int, tuple[Any, np.ndarray, np.ndarray, np.ndarray, int]] = {}
+
+    def of_dictionary(self, dictionary: Any, uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(h0, h1, non-empty) of ``uniq``, the first strings of ``dictionary`` (a
+        :class:`cep.json_flat.StringDictionary`): only strings it gained since are hashed."""
+        m = len(uniq)
+        got = self.dicts.get(id(dictionary))
+        if got is None or got[0] is not dictionary:
+            if len(self.dicts) >= _DICTS_KEPT:
+                self.dicts.clear()
+            z = np.zeros(0, dtype=np.uint64)
+            got = (dictionary, z, z, np.zeros(0, dtype=bool), 0)
+        _d, h0, h1, nonempty, k = got
+        if m > k:
+            new = uniq[k:m]
+            a, b = self.get(new)
+            h0 = np.concatenate((h0[:k], a))
+            h1 = np.concatenate((h1[:k], b))
+            nonempty = np.concatenate((nonempty[:k], np.asarray(new, dtype=object) != ""))
+            self.dicts[id(dictionary)] = (dictionary, h0, h1, nonempty, m)
+        return h0[:m], h1[:m], nonempty[:m]
 
     def _reset(self) -> None:
         self.index: dict[str, int] = {}

@@ -107,7 +107,7 @@ class WindowOperator:
         self.max_ts: int | None = None
         self.max_event_ts = _NEG  # the largest event time applied (the clock too, unless a host sets it)
         # id -> (column, its codes, its name): the argument columns of the batch being prepared
-        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray], str]] = {}
+        self._args: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, Any], str]] = {}
         self._string_hash_cache = _StringHashes()  # hashes of the strings seen, each hashed once
         self.counts = OperatorCounts()
         self.stats = WindowStats()
@@ -551,8 +551,9 @@ class WindowOperator:
                     got[j] = k
         return np.array(got, dtype=np.int64)
 
-    def _factors_of(self, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """The decoder's dictionary encoding of an argument column of the batch being prepared."""
+    def _factors_of(self, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any] | None:
+        """The decoder's dictionary encoding of an argument column of the batch being prepared
+        (codes, distinct strings, and the file-wide dictionary they come from or None)."""
         got = self._args.get(id(vals))
         return got[1] if got is not None and got[0] is vals else None
 
@@ -568,7 +569,7 @@ class WindowOperator:
             vals = batch.column(a.arg.name)[idx]
             enc = batch.encoded(a.arg.name)
             if enc is not None:  # kept for this batch's kernels (hashing per distinct value)
-                self._args[id(vals)] = (vals, (enc[0][idx], enc[1]), a.arg.name)
+                self._args[id(vals)] = (vals, (enc[0][idx], enc[1], batch.dictionary(a.arg.name)), a.arg.name)
             return vals
         if isinstance(a.arg, A.Literal):
             out = np.empty(len(idx), dtype=object)
@@ -654,6 +655,12 @@ class WindowOperator:
 
         ``prev`` is the previous window's partial, restricted to these cells (PREV_WINDOW).
         """
+        at, rows = self._evaluate_apart(part, prev, ctx)
+        return list(zip(at.tolist(), rows))
+
+    def _evaluate_apart(self, part: _Partial, prev: _Partial | None, ctx: _Ctx) -> tuple[np.ndarray, list[dict]]:
+        """:meth:`_evaluate` as (the indexes into ``ctx``, the rows): no pair per row for a caller
+        that wants them apart (many windows read at once)."""
         results = [k.result(st, part.n, part.cells, ctx) for k, st in zip(self.kernels, part.states)]
         prevres = None
         if self.spec.prev:
@@ -672,9 +679,13 @@ class WindowOperator:
                         full[pos] = None if nl[j] else vl[j]
                 prevres[s] = _typed(_narrow_obj(full))
         self.stats.windows += ctx.n
-        return self._evaluate_results(results, prevres, ctx)
+        return self._results_apart(results, prevres, ctx)
 
     def _evaluate_results(self, results: list, prevres: dict | None, ctx: _Ctx) -> list[tuple[int, dict]]:
+        at, rows = self._results_apart(results, prevres, ctx)
+        return list(zip(at.tolist(), rows))
+
+    def _results_apart(self, results: list, prevres: dict | None, ctx: _Ctx) -> tuple[np.ndarray, list[dict]]:
         n = ctx.n
         for s, (vals, nulls) in enumerate(results):
             if vals.dtype == object:
@@ -696,7 +707,7 @@ class WindowOperator:
                 mask = np.fromiter((truthy(self._safe(fn, (i, ctx, lists))) for i in range(n)), dtype=bool, count=n)
             passing = np.flatnonzero(mask)
         if not len(passing):
-            return []
+            return passing, []
         kv = self._key_values
         pkeys = list(map(kv.__getitem__, ctx.kids[passing].tolist()))
         order = _key_order(pkeys, ctx.wstart[passing], ctx.window_first)
@@ -721,7 +732,7 @@ class WindowOperator:
         names = [name for name, _c, _f in self._select] + ["rule", "correction"]
         m = len(passing)
         columns += [[self.name] * m, [False] * m]
-        return list(zip(passing.tolist(), _row_maker(tuple(names))(columns)))
+        return passing, _row_maker(tuple(names))(columns)
 
     def _row_for_retraction(self, kid: int, old: dict) -> dict:
         row = dict(old)

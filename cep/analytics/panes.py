@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -196,9 +195,7 @@ class _PaneWindows:
         wstart = np.asarray(ks, dtype=np.int64)[win] * self.step
         ctx = _Ctx(op, kids, wstart, wstart + self.size)
         ctx.window_first = True  # rows by window start, then key: each window's rows in one run
-        evaluated = op._evaluate(_Partial(kids, part.n, part.states), None, ctx)
-        at = np.fromiter(map(itemgetter(0), evaluated), dtype=np.int64, count=len(evaluated))
-        got = list(map(itemgetter(1), evaluated))
+        at, got = op._evaluate_apart(_Partial(kids, part.n, part.states), None, ctx)
         cut = np.searchsorted(win[at], np.arange(len(ks) + 1)).tolist()
         row_kids = kids[at].tolist()
         bounds = np.searchsorted(win, np.arange(len(ks) + 1))
