@@ -481,6 +481,19 @@ class BatchDFA:
         self.live_attempts = int(counters[6])
         return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
 
+    def next_deadline(self) -> int | None:
+        """The earliest watermark at which :meth:`expire` ends an attempt: the smallest start time
+        plus WITHIN over the live attempts (None without WITHIN or live attempts), as
+        :meth:`cep.operator.PatternOperator._key_deadline` reads it from a key's first live attempt."""
+        within = self.a.within
+        if within is None or not self.pool_used:
+            return None
+        nk = len(self.key_list)
+        lens = self.alen[:nk]
+        owned = np.repeat(self.k[5, :nk], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        live = owned[self.pool[2, owned] != 0]
+        return int(self.pool[1, live].min()) + int(within) if len(live) else None
+
     def expire(self, watermark: int) -> None:
         """WITHIN by the watermark: end the attempts it rules out (nothing is emitted, see
         :func:`batch_plan`), as the automaton's ``expire`` does for keys that send nothing more."""
