@@ -275,6 +275,8 @@ class BatchDFA:
         self.exprs = expr_measures(automaton) if any(
             "\x00" in m[0] for m in self.measures) else {}
         self.past_last = automaton.skip.mode == "PAST_LAST_ROW"
+        # each state's positions: partial_matches_peak counts them (PatternAutomaton._peak_count_dfa)
+        self.sizes = np.array([len(p) for p in self.table.states], dtype=np.int64)
         self.ids: dict[Any, int] = {}
         self.key_list: list[Any] = []
         nk = 1024
@@ -471,7 +473,7 @@ class BatchDFA:
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
-                  self.kinds, self.bits, o_int, o_meas, counters)
+                  self.kinds, self.bits, o_int, o_meas, counters, self.sizes)
         self.pool_used = int(counters[0])
         self.act_seq = int(counters[1])
         stats.partial_matches_peak = int(counters[2])
