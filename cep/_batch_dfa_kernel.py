@@ -108,10 +108,14 @@ def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, paren
 @njit(cache=True)
 def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
          pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
-         counters):  # pragma: no cover - compiled
+         counters, sizes):  # pragma: no cover - compiled
     """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa
-    (``within`` -1: no WITHIN)."""
+    (``within`` -1: no WITHIN; ``sizes[s]``: the positions of state s, which the peak counts)."""
     nseg = len(starts)
+    widest = 0
+    for v in sizes:
+        if v > widest:
+            widest = v
     width = 2
     for i in range(nseg):
         w = alen[ids[i]] + ends[i] - starts[i] + 2
@@ -198,8 +202,12 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                 if sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1):
                     h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos,
                                      pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
-                if t - h > peak:
-                    peak = t - h
+                if (t - h) * widest > peak:  # (the automaton's _peak_count_dfa)
+                    n = 0
+                    for q in range(h, t):
+                        n += sizes[sc[_SID, q]]
+                    if n > peak:
+                        peak = n
         k[_LAST, key] = last
         na = t - h
         if na > 0:

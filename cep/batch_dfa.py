@@ -275,6 +275,8 @@ class BatchDFA:
         self.exprs = expr_measures(automaton) if any(
             "\x00" in m[0] for m in self.measures) else {}
         self.past_last = automaton.skip.mode == "PAST_LAST_ROW"
+        # each state's positions: partial_matches_peak counts them (PatternAutomaton._peak_count_dfa)
+        self.sizes = np.array([len(p) for p in self.table.states], dtype=np.int64)
         self.ids: dict[Any, int] = {}
         self.key_list: list[Any] = []
         nk = 1024
@@ -471,7 +473,7 @@ class BatchDFA:
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
-                  self.kinds, self.bits, o_int, o_meas, counters)
+                  self.kinds, self.bits, o_int, o_meas, counters, self.sizes)
         self.pool_used = int(counters[0])
         self.act_seq = int(counters[1])
         stats.partial_matches_peak = int(counters[2])
@@ -480,6 +482,19 @@ class BatchDFA:
         stats.partial_matches_dropped += int(counters[5])
         self.live_attempts = int(counters[6])
         return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+
+    def next_deadline(self) -> int | None:
+        """The earliest watermark at which :meth:`expire` ends an attempt: the smallest start time
+        plus WITHIN over the live attempts (None without WITHIN or live attempts), as
+        :meth:`cep.operator.PatternOperator._key_deadline` reads it from a key's first live attempt."""
+        within = self.a.within
+        if within is None or not self.pool_used:
+            return None
+        nk = len(self.key_list)
+        lens = self.alen[:nk]
+        owned = np.repeat(self.k[5, :nk], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        live = owned[self.pool[2, owned] != 0]
+        return int(self.pool[1, live].min()) + int(within) if len(live) else None
 
     def expire(self, watermark: int) -> None:
         """WITHIN by the watermark: end the attempts it rules out (nothing is emitted, see

@@ -295,11 +295,58 @@ class PatternAutomaton:
         self._init_dfa()
         self.fast_plan = self._fast_plan()
         self._fast_cache: dict[tuple[int, ...], list[int]] = {}
-        # many live start rows of a linear pattern as arrays (cep/lanes.py), or None
-        self.lanes: LanePlan | None = self._lane_plan()
+        # partial_matches_peak counts the automaton positions of a start row's runs where runs in
+        # one position share their future (_peak_count), so that a rule counts the same on every
+        # path: the lazy DFA holds one run per position, the general path may hold several
+        self.same_future = not self.dfa and self._runs_share_future()
+        # many live start rows of a linear pattern as arrays (cep/lanes.py), or None; not for a rule
+        # whose runs share their future (only with the rewrite off: the lanes count every run)
+        self.lanes: LanePlan | None = None if self.same_future else self._lane_plan()
 
     def _lane_plan(self) -> LanePlan | None:
         return lane_plan(self)
+
+    def _runs_share_future(self) -> bool:
+        """Whether two runs of one start row in one automaton position have the same future: no
+        condition reads the match (as evaluated, or after the exact rewrites when they are off),
+        and no deadline or NO SKIP needs each run's own rows."""
+        if self.deadline_work or self.no_skip:
+            return False
+        if self.history_free:
+            return True
+        if self.rewritten:
+            return False
+        cp = self.cp
+        return all(is_row_local(c, self.var_names[vid], cp.subsets, vid)
+                   for vid, expr in rewrite_defines(cp).items() for c in split_conjuncts(expr))
+
+    def _peak_count(self, attempts: list[Attempt], head: Attempt | None) -> int:
+        """The partial matches of a key for ``partial_matches_peak`` when runs in one position share
+        their future (:attr:`same_future`): per live start row the positions of its runs (the
+        lazy DFA's state), none for a later start row in the positions of ``head`` (the first start
+        row before this row's resolve) that the lazy DFA merges into it (:meth:`_step_key_dfa`)."""
+        hp: tuple[int, ...] | None = None
+        hb = None
+        if head is not None and head.threads and self.skip.mode == "PAST_LAST_ROW" and self.within is None and MERGE_EQUIVALENT_ATTEMPTS:
+            hp = tuple(dict.fromkeys([pc for pc, _ in head.threads]))
+            b = head.best
+            hb = b if b is None or isinstance(b, int) else b.rno
+        n = 0
+        for x in attempts:
+            th = x.threads
+            if not th:
+                continue
+            pos = tuple(dict.fromkeys([pc for pc, _ in th]))
+            if hp is not None and x is not head and pos == hp and x.best is None and (hb is None or hb >= x.start):
+                continue
+            n += len(pos)
+        return n
+
+    def _peak_count_dfa(self, attempts: list[Attempt]) -> int:
+        """The partial matches of a lazy-DFA key for ``partial_matches_peak``: the positions of the
+        live start rows' states (what :meth:`_peak_count` counts on the general path)."""
+        states = self.dfa_states
+        return sum([len(states[x.threads]) for x in attempts])
 
     # ------------------------------------------------------------------ compile helpers
     def _closure(self, pc: int, at_start: bool = False) -> tuple[int, ...]:
@@ -473,6 +520,7 @@ class PatternAutomaton:
             if attempts:
                 if len(attempts) == 1:
                     head = attempts[0]
+                    first: Attempt | None = head
                     # (what _resolve does for a live head that cannot skip anything: nothing)
                     if not head.threads or no_skip or (past_last and head.best is not None):
                         self._resolve(st, emit, stats, past_last)
@@ -480,10 +528,15 @@ class PatternAutomaton:
                 else:
                     if sum([len(x.threads) for x in attempts]) > self.max_partial_matches:
                         self._over_cap(st, stats)
+                    first = attempts[0] if attempts else None  # (the skip_key cap clears them)
                     self._resolve(st, emit, stats, past_last)
                     live = sum([len(x.threads) for x in attempts])
-                if live > stats.partial_matches_peak:  # the most one key held at once
-                    stats.partial_matches_peak = live
+                # the most one key held at once (positions, not runs, where runs in one position
+                # share their future: _peak_count; never more than the runs, so counted only then)
+                if live > stats.partial_matches_peak:
+                    n = self._peak_count(attempts, first) if self.same_future else live
+                    if n > stats.partial_matches_peak:
+                        stats.partial_matches_peak = n
                 if budget is not None and live > budget:
                     self._over_budget(st, live, emit, stats, past_last)
             j += 1
@@ -842,6 +895,7 @@ class PatternAutomaton:
         self.merge_runs = self.history_free and not self.deadline_work and not self.no_skip
         self._dead = 0 if self.dfa else []
         self.dfa_states: list[tuple[int, ...]] = [()]
+        self.dfa_widest = 0  # the most positions of a state built so far (bounds _peak_count_dfa)
         self.dfa_ids: dict[tuple[int, ...], int] = {(): 0}
         self.dfa_trans: list[dict[int, tuple[int, bool]]] = [{}]
         self.dfa_start = self._dfa_id(tuple(self.start_closure))
@@ -849,6 +903,7 @@ class PatternAutomaton:
     def _dfa_id(self, pcs: tuple[int, ...]) -> int:
         sid = self.dfa_ids.get(pcs)
         if sid is None:
+            self.dfa_widest = max(self.dfa_widest, len(pcs))
             sid = len(self.dfa_states)
             self.dfa_ids[pcs] = sid
             self.dfa_states.append(pcs)
@@ -962,8 +1017,10 @@ class PatternAutomaton:
                 # (what _resolve would do: nothing while the head lives and cannot skip others)
                 if not head.threads or (past_last and head.best is not None and len(attempts) > 1):
                     self._resolve(st, emit, stats, past_last)
-                if len(attempts) > stats.partial_matches_peak:
-                    stats.partial_matches_peak = len(attempts)
+                if len(attempts) * self.dfa_widest > stats.partial_matches_peak:
+                    n = self._peak_count_dfa(attempts)
+                    if n > stats.partial_matches_peak:
+                        stats.partial_matches_peak = n
                 if budget is not None and len(attempts) > budget:
                     self._over_budget(st, sum(1 for x in attempts if x.threads), emit, stats, past_last)
             j += 1

@@ -368,6 +368,9 @@ class PatternOperator:
         d = self._fast.next_deadline() if self._fast is not None else self._first_deadline()
         if d is not None and (best is None or d < best):
             best = d
+        d = self._keyed.next_deadline() if self._keyed is not None else None
+        if d is not None and (best is None or d < best):
+            best = d
         return best
 
     def _key_deadline(self, key: Any) -> int | None:

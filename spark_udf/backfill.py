@@ -30,16 +30,14 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from cep.operator import NO_WATERMARK, OperatorOutput
 from spark_udf.core import (
     CORRUPT_BUCKET,
     PRIOR_COL,
     SEQ_COL,
     GroupCore,
     TimeReading,
-    _keys_present,
-    _partition_id,
-    _segments,
+    prior_times,
+    segment_times,
 )
 
 __all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL"]
@@ -59,31 +57,21 @@ def segment_stats(
     before the segment, these say whether any row of the segment can be late (:func:`late_free`)
     without a second pass. Rows reach this function in input order, segment by segment.
     """
-    from pyspark import TaskContext  # only inside a Spark task
-
-    pid = _partition_id(TaskContext)
     # per segment: [max, min, lag] per key set; the running max carries over batches of a segment
     best: dict[str, list[list[int]]] = {}
-    for pdf in batches:
-        if not len(pdf):
+    for seg, i, sel in segment_times(batches, time_col, key_sets, seg_cols, reading):
+        cur = best.setdefault(seg, [[_MIN, _MIN, 0] for _ in key_sets])
+        if not len(sel):
             continue
-        ms, ok, _ = reading.read(pdf, time_col)
-        valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
-        for seg, a, b in _segments(pdf, seg_cols, pid):
-            cur = best.setdefault(seg, [[_MIN, _MIN, 0] for _ in key_sets])
-            for i, v in enumerate(valid):
-                sel = ms[a:b][v[a:b]]
-                if not len(sel):
-                    continue
-                run = np.maximum.accumulate(sel)
-                before = np.empty(len(sel), dtype=np.int64)
-                before[0] = cur[i][0]
-                before[1:] = np.maximum(run[:-1], cur[i][0])
-                behind = before > sel  # the int64 minimum is behind nothing
-                lag = int((before[behind] - sel[behind]).max()) if behind.any() else 0
-                lo = int(sel.min())
-                cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
-                          max(cur[i][2], lag)]
+        run = np.maximum.accumulate(sel)
+        before = np.empty(len(sel), dtype=np.int64)
+        before[0] = cur[i][0]
+        before[1:] = np.maximum(run[:-1], cur[i][0])
+        behind = before > sel  # the int64 minimum is behind nothing
+        lag = int((before[behind] - sel[behind]).max()) if behind.any() else 0
+        lo = int(sel.min())
+        cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
+                  max(cur[i][2], lag)]
     rows = [(seg, i, *stats) for seg, per in best.items() for i, stats in enumerate(per)]
     yield pd.DataFrame({
         "seg": [r[0] for r in rows], "ks": [r[1] for r in rows],
@@ -146,28 +134,10 @@ class KeySetCore:
         by = [c for c in ((SEQ_COL,) if SEQ_COL in pdf.columns else self.order_cols) if c in pdf.columns]
         if by:
             pdf = pdf.sort_values(by, kind="stable", ignore_index=True)
-        prior: np.ndarray | None = None
-        col = f"{PRIOR_COL}_{ks}"
-        if self.judged.get(ks) and col in pdf.columns:
-            p = pdf[col].to_numpy(dtype="float64", na_value=np.nan)
-            prior = np.where(np.isnan(p), _MIN, np.nan_to_num(p)).astype(np.int64)
+        prior = prior_times(pdf, f"{PRIOR_COL}_{ks}") if self.judged.get(ks) else None
         batch, src = core._batch(pdf)  # once for every rule of the key set
-        frames = []
-        for name in self.rules_of.get(ks, []):
-            spec, op, _ = core._operator(name)
-            op.reset()
-            out = OperatorOutput()
-            late_before: Any = NO_WATERMARK
-            if prior is not None:
-                late_before = np.where(prior == _MIN, NO_WATERMARK, prior - spec.lateness_ms)
-            res = op.ingest(batch, late_before)
-            core._attach_sources(res, src)
-            out.extend(res)
-            out.extend(op.finish())
-            op.reset()
-            f = core._frame(spec, out)
-            if f is not None:
-                frames.append(f)
+        frames = [f for f in (core.replay(name, bucket, batch, src, prior) for name in self.rules_of.get(ks, []))
+                  if f is not None]
         if not frames:
             return core._empty()
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

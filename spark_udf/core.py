@@ -54,6 +54,9 @@ from spark_udf.state import (
 __all__ = [
     "rule_key", "RuleSpec", "GroupCore", "InputLayout", "TimeReading", "epoch_ms", "epoch_ms_in", "SOURCE_COL", "PRIOR_COL", "SEQ_COL", "CORRUPT_COL",
     "CORRUPT_BUCKET", "INPUT_COL", "STREAM_COL",
+    # the backfill passes' internal API, shared with spark_udf.frames and spark_udf.backfill
+    "segments", "segment_times", "segment_maxima", "arrival_plan", "annotate_arrival", "partition_id",
+    "keys_present", "prior_times",
 ]
 
 SOURCE_COL = "_cep_source"
@@ -286,34 +289,42 @@ class GroupCore:
     def static_group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:
         """A whole group of a static input: replay arrival order, then the final watermark."""
         rule = self.rule_named(key[0])
-        out = OperatorOutput()
         if int(key[1]) == CORRUPT_BUCKET:
             frame = self._malformed([pdf])
             return frame if frame is not None else self._empty()
         if rule not in self.specs:
             return self._empty()
-        spec, op, _ = self._operator(rule)
-        op.reset()
-        if spec.table is not None:  # each change's late or error row is written by one group
-            op.reporting = spec.table.reporter and (spec.table.keyed or int(key[1]) == 0)  # type: ignore[attr-defined]
-            op.first_group = int(key[1]) == 0  # type: ignore[attr-defined]
-        if hasattr(op, "startup"):  # a joined rule's or a view's snapshot-file errors
-            out.extend(op.startup())  # type: ignore[attr-defined]
         if SEQ_COL in pdf.columns:
             pdf = pdf.sort_values(SEQ_COL, kind="stable")
-        late_before: Any = NO_WATERMARK
-        if PRIOR_COL in pdf.columns:
-            prior = pdf[PRIOR_COL].to_numpy(dtype="float64", na_value=np.nan)
-            late_before = np.where(np.isnan(prior), NO_WATERMARK, np.nan_to_num(prior) - spec.lateness_ms)
-            late_before = late_before.astype(np.int64)
         batch, src = self._batch(pdf)
+        frame = self.replay(rule, int(key[1]), batch, src, prior_times(pdf, PRIOR_COL))
+        return frame if frame is not None else self._empty()
+
+    def replay(self, rule: str, bucket: int, batch: EventBatch, src: np.ndarray | None,
+               prior: np.ndarray | None) -> pd.DataFrame | None:
+        """One rule over a whole group's rows, in arrival order, then the final watermark: its frame.
+
+        ``prior`` is each row's arrival watermark before the rule's lateness (:func:`prior_times`;
+        None: no row can be late). The operator is reset before and after, so the next group starts
+        empty. Shared by :meth:`static_group` and the key-set groups of :mod:`spark_udf.backfill`.
+        """
+        spec, op, _ = self._operator(rule)
+        op.reset()
+        out = OperatorOutput()
+        if spec.table is not None:  # each change's late or error row is written by one group
+            op.reporting = spec.table.reporter and (spec.table.keyed or bucket == 0)  # type: ignore[attr-defined]
+            op.first_group = bucket == 0  # type: ignore[attr-defined]
+        if hasattr(op, "startup"):  # a joined rule's or a view's snapshot-file errors
+            out.extend(op.startup())  # type: ignore[attr-defined]
+        late_before: Any = NO_WATERMARK
+        if prior is not None:
+            late_before = np.where(prior == NO_WATERMARK, NO_WATERMARK, prior - spec.lateness_ms)
         res = op.ingest(batch, late_before)
         self._attach_sources(res, src)
         out.extend(res)
         out.extend(op.finish())
-        frame = self._frame(spec, out)
         op.reset()
-        return frame if frame is not None else self._empty()
+        return self._frame(spec, out)
 
     def _empty(self) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in self.envelope_columns})
@@ -626,7 +637,16 @@ def _time_values(s: pd.Series) -> np.ndarray:
 _MIN = np.iinfo(np.int64).min
 
 
-def _segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tuple[str, int, int]]:
+def prior_times(pdf: pd.DataFrame, col: str) -> np.ndarray | None:
+    """A group's arrival watermarks (``_cep_prior`` columns) as int64, the int64 minimum where a row
+    had no earlier row; None when the column is absent (no row can be late)."""
+    if col not in pdf.columns:
+        return None
+    p = pdf[col].to_numpy(dtype="float64", na_value=np.nan)
+    return np.where(np.isnan(p), _MIN, np.nan_to_num(p)).astype(np.int64)
+
+
+def segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tuple[str, int, int]]:
     """Contiguous runs of rows from one input segment: ``(segment key, start, end)``.
 
     A segment is a file block (when ``seg_cols`` name the file path and block start) or the
@@ -647,26 +667,39 @@ def _segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tu
     return runs
 
 
+def segment_times(
+    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...],
+    reading: TimeReading = TimeReading(),
+) -> Iterator[tuple[str, int, np.ndarray]]:
+    """A backfill's first pass, row by row: ``(segment key, key set, valid event times)`` for every
+    run of rows of one input segment and every key set, times in input order (possibly none).
+
+    The summaries of the first pass (:func:`segment_maxima`, :func:`spark_udf.backfill.segment_stats`)
+    fold these; a segment's runs come in input order, segment by segment. Inside a Spark task.
+    """
+    from pyspark import TaskContext  # only inside a Spark task
+
+    pid = partition_id(TaskContext)
+    for pdf in batches:
+        if not len(pdf):
+            continue
+        ms, ok, _ = reading.read(pdf, time_col)
+        valid = [ok & keys_present(pdf, keys) for keys in key_sets]
+        for seg, a, b in segments(pdf, seg_cols, pid):
+            for i, v in enumerate(valid):
+                yield seg, i, ms[a:b][v[a:b]]
+
+
 def segment_maxima(
     batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...],
     reading: TimeReading = TimeReading(),
 ) -> Iterator[pd.DataFrame]:
     """Per input segment and key set, the largest valid event time (a backfill's first pass)."""
-    from pyspark import TaskContext  # only inside a Spark task
-
-    pid = _partition_id(TaskContext)
     best: dict[str, list[int]] = {}
-    for pdf in batches:
-        if not len(pdf):
-            continue
-        ms, ok, _ = reading.read(pdf, time_col)
-        valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
-        for seg, a, b in _segments(pdf, seg_cols, pid):
-            cur = best.setdefault(seg, [_MIN] * len(key_sets))
-            for i, v in enumerate(valid):
-                sel = ms[a:b][v[a:b]]
-                if len(sel):
-                    cur[i] = max(cur[i], int(sel.max()))
+    for seg, i, sel in segment_times(batches, time_col, key_sets, seg_cols, reading):
+        cur = best.setdefault(seg, [_MIN] * len(key_sets))
+        if len(sel):
+            cur[i] = max(cur[i], int(sel.max()))
     rows = [(seg, i, None if mx == _MIN else mx) for seg, mxs in best.items() for i, mx in enumerate(mxs)]
     yield pd.DataFrame({"seg": [r[0] for r in rows], "ks": [r[1] for r in rows], "mx": [r[2] for r in rows]},
                        dtype=object)
@@ -719,7 +752,7 @@ def annotate_arrival(
     earlier row (``_cep_prior_<i>``): the watermark the embedded engine had when the row came."""
     from pyspark import TaskContext
 
-    pid = _partition_id(TaskContext)
+    pid = partition_id(TaskContext)
     runs: dict[str, list[int]] = {}
     offsets: dict[str, int] = {}
     for pdf in batches:
@@ -729,8 +762,8 @@ def annotate_arrival(
         priors = [np.full(n, _MIN, dtype=np.int64) for _ in key_sets]
         if n:
             ms, ok, _ = reading.read(pdf, time_col)
-            valid = [ok & _keys_present(pdf, keys) for keys in key_sets]
-            for seg, a, b in _segments(pdf, seg_cols, pid):
+            valid = [ok & keys_present(pdf, keys) for keys in key_sets]
+            for seg, a, b in segments(pdf, seg_cols, pid):
                 rank, before = plan.get(seg, (0, [_MIN] * len(key_sets)))
                 run = runs.setdefault(seg, list(before))
                 off = offsets.get(seg, 0)
@@ -750,12 +783,14 @@ def annotate_arrival(
         yield pdf
 
 
-def _partition_id(task_context: Any) -> int:
+def partition_id(task_context: Any) -> int:
+    """The Spark partition a task reads (0 outside a task)."""
     ctx = task_context.get()
     return 0 if ctx is None else int(ctx.partitionId())
 
 
-def _keys_present(pdf: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
+def keys_present(pdf: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
+    """Which rows have a value in every key column (rows without one reach no rule of the key set)."""
     ok = np.ones(len(pdf), dtype=bool)
     for k in keys:
         ok &= (~pdf[k].isna()).to_numpy() if k in pdf.columns else False

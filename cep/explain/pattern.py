@@ -12,9 +12,11 @@ partial match's own node. Operand values are evaluated by the engine's expressio
 
 Two differences from ``cep run``, neither changing a row (tests/cep/test_explain.py checks it on
 every pattern rule of the example files): the automaton steps every rule on its general path (the
-node histories), not the lazy DFA some history-free rules get, since only nodes say which row
-went to which variable; and ``PATTERN (A NOT B) WITHIN T`` rules run on the automaton rather than
-on the column-wise absence path (:mod:`cep.absence`).
+node histories), not the lazy DFA, batch DFA or lanes some rules get, since only nodes say which
+row went to which variable; and ``PATTERN (A NOT B) WITHIN T`` rules run on the automaton rather
+than on the column-wise absence path (:mod:`cep.absence`). The conditions are the ones ``cep run``
+evaluates (after the exact rewrites of :mod:`patterns.rewrite`); the notes name the path ``cep
+run`` takes and each rewritten condition as written (:mod:`cep.explain.paths`).
 
 Example:
     >>> from cep.events import batch_from_records
@@ -38,7 +40,9 @@ import numpy as np
 
 from cep.events import EventBatch, event_times, format_duration, format_time
 from cep.explain.model import ExplainedRow, Explanation, Verdict
+from cep.explain.paths import stepping_path
 from cep.explain.rows import key_rows, refuse_joined
+from cep.explain.sql import expr_sql
 from cep.expressions import DERIVED, Layout, MatchCtx, Node, compile_match_expr, truthy
 from cep.nfa import _NO_ROW, Attempt, KeyState, PatternAutomaton, StepStats
 from cep.operator import OperatorOutput, PatternOperator
@@ -53,86 +57,6 @@ ROW_FIELD = "__cep_explain_row"
 
 # at most this many rows of the key are shown in the table; past it the explanation says so
 MAX_ROWS = 100_000
-
-
-# ------------------------------------------------------------------ SQL text of an expression
-
-_PREC = {"OR": 1, "AND": 2, "NOT": 3, "CMP": 4, "||": 5, "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
-
-
-def expr_sql(e: A.Expr) -> str:
-    """An expression as SQL text (the parser keeps no end offsets, so it is printed back).
-
-    Example:
-        >>> from patterns.match_recognize import parse_statement
-        >>> mr = parse_statement("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) "
-        ...     "DEFINE B AS B.x > PREV(B.x) * 1.02 AND (B.y = 'a' OR B.y IS NULL))")
-        >>> expr_sql(mr.defines[0].expr)
-        "B.x > PREV(B.x) * 1.02 AND (B.y = 'a' OR B.y IS NULL)"
-    """
-    return _sql(e, 0)
-
-
-def _lit(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    return repr(v)
-
-
-def _sql(e: A.Expr, outer: int) -> str:
-    def wrap(text: str, prec: int) -> str:
-        return f"({text})" if prec < outer else text
-
-    if isinstance(e, A.Literal):
-        return _lit(e.value)
-    if isinstance(e, A.Column):
-        return e.name if e.var is None else f"{e.var}.{e.name}"
-    if isinstance(e, A.Unary):
-        return f"{e.op}{_sql(e.operand, 8)}"
-    if isinstance(e, A.Binary):
-        p = _PREC.get(e.op, 6)
-        return wrap(f"{_sql(e.left, p)} {e.op} {_sql(e.right, p + 1)}", p)
-    if isinstance(e, A.Compare):
-        return wrap(f"{_sql(e.left, 5)} {e.op} {_sql(e.right, 5)}", 4)
-    if isinstance(e, A.Logical):
-        p = _PREC[e.op]
-        return wrap(f" {e.op} ".join(_sql(a, p + 1) for a in e.args), p)
-    if isinstance(e, A.Not):
-        return wrap(f"NOT {_sql(e.operand, 4)}", 3)
-    if isinstance(e, A.IsNull):
-        return wrap(f"{_sql(e.operand, 5)} IS {'NOT ' if e.negated else ''}NULL", 4)
-    if isinstance(e, A.Between):
-        return wrap(f"{_sql(e.operand, 5)} {'NOT ' if e.negated else ''}BETWEEN {_sql(e.low, 5)} AND {_sql(e.high, 5)}", 4)
-    if isinstance(e, A.InList):
-        items = ", ".join(_sql(x, 0) for x in e.items)
-        return wrap(f"{_sql(e.operand, 5)} {'NOT ' if e.negated else ''}IN ({items})", 4)
-    if isinstance(e, A.Like):
-        return wrap(f"{_sql(e.operand, 5)} {'NOT ' if e.negated else ''}LIKE {_lit(e.pattern)}", 4)
-    if isinstance(e, A.Case):
-        parts = " ".join(f"WHEN {_sql(c, 0)} THEN {_sql(v, 0)}" for c, v in e.whens)
-        default = f" ELSE {_sql(e.default, 0)}" if e.default is not None else ""
-        return f"CASE {parts}{default} END"
-    if isinstance(e, A.Func):
-        return f"{e.name}({', '.join(_sql(a, 0) for a in e.args)})"
-    if isinstance(e, A.Nav):
-        sem = "FINAL " if e.semantics == "FINAL" else ""
-        default_offset = 1 if e.kind in ("PREV", "NEXT") else 0
-        off = f", {e.offset}" if e.offset != default_offset else ""
-        return f"{sem}{e.kind}({_sql(e.arg, 0)}{off})"
-    if isinstance(e, A.Agg):
-        sem = "FINAL " if e.semantics == "FINAL" else ""
-        if e.arg is None:
-            return f"{sem}{e.func}({e.var + '.*' if e.var else '*'})"
-        return f"{sem}{e.func}({_sql(e.arg, 0)})"
-    if isinstance(e, A.Classifier):
-        return f"CLASSIFIER({e.var or ''})"
-    if isinstance(e, A.MatchNumber):
-        return "MATCH_NUMBER()"
-    return type(e).__name__  # pragma: no cover - every expression kind is printed above
 
 
 def _value(v: Any) -> str:
@@ -171,7 +95,7 @@ class Conditions:
         self.layout = layout
         self.local: dict[int, list[A.Expr]] = {}
         self.rest: dict[int, list[A.Expr]] = {}
-        for vid, expr in cp.defines.items():
+        for vid, expr in a.defines.items():  # as the engine evaluates them (rewritten or not)
             name = a.var_names[vid]
             conj = split_conjuncts(expr)
             self.local[vid] = [c for c in conj if is_row_local(c, name, cp.subsets, vid)]
@@ -330,9 +254,9 @@ class TracingAutomaton(PatternAutomaton):
     """The engine's automaton on its general path, telling a :class:`Trace` what it did for one key."""
 
     trace: Trace
-    # explain shows each condition as the rule's text says it (patterns/rewrite.py gives the same
-    # verdicts, but would show LAST(R.close) as PREV(D.close))
-    rewrite = False
+    # (the conditions are the ones cep run evaluates: with REWRITE_CONDITIONS, the exact rewrites of
+    # patterns/rewrite.py, so LAST(R.close) in D's condition is judged as PREV(D.close) on each row;
+    # the explanation's notes give each rewritten condition as written, cep/explain/paths.py)
 
     def _init_dfa(self) -> None:
         super()._init_dfa()
@@ -855,6 +779,7 @@ def _build(rule: Any, op: ExplainOperator, tr: Trace, events: EventBatch, key: d
         ex.notes.append("every event was replayed; only the rows and moments within --from/--to are shown")
     if n_late:
         ex.notes.append("late rows are judged against the watermark of every key, as cep run judges them")
+    ex.notes[:0] = stepping_path(rule).notes()
     ex.notes.append("per-key caps (max_partial_matches, the work budget) are the rule's; run-wide limits "
                     "(--max-partial-matches-total, --idle-state-ttl) are not applied")
     return ex
