@@ -55,6 +55,36 @@ def _b_or(x, v, i, asg):
     return x[i] > x[asg[0][0]] + 3 or (v[i] is not None and v[i] > 90 and len(_rows_of(asg, "R")) > 3)
 
 
+def _prev(x, i):
+    return x[i - 1] if i > 0 else None
+
+
+def _down(x, v, i, a):
+    return _prev(x, i) is not None and x[i] < _prev(x, i)
+
+
+def _up_v(x, v, i, a):
+    return _prev(x, i) is not None and x[i] > _prev(x, i) and x[i] >= x[a[0][0]]
+
+
+def _down_eq(x, v, i, a):
+    return _prev(x, i) is not None and x[i] <= _prev(x, i)
+
+
+def _up_eq(x, v, i, a):
+    return _prev(x, i) is not None and x[i] >= _prev(x, i) and x[i] >= x[a[0][0]] - 1
+
+
+def _b_after_r(x, v, i, a):
+    rs = _rows_of(a, "R")
+    return bool(rs) and x[i] > x[rs[-1]] + 1
+
+
+def _r_band_sum(x, v, i, a):
+    got = [v[j] for j in _rows_of(a, "R") if v[j] is not None]
+    return abs(x[i] - x[a[0][0]]) <= 2 and (not got or sum(got) < 400)
+
+
 # (statement, conditions for the brute force: (x, v, row, assignment including the row) -> holds)
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     # range_breakout's shape: a band around the start row, a breakout on volume
@@ -92,6 +122,47 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
            DEFINE R AS R.x NOT BETWEEN S.x + 3 AND S.v,
                   B AS B.x > S.x + 3 OR (B.v > 90 AND COUNT(R.*) > 3))""",
         {"S": lambda x, v, i, a: True, "R": _r_outside, "B": _b_or},
+    ),
+    # the V-shape of rules/trading.yaml: two quantified variables, U reads the start row; D and U
+    # exclude each other, so the runs of a start row never fork
+    "v_shape": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd, LAST(D.x) AS bottom
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S D{2,} U+)
+           DEFINE D AS D.x < PREV(D.x),
+                  U AS U.x > PREV(U.x) AND LAST(U.x) >= S.x)""",
+        {"S": lambda x, v, i, a: True, "D": _down, "U": _up_v},
+    ),
+    # D and U overlap (equal closes pass both): a start row's runs fork, and go back to node chains
+    "v_shape_forks": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S D{2,} U+)
+           DEFINE D AS D.x <= PREV(D.x),
+                  U AS U.x >= PREV(U.x) AND U.x >= S.x - 1)""",
+        {"S": lambda x, v, i, a: True, "D": _down_eq, "U": _up_eq},
+    ),
+    # reluctant R, bounded B{2,6}; B reads the last R row (not the previous row after the first B)
+    "reluctant_b_reads_r": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(B.ts) AS t1, COUNT(B.*) AS nb, LAST(R.x) AS lr
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S R{3,}? B{2,6})
+           DEFINE R AS R.x BETWEEN S.x - 2 AND S.x + 2,
+                  B AS B.x > LAST(R.x) + 1)""",
+        {"S": lambda x, v, i, a: True, "R": lambda x, v, i, a: abs(x[i] - x[a[0][0]]) <= 2, "B": _b_after_r},
+    ),
+    # B may be empty: a row taken as R completes a match; SUM over R in R's own condition
+    "r_completes": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(ts) AS t1, COUNT(B.*) AS nb
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S R{2,} B*)
+           DEFINE R AS R.x BETWEEN S.x - 2 AND S.x + 2 AND (SUM(R.v) < 400 OR COUNT(R.v) = 0),
+                  B AS B.x > S.x + 2)""",
+        {"S": lambda x, v, i, a: True, "R": _r_band_sum, "B": lambda x, v, i, a: x[i] > x[a[0][0]] + 2},
     ),
 }
 
