@@ -1123,7 +1123,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 pending.clear()
             if attempts:
                 n_before = len(attempts)
-                if n_before > 1 and (live.size + general) * max_runs > cap:
+                if n_before > 1 and (general or live.size * max_runs > cap):
                     total = int(nthreads[lanes.sid[live]].sum()) if live.size else 0
                     if general:
                         total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
@@ -1135,8 +1135,9 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                         live = _still_there(attempts, lanes, live)
                     if general:
                         general = sum(1 for x in attempts if x.threads and not isinstance(x.threads, LaneRun))
-                # (live start rows bound the runs: most rows cannot raise the peak)
-                if (live.size + general) * max_runs > stats.partial_matches_peak:
+                # (live start rows bound their runs: most rows cannot raise the peak; a start row on
+                # the general path may hold more runs than any state, after a fork)
+                if general or live.size * max_runs > stats.partial_matches_peak:
                     total = int(nthreads[lanes.sid[live]].sum()) if live.size else 0
                     if general:
                         total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
