@@ -847,36 +847,39 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     io[LK.IO_RESUME] = st.resume
     new_attempt = a.attempt_class
     dead = a._dead
-    objs, ids = lanes.objs, lanes.ids
+    objs = lanes.objs
     while True:
         step(xb, s, n, mb, tb, rno0, io,
              lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
              lanes.alive, lanes.best, Q, killed, bested, *consts)
-        # the start rows' objects follow the arrays
+        # the start rows' objects follow the arrays: made only for the start rows still queued
+        # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
         nl0, nl1 = lanes.n, int(io[LK.IO_NL])
-        fresh_objs = []
-        if nl1 > nl0:
-            for i, (rno, t) in enumerate(zip(lanes.start[nl0:nl1].tolist(), lanes.start_ts[nl0:nl1].tolist()), nl0):
-                fresh_objs.append(new_attempt(rno, t, LaneRun(lanes, i)))
-                ids[rno] = i
-            objs.extend(fresh_objs)
-            lanes.n = nl1
         for i in killed[: io[LK.IO_NKILL]].tolist():
-            objs[i].threads = dead
+            if i < nl0:
+                objs[i].threads = dead
         for i in bested[: io[LK.IO_NBEST]].tolist():
-            att = objs[i]
-            att.best = int(lanes.best[i])
-            att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+            if i < nl0:
+                att = objs[i]
+                att.best = int(lanes.best[i])
+                att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
         qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+        old = len(attempts)
+        if nl1 > nl0:
+            objs.extend([None] * (nl1 - nl0))
+            lanes.n = nl1
+            # without a removal after the head, queue positions do not move: the new start rows
+            # still queued are the tail from the old ones' end (or from the head, past it)
+            made = _made(lanes, new_attempt, dead, Q[qh:qt] if io[LK.IO_MIDDLE] else Q[max(qh, old):qt], nl0)
+        else:
+            made = []
         if io[LK.IO_MIDDLE]:
             attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
+        elif qh <= old:
+            del attempts[:qh]
+            attempts.extend(made)
         else:
-            old = len(attempts)
-            if qh <= old:
-                del attempts[:qh]
-                attempts.extend(fresh_objs)
-            else:
-                attempts[:] = fresh_objs[qh - old:]
+            attempts[:] = made
         stats.partial_matches_peak = int(io[LK.IO_PEAK])
         status = int(io[LK.IO_STATUS])
         if not status:
@@ -911,6 +914,25 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     if len(st.rows) > 128:
         a._trim(st)
     return True
+
+
+def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray, nl0: int) -> list:
+    """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
+    in queue order; lanes made before keep theirs."""
+    objs, ids = lanes.objs, lanes.ids
+    out = []
+    for i in queued.tolist():
+        if i < nl0:
+            continue
+        rno = int(lanes.start[i])
+        att = new_attempt(rno, int(lanes.start_ts[i]), LaneRun(lanes, i) if lanes.alive[i] else dead)
+        if lanes.best[i] >= 0:
+            att.best = int(lanes.best[i])
+            att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+        objs[i] = att
+        ids[rno] = i
+        out.append(att)
+    return out
 
 
 def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, masks, ts, emit, stats: StepStats,
