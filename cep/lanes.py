@@ -920,15 +920,18 @@ def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray, nl0: i
     """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
     in queue order; lanes made before keep theirs."""
     objs, ids = lanes.objs, lanes.ids
+    new = queued[queued >= nl0]
     out = []
-    for i in queued.tolist():
-        if i < nl0:
-            continue
-        rno = int(lanes.start[i])
-        att = new_attempt(rno, int(lanes.start_ts[i]), LaneRun(lanes, i) if lanes.alive[i] else dead)
-        if lanes.best[i] >= 0:
-            att.best = int(lanes.best[i])
-            att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+    if not new.size:
+        return out
+    # (whole columns as lists: a numpy scalar read per start row costs more than the object)
+    live = lanes.alive[new].tolist()
+    for i, rno, t, ok, best, bx in zip(new.tolist(), lanes.start[new].tolist(), lanes.start_ts[new].tolist(), live,
+                                       lanes.best[new].tolist(), lanes.bx[new].tolist()):
+        att = new_attempt(rno, t, LaneRun(lanes, i) if ok else dead)
+        if best >= 0:
+            att.best = best
+            att.path = bx  # (its R rows: see lane_match)
         objs[i] = att
         ids[rno] = i
         out.append(att)
