@@ -18,7 +18,7 @@ are the general path's: start rows are still :class:`cep.nfa.Attempt` objects in
 match becomes a node chain (the general path's form) whenever something needs one: a snapshot,
 ``cep state``, a row whose values are not numbers, a fork, or a match to output.
 
-About 1,200 lines in one module because the plan, the numpy stepping and the handover to and from
+About 1,270 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
 compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
 :mod:`cep._expr_kernel`.
@@ -660,10 +660,27 @@ class _Lanes:
         self._views()
 
     def _views(self) -> None:
-        plan = self.plan
-        self.svals = {q: self.S[:, q] for q in range(len(plan.lcols))}
-        self.sums = {c: self.SUM[:, q] for q, c in enumerate(plan.aggs)}
-        self.cnts = {c: self.CNT[:, q] for q, c in enumerate(plan.aggs)}
+        self._cols: tuple | None = None  # (made when the numpy stepping first asks: the compiled one never does)
+
+    def _col_views(self) -> tuple:
+        if self._cols is None:
+            plan = self.plan
+            self._cols = ({q: self.S[:, q] for q in range(len(plan.lcols))},
+                          {c: self.SUM[:, q] for q, c in enumerate(plan.aggs)},
+                          {c: self.CNT[:, q] for q, c in enumerate(plan.aggs)})
+        return self._cols
+
+    @property
+    def svals(self) -> dict[int, np.ndarray]:
+        return self._col_views()[0]
+
+    @property
+    def sums(self) -> dict[int, np.ndarray]:
+        return self._col_views()[1]
+
+    @property
+    def cnts(self) -> dict[int, np.ndarray]:
+        return self._col_views()[2]
 
     def reserve(self, more: int) -> None:
         """Room for ``more`` lanes after the ``n`` there are."""
@@ -920,8 +937,10 @@ def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray, nl0: i
     """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
     in queue order; lanes made before keep theirs."""
     objs, ids = lanes.objs, lanes.ids
+    out: list = []
+    if not len(queued):
+        return out
     new = queued[queued >= nl0]
-    out = []
     if not new.size:
         return out
     # (whole columns as lists: a numpy scalar read per start row costs more than the object)
