@@ -887,7 +887,10 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
             lanes.n = nl1
             # without a removal after the head, queue positions do not move: the new start rows
             # still queued are the tail from the old ones' end (or from the head, past it)
-            made = _made(lanes, new_attempt, dead, Q[qh:qt] if io[LK.IO_MIDDLE] else Q[max(qh, old):qt], nl0)
+            if io[LK.IO_MIDDLE]:
+                made = _made(lanes, new_attempt, dead, Q[qh:qt], nl0)
+            else:  # (those are the newest lanes, in order: a slice of the arrays)
+                made = _made(lanes, new_attempt, dead, None, nl1 - (qt - max(qh, old)), nl1)
         else:
             made = []
         if io[LK.IO_MIDDLE]:
@@ -933,20 +936,24 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     return True
 
 
-def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray, nl0: int) -> list:
+def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray | None, nl0: int, nl1: int = 0) -> list:
     """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
-    in queue order; lanes made before keep theirs."""
+    in queue order; lanes made before keep theirs. ``queued`` None: lanes ``nl0`` to ``nl1``."""
     objs, ids = lanes.objs, lanes.ids
     out: list = []
-    if not len(queued):
-        return out
-    new = queued[queued >= nl0]
-    if not new.size:
-        return out
+    if queued is None:
+        if nl1 <= nl0:
+            return out
+        new: Any = slice(nl0, nl1)
+        ilist: Any = range(nl0, nl1)
+    else:
+        new = queued[queued >= nl0]
+        if not new.size:
+            return out
+        ilist = new.tolist()
     # (whole columns as lists: a numpy scalar read per start row costs more than the object)
-    live = lanes.alive[new].tolist()
-    for i, rno, t, ok, best, bx in zip(new.tolist(), lanes.start[new].tolist(), lanes.start_ts[new].tolist(), live,
-                                       lanes.best[new].tolist(), lanes.bx[new].tolist()):
+    for i, rno, t, ok, best, bx in zip(ilist, lanes.start[new].tolist(), lanes.start_ts[new].tolist(),
+                                       lanes.alive[new].tolist(), lanes.best[new].tolist(), lanes.bx[new].tolist()):
         att = new_attempt(rno, t, LaneRun(lanes, i) if ok else dead)
         if best >= 0:
             att.best = best
