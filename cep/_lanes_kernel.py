@@ -50,9 +50,13 @@ _many = njit(error_model="numpy")(EK.run_many)
 def step(XB, s, n, masks, ts, rno0, io,
          L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
-         has_r, has_b, nxt, tk, bst, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
+         has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     na = agg_x.shape[0]
     nlc = lx.shape[0]
+    keep_rb = False  # whether a kept value is set by an R or B row (else only at the start)
+    for q in range(nlc):
+        if lvar[q] != 0:
+            keep_rb = True
     cap_q = Q.shape[0]
     ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
     prev_ok = np.zeros(cap_q, np.bool_)  # (no PREV operand on this path: kept values instead)
@@ -127,7 +131,7 @@ def step(XB, s, n, masks, ts, rno0, io,
                     o |= 1
                 if has_b[sid] and (out_b[x] or not cond_b):
                     o |= 2
-                if nxt[sid, o] == FORK:
+                if dec[4 * sid + o] >> 4 == FORK + 2:
                     fork = True
                     break
             if fork:
@@ -141,7 +145,8 @@ def step(XB, s, n, masks, ts, rno0, io,
                 o |= 1
             if take_b and has_b[sid] and (out_b[x] or not cond_b):
                 o |= 2
-            bs = bst[sid, o]
+            d = dec[4 * sid + o]  # (next state + 2) << 4 | variable taken << 2 | match
+            bs = d & 3
             if bs != 0:
                 L_best[i] = rno
                 L_bx[i] = L_k[i] + (1 if bs == 2 else 0)
@@ -149,13 +154,13 @@ def step(XB, s, n, masks, ts, rno0, io,
                     noted[i] = 1
                     bested[nb] = i
                     nb += 1
-            nx = nxt[sid, o]
+            nx = (d >> 4) - 2
             if nx < 0:
                 L_alive[i] = 0
                 killed[nk] = i
                 nk += 1
                 continue
-            v = tk[sid, o]
+            v = (d >> 2) & 3
             if v == 1:
                 L_k[i] += 1
             else:
@@ -163,9 +168,10 @@ def step(XB, s, n, masks, ts, rno0, io,
             for q in range(na):
                 L_CNT[i, q] += add_cnt[v, q]
                 L_SUM[i, q] += add_sum[v, q]
-            for q in range(nlc):
-                if lvar[q] == v:
-                    L_S[i, q] = cur[lx[q]]
+            if keep_rb:
+                for q in range(nlc):
+                    if lvar[q] == v:
+                        L_S[i, q] = cur[lx[q]]
             L_sid[i] = nx
             total += nthreads[nx]
         if starts:

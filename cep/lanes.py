@@ -127,7 +127,11 @@ class LanePlan:
         # completes a match: 0 no, 1 one that ends with B rows (its R rows: those taken before the
         # row), 2 one that ends with R rows (the row is one of them)
         self.nxt, self.tk, self.bst = nxt, tk, bst
+        # the same, one number per state and row (the compiled loop's one lookup): (next + 2) << 4 |
+        # variable << 2 | match, at 4 * state + which of R and B passed
+        self.dec = (((nxt + 2) << 4) | (tk << 2) | bst).reshape(-1).astype(np.int64)
         self.can_fork = bool((nxt == FORK).any())
+        self.r_completes = bool((bst == 2).any())  # whether a row taken as R can complete a match
         self.has_r = np.array([any(a.ins[pc][1] == r for pc in x) for x in states], dtype=bool)
         self.has_b = np.array([any(a.ins[pc][1] == b for pc in x) for x in states], dtype=bool)
         self.nthreads = np.array([len(x) for x in states], dtype=np.int64)
@@ -846,7 +850,7 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         kp.lk = LK
         pr, pb = kp.prog_r, kp.prog_b
         kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
-                     plan.has_b, plan.nxt, plan.tk, plan.bst, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
+                     plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
                      kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
                      max(pr.depth, pb.depth, 1))
     step, consts = LK.step, kp.consts
@@ -1100,9 +1104,12 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 if cond_b is not None and m & bit_b:
                     _contrib(env, upd_b, row, plan)
                     ok_b = ok_b & cond_b(env)
-                o = ok_r.astype(np.int64) | (ok_b.astype(np.int64) << 1)
+                any_b = bool(m & bit_b) and ok_b.any()
+                o = ok_r.astype(np.int64)
+                if any_b:
+                    o |= ok_b.astype(np.int64) << 1
                 nx = nxt[sid, o]
-                if plan.can_fork and (nx == FORK).any():
+                if any_b and plan.can_fork and (nx == FORK).any():
                     # runs that fork need node chains: this row's start rows go to the general path
                     for i in live.tolist():
                         att = lanes.objs[i]
@@ -1111,9 +1118,10 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                             general += 1
                     live = live[:0]
                 else:
-                    bs = bst[sid, o]
-                    hit = bs > 0
-                    if hit.any():
+                    # (a row that no lane passes as B completes a match only where R can complete one)
+                    bs = bst[sid, o] if any_b or plan.r_completes else None
+                    hit = bs > 0 if bs is not None else None
+                    if hit is not None and hit.any():
                         got_best = live[hit]
                         lanes.best[got_best] = rno
                         lanes.bx[got_best] = lanes.k[got_best] + (bs[hit] == 2)
@@ -1122,12 +1130,19 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                             att.best = rno
                             att.path = bx  # (its R rows: see lane_match)
                     alive = nx >= 0
-                    tv = tk[sid, o]
+                    tv = tk[sid, o] if any_b else None  # (else every surviving run took the row as R)
                     for code, upd, kept in takes:
-                        sel = alive & (tv == code)
-                        if not sel.any():
+                        if tv is None:
+                            if code != TAKE_R:
+                                continue
+                            took = live[alive]
+                        else:
+                            sel = alive & (tv == code)
+                            if not sel.any():
+                                continue
+                            took = live[sel]
+                        if not took.size:
                             continue
-                        took = live[sel]
                         if code == TAKE_R:
                             lanes.k[took] += 1
                         else:
