@@ -1029,6 +1029,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 continue
         else:
             continue
+        assert got is not None
         i = lanes.add(att, *got, plan)
         att.threads = LaneRun(lanes, i)
         live_ids.append(i)
@@ -1119,9 +1120,10 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                     live = live[:0]
                 else:
                     # (a row that no lane passes as B completes a match only where R can complete one)
-                    bs = bst[sid, o] if any_b or plan.r_completes else None
-                    hit = bs > 0 if bs is not None else None
-                    if hit is not None and hit.any():
+                    if any_b or plan.r_completes:
+                        bs = bst[sid, o]
+                        hit = bs > 0
+                    if (any_b or plan.r_completes) and hit.any():
                         got_best = live[hit]
                         lanes.best[got_best] = rno
                         lanes.bx[got_best] = lanes.k[got_best] + (bs[hit] == 2)
