@@ -2,11 +2,13 @@
 
 Imported only when a rule takes the lane path with numba allowed. The loop mirrors the numpy
 stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and ``B`` conditions
-of every live start row (their bytecode interpreted one instruction at a time over all of them, :mod:`cep._expr_kernel`), counts and
-running aggregates, preference between ``R`` and ``B``, then a new start row, the cap check and
-the part of ``_resolve`` that outputs nothing (dropping dead start rows at the head, and the
-start rows a live head's match rules out). It returns to Python at a row that needs the engine:
-one where the cap is exceeded or the head start row has ended with a match to output.
+of every live start row (their bytecode interpreted one instruction at a time over all of them,
+:mod:`cep._expr_kernel`), the state table (``LanePlan.nxt``: next state, match, preference
+between ``R`` and ``B``), counts, kept values and running aggregates, then a new start row, the
+cap check and the part of ``_resolve`` that outputs nothing (dropping dead start rows at the
+head, and the start rows a live head's match rules out). It returns to Python at a row that
+needs the engine: one where the cap is exceeded, the head start row has ended with a match to
+output, or a start row's runs fork (before anything of that row is changed).
 
 The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
 order; ``io`` carries the scalars in and out (see the ``IO_`` indexes).
@@ -23,12 +25,13 @@ from numba import njit
 from cep import _expr_kernel as EK
 
 __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
-           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH"]
+           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH", "STOP_FORK"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
 # resume row, status, whether start rows were dropped after the head
 IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
-STOP_CAP, STOP_MATCH = 1, 2
+STOP_CAP, STOP_MATCH, STOP_FORK = 1, 2, 3
+FORK = -2  # (cep.lanes.FORK: the runs of a start row fork on the row)
 
 # numba's on-disk cache of ``step`` is keyed on this file alone, yet ``step`` compiles the
 # interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
@@ -44,14 +47,19 @@ _many = njit(error_model="numpy")(EK.run_many)
 
 
 @njit(cache=_CACHE, error_model="numpy")
-def step(XB, s, n, pvec, masks, ts, rno0, io,
-         L_start, L_ts, L_k, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
+def step(XB, s, n, masks, ts, rno0, io,
+         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
-         has_r, has_b, greedy, nthreads, last, loops, s_x, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
+         has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     na = agg_x.shape[0]
+    nlc = lx.shape[0]
+    keep_rb = False  # whether a kept value is set by an R or B row (else only at the start)
+    for q in range(nlc):
+        if lvar[q] != 0:
+            keep_rb = True
     cap_q = Q.shape[0]
     ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
-    prev_ok = np.empty(cap_q, np.bool_)
+    prev_ok = np.zeros(cap_q, np.bool_)  # (no PREV operand on this path: kept values instead)
     out_r = np.zeros(cap_q, np.bool_)
     out_b = np.zeros(cap_q, np.bool_)
     stack = np.empty((depth, cap_q))
@@ -74,7 +82,6 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
         m = masks[s + j]
         t = ts[s + j]
         cur = XB[s + j]
-        prevrow = XB[s + j - 1] if j > 0 else pvec
         starts = (m & start_bits) != 0 and rno >= resume
         if qt == qh and not starts:
             j += 1
@@ -104,53 +111,82 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
                 nk += 1
                 continue
             ids[nid] = i
-            prev_ok[nid] = L_k[i] >= 1
             nid += 1
         # each condition for every live start row at once (one instruction over all of them)
         if nid > 0 and take_r and cond_r:
-            _many(code_r, lits_r, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
+            _many(code_r, lits_r, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
                   stack, out_r)
         if nid > 0 and take_b and cond_b:
-            _many(code_b, lits_b, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
+            _many(code_b, lits_b, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
                   stack, out_b)
+        if can_fork and take_r and take_b:
+            # a start row whose runs fork on this row needs node chains: back to Python before
+            # anything of the row is changed
+            fork = False
+            for x in range(nid):
+                i = ids[x]
+                sid = L_sid[i]
+                o = 0
+                if has_r[sid] and (out_r[x] or not cond_r):
+                    o |= 1
+                if has_b[sid] and (out_b[x] or not cond_b):
+                    o |= 2
+                if dec[4 * sid + o] >> 4 == FORK + 2:
+                    fork = True
+                    break
+            if fork:
+                io[IO_STATUS] = STOP_FORK
+                break
         for x in range(nid):
             i = ids[x]
-            k = L_k[i]
-            kk = k if k < last else last
-            ok_r = take_r and has_r[kk] and (out_r[x] or not cond_r)
-            ok_b = take_b and has_b[kk] and (out_b[x] or not cond_b)
-            if ok_b:
+            sid = L_sid[i]
+            o = 0
+            if take_r and has_r[sid] and (out_r[x] or not cond_r):
+                o |= 1
+            if take_b and has_b[sid] and (out_b[x] or not cond_b):
+                o |= 2
+            d = dec[4 * sid + o]  # (next state + 2) << 4 | variable taken << 2 | match
+            bs = d & 3
+            if bs != 0:
                 L_best[i] = rno
+                L_bx[i] = L_k[i] + (1 if bs == 2 else 0)
                 if noted[i] == 0:
                     noted[i] = 1
                     bested[nb] = i
                     nb += 1
-                ok_r = ok_r and greedy[kk]
-            if ok_r:
-                k += 1
-                L_k[i] = k
-                for q in range(na):
-                    L_CNT[i, q] += add_cnt[1, q]
-                    L_SUM[i, q] += add_sum[1, q]
-                kk = k if k < last else last
-                if not loops and nthreads[kk] == 0:  # R{n,m}: m R rows taken and no B
-                    ok_r = False
-            if not ok_r:
+            nx = (d >> 4) - 2
+            if nx < 0:
                 L_alive[i] = 0
                 killed[nk] = i
                 nk += 1
+                continue
+            v = (d >> 2) & 3
+            if v == 1:
+                L_k[i] += 1
             else:
-                total += nthreads[kk]
+                L_kb[i] += 1
+            for q in range(na):
+                L_CNT[i, q] += add_cnt[v, q]
+                L_SUM[i, q] += add_sum[v, q]
+            if keep_rb:
+                for q in range(nlc):
+                    if lvar[q] == v:
+                        L_S[i, q] = cur[lx[q]]
+            L_sid[i] = nx
+            total += nthreads[nx]
         if starts:
             i = nl
             nl += 1
             L_start[i] = rno
             L_ts[i] = t
             L_k[i] = 0
+            L_kb[i] = 0
+            L_sid[i] = 0
+            L_bx[i] = 0
             L_alive[i] = 1
             L_best[i] = -1
-            for q in range(s_x.shape[0]):
-                L_S[i, q] = cur[s_x[q]]
+            for q in range(nlc):
+                L_S[i, q] = cur[lx[q]] if lvar[q] == 0 else np.nan
             for q in range(na):
                 L_CNT[i, q] = add_cnt[0, q]
                 L_SUM[i, q] = add_sum[0, q]
@@ -171,8 +207,7 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
                         while r < qt and L_start[Q[r]] <= end:
                             i = Q[r]
                             if L_alive[i] != 0:
-                                kk = L_k[i] if L_k[i] < last else last
-                                total -= nthreads[kk]
+                                total -= nthreads[L_sid[i]]
                             r += 1
                         if r > qh + 1:
                             w = qh + 1

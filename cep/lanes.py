@@ -1,18 +1,24 @@
 """Many live start rows at once: a linear pattern's partial matches of a key as numpy arrays.
 
-For a pattern of the shape ``S R{n,m} B`` (a first variable taken once, one repeated variable,
-one closing variable) every partial match that starts at a row is one run: its start row and how
-many ``R`` rows it took. A condition that reads only the current row, the start row's columns
-(``S.close``), the previous row (``LAST(R.close)`` when ``R`` is the last variable taken) and
-running ``COUNT``/``SUM``/``AVG`` aggregates is then a function of a few numbers per start row, so
-one numpy expression evaluates it for every live start row of the key instead of one Python
-evaluation per partial match. Rows, preference, skip, caps, ``WITHIN`` and snapshots are the
-general path's: start rows are still :class:`cep.nfa.Attempt` objects in ``KeyState.attempts``
-(their ``threads`` a :class:`LaneRun` while on this path), and a partial match becomes a node
-chain (the general path's form) whenever something needs one: a snapshot, ``cep state``, a row
-whose values are not numbers, or a match to output.
+For a pattern of the shape ``S R{n,m} B{p,q}`` (a first variable taken once, then two quantified
+variables, each greedy or reluctant; ``S R{9,} B`` and ``S D{2,} U+`` are two) every partial match
+that starts at a row is one run, or several runs that share their rows: its start row, its
+automaton state (a tuple of program counters, numbered once per rule: the plan's *states*) and
+how many ``R`` and ``B`` rows it took. A condition that reads only the current row, the start
+row's columns (``S.close``), the last row of the other variable (``LAST(R.close)`` in ``B``) and
+running ``COUNT``/``SUM``/``AVG`` aggregates is then a function of a few numbers per start row,
+so one numpy expression evaluates it for every live start row of the key instead of one Python
+evaluation per partial match. Which of ``R`` and ``B`` a row passes decides, by a table made
+once from the automaton (``LanePlan.nxt``), the start row's next state, whether it found a
+match, or that its runs fork (a row both extends ``R`` and begins or extends ``B`` on two runs
+with different rows): such start rows go back to node chains for that row, so the table keeps
+the general path's preference exactly. Rows, preference, skip, caps, ``WITHIN`` and snapshots
+are the general path's: start rows are still :class:`cep.nfa.Attempt` objects in
+``KeyState.attempts`` (their ``threads`` a :class:`LaneRun` while on this path), and a partial
+match becomes a node chain (the general path's form) whenever something needs one: a snapshot,
+``cep state``, a row whose values are not numbers, a fork, or a match to output.
 
-About 1,130 lines in one module because the plan, the numpy stepping and the handover to and from
+About 1,270 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
 compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
 :mod:`cep._expr_kernel`.
@@ -48,11 +54,16 @@ USE_LANES = os.environ.get("CEP_LANES", "1") != "0"
 # keeps the numpy stepping, the reference it is tested against. Read when an engine is built.
 USE_KERNEL = True
 
-# the most R rows a pattern may require before its loop (R{n,}: n); longer chains stay general
+# the most automaton states a plan may have (R{n,}: about n); longer chains stay general
 _MAX_CHAIN = 4096
 _EXACT = float(2**53)  # numbers beyond this are not exact as float64: such rows take the general path
-# R{n,m} with m below this keeps at most m + 2 start rows per key alive: the general path serves it
+# a pattern without a loop whose matches have fewer rows than this keeps few start rows per key
+# alive: the general path serves it
 _MIN_BOUND = 16
+# LanePlan.nxt: the start row's runs all end; they fork into runs with different rows
+DEAD, FORK = -1, -2
+# which variable a row is taken as (LanePlan.tk, the rows of LanePlan.upd): none, R, B
+TAKE_NONE, TAKE_R, TAKE_B = 0, 1, 2
 
 
 class _Odd(Exception):
@@ -77,12 +88,24 @@ class LaneRun:
         """The R rows it took."""
         return int(self.lanes.k[self.i])
 
+    @property
+    def kb(self) -> int:
+        """The B rows it took."""
+        return int(self.lanes.kb[self.i])
+
+    @property
+    def sid(self) -> int:
+        """Its state (an index into ``LanePlan.states``)."""
+        return int(self.lanes.sid[self.i])
+
     def __bool__(self) -> bool:
         return True
 
     def __len__(self) -> int:
-        p = self.lanes.plan
-        return int(p.nthreads[min(self.k, p.last)])
+        return int(self.lanes.plan.nthreads[self.lanes.sid[self.i]])
+
+    def vals(self) -> tuple:
+        return tuple(float(x) for x in self.lanes.S[self.i])
 
     def aggs(self) -> tuple[tuple, tuple]:
         lanes, i = self.lanes, self.i
@@ -91,24 +114,32 @@ class LaneRun:
 
 
 class LanePlan:
-    """What the path needs of an automaton: its variables, the run states per ``k`` and the conditions."""
+    """What the path needs of an automaton: its variables, its states and their table, the conditions."""
 
-    def __init__(self, a: PatternAutomaton, s: int, r: int, b: int, states: list[tuple[int, ...]], loops: bool):
+    def __init__(self, a: PatternAutomaton, s: int, r: int, b: int, states: list[tuple[int, ...]],
+                 nxt: np.ndarray, tk: np.ndarray, bst: np.ndarray, loops: bool):
         self.s, self.r, self.b = s, r, b
-        self.states = states  # the runs (pcs) after k R rows; the last one repeats when ``loops``
-        self.last = len(states) - 1
-        self.loops = loops
-        self.has_r = np.array([any(a.ins[pc][1] == r for pc in st) for st in states], dtype=bool)
-        self.has_b = np.array([any(a.ins[pc][1] == b for pc in st) for st in states], dtype=bool)
-        # greedy: the R run comes before the B run (a B match does not cut the R run)
-        self.greedy = np.array(
-            [not (st and a.ins[st[0]][1] == b and len(st) > 1) for st in states], dtype=bool
-        )
-        self.nthreads = np.array([len(st) for st in states], dtype=np.int64)
-        self.s_cols: list[int] = []  # row columns of the start row the conditions read
+        self.states = states  # the runs (pcs) of a start row on this path; 0: after its S row
+        self.sid_of = {x: i for i, x in enumerate(states)}
+        self.loops = loops  # whether a start row can stay alive for ever (a state repeats)
+        # by state and by which of R (1) and B (2) the row passes (0-3): the next state (or DEAD,
+        # FORK), the variable the surviving runs took the row as (TAKE_*), and whether the row
+        # completes a match: 0 no, 1 one that ends with B rows (its R rows: those taken before the
+        # row), 2 one that ends with R rows (the row is one of them)
+        self.nxt, self.tk, self.bst = nxt, tk, bst
+        # the same, one number per state and row (the compiled loop's one lookup): (next + 2) << 4 |
+        # variable << 2 | match, at 4 * state + which of R and B passed
+        self.dec = (((nxt + 2) << 4) | (tk << 2) | bst).reshape(-1).astype(np.int64)
+        self.can_fork = bool((nxt == FORK).any())
+        self.r_completes = bool((bst == 2).any())  # whether a row taken as R can complete a match
+        self.has_r = np.array([any(a.ins[pc][1] == r for pc in x) for x in states], dtype=bool)
+        self.has_b = np.array([any(a.ins[pc][1] == b for pc in x) for x in states], dtype=bool)
+        self.nthreads = np.array([len(x) for x in states], dtype=np.int64)
+        # (variable, row column) of each value a lane keeps: the start row's columns (set at the
+        # start) and the last R / B row's columns the conditions read (set when a row is taken)
+        self.lcols: list[tuple[int, int]] = []
         self.aggs: list[int] = []  # aggregate slots the conditions read
         self.cur_cols: list[int] = []  # current-row columns (for the odd-value check)
-        self.prev_cols: list[int] = []
         self.cond: dict[int, Callable[[_Env], Any] | None] = {}
         self.zero_sums: tuple = ()
         self.zero_cnts: tuple = ()
@@ -118,12 +149,10 @@ class LanePlan:
 class _Env:
     """What one vectorised condition reads: the row, the live lanes' values."""
 
-    __slots__ = ("row", "prev", "k", "svals", "sums", "cnts", "add_sum", "add_cnt", "n")
+    __slots__ = ("row", "svals", "sums", "cnts", "add_sum", "add_cnt", "n")
 
     def __init__(self) -> None:
         self.row: tuple = ()
-        self.prev: tuple | None = None
-        self.k: np.ndarray = np.zeros(0, np.int64)
         self.svals: dict[int, np.ndarray] = {}
         self.sums: dict[int, np.ndarray] = {}
         self.cnts: dict[int, np.ndarray] = {}
@@ -144,6 +173,20 @@ def _num(v: Any) -> float:
     raise _Odd(v)
 
 
+def _transition(a: PatternAutomaton, state: tuple[int, ...], ok: int, r: int) -> tuple[list[int], int | None]:
+    """The general path's step (``PatternAutomaton._advance``) of runs sharing one node in
+    ``state`` by a row that passes R (``ok`` bit 1) and/or B (bit 2): the pcs that take it, in
+    preference order, and the one of them that completes a match (None: no match)."""
+    takers: list[int] = []
+    for pc in state:
+        vid, _, _, completes = a.moves[pc]
+        if ok & (1 if vid == r else 2):
+            takers.append(pc)
+            if completes:  # every later run is less preferred than this match
+                return takers, pc
+    return takers, None
+
+
 def lane_plan(a: PatternAutomaton) -> LanePlan | None:
     """The plan for automaton ``a``, or None when the path does not apply (see the module doc)."""
     if not USE_LANES or a.dfa or a.anchored or a.has_not or a.timeout_rows or a.no_skip:
@@ -157,47 +200,64 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
         return None
     pc_s = a.start_closure[0]
     mv = moves[pc_s]
-    if ins[pc_s][0] != OP_VAR or mv is None or mv[1] or mv[3]:
+    if ins[pc_s][0] != OP_VAR or mv is None or mv[1] or mv[3] or not mv[2]:
         return None
     s = mv[0]
-    r = b = -1
+    # the variables after S, in the order the pattern takes them: R, then B
+    order: list[int] = []
+    for x in ins:
+        if x[0] == OP_VAR and x[1] != s and x[1] not in order:
+            order.append(x[1])
+    if len(order) != 2:
+        return None
+    r, b = order
     states: list[tuple[int, ...]] = [mv[2]]
-    loops = False
-    while True:
-        cur = states[-1]
-        pc_r = -1
+    index = {mv[2]: 0}
+    edges: list[tuple[int, int]] = []
+    rows: list[tuple[list[int], list[int], list[int]]] = []
+    i = 0
+    while i < len(states):
+        cur = states[i]
+        seen_vars: set[int] = set()
         for pc in cur:
             m = moves[pc]
-            if ins[pc][0] != OP_VAR or m is None or m[1]:
-                return None
-            vid, _, targets, completes = m
-            if vid == s:
-                return None
-            if completes:  # the closing variable: it completes the match and nothing outranks it
-                if targets or (b >= 0 and vid != b):
+            if ins[pc][0] != OP_VAR or m is None or m[1] or m[0] not in (r, b) or m[0] in seen_vars:
+                return None  # one run per variable and state: a row's variable decides the run
+            seen_vars.add(m[0])
+        nx, tk, bs = [DEAD] * 4, [TAKE_NONE] * 4, [0] * 4
+        for ok in range(4):
+            takers, done = _transition(a, cur, ok, r)
+            live = [pc for pc in takers if moves[pc][2]]
+            if done is not None:
+                bs[ok] = 1 if moves[done][0] == b else 2
+            if len(live) > 1:
+                nx[ok] = FORK
+                continue
+            if not live:
+                continue
+            pc = live[0]
+            vid, targets = moves[pc][0], moves[pc][2]
+            if vid == b and any(moves[q][0] == r for q in targets):
+                return None  # R after B: the rows' variables would not follow from two counts
+            if targets not in index:
+                if len(states) > _MAX_CHAIN:
                     return None
-                b = vid
-            else:
-                if pc_r >= 0 or (r >= 0 and vid != r):
-                    return None
-                r, pc_r = vid, pc
-        if sum(1 for pc in cur if (moves[pc] or (0, False, (), False))[3]) > 1:
-            return None
-        mr = moves[pc_r] if pc_r >= 0 else None
-        nxt = mr[2] if mr is not None else ()
-        if not cur:
-            break
-        if nxt == cur:
-            loops = True
-            break
-        if nxt in states or len(states) > _MAX_CHAIN:
-            return None
-        states.append(nxt)
-    if r < 0 or b < 0 or r == b:
+                index[targets] = len(states)
+                states.append(targets)
+            nx[ok] = index[targets]
+            tk[ok] = TAKE_R if vid == r else TAKE_B
+            edges.append((i, nx[ok]))
+        rows.append((nx, tk, bs))
+        i += 1
+    if not any(moves[pc][0] == r for st in states for pc in st):
         return None
+    loops = _has_cycle(len(states), edges)
     if not loops and len(states) < _MIN_BOUND:
         return None  # few live start rows per key: numpy's per-call cost would outweigh them
-    plan = LanePlan(a, s, r, b, states, loops)
+    nxt = np.array([x[0] for x in rows], dtype=np.int64)
+    tk_ = np.array([x[1] for x in rows], dtype=np.int64)
+    bst = np.array([x[2] for x in rows], dtype=np.int64)
+    plan = LanePlan(a, s, r, b, states, nxt, tk_, bst, loops)
     for vid in (r, b):
         e = a.hist_exprs[vid]
         if e is None:
@@ -207,6 +267,10 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
             plan.cond[vid] = _compile(e, a, plan, vid)
         except _Unsupported:
             return None
+    # a value kept of the last R or B row is read from the row that is taken: check it as the row's
+    for v, c in plan.lcols:
+        if v != s and c not in plan.cur_cols:
+            plan.cur_cols.append(c)
     plan.zero_sums, plan.zero_cnts = (0.0,) * len(plan.aggs), (0,) * len(plan.aggs)
     if USE_KERNEL and a.hist[s] is None and numba_allowed():
         try:
@@ -216,8 +280,35 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
     return plan
 
 
+def _has_cycle(n: int, edges: list[tuple[int, int]]) -> bool:
+    """Whether the state graph has a cycle (Kahn's algorithm leaves a node unsorted)."""
+    indeg = [0] * n
+    out: list[list[int]] = [[] for _ in range(n)]
+    for u, v in edges:
+        out[u].append(v)
+        indeg[v] += 1
+    todo = [u for u in range(n) if indeg[u] == 0]
+    done = 0
+    while todo:
+        u = todo.pop()
+        done += 1
+        for v in out[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                todo.append(v)
+    return done < n
+
+
 class _Unsupported(Exception):
     pass
+
+
+def _lcol(plan: LanePlan, var: int, col: int) -> int:
+    """The index of the kept value (``var``'s last row, column ``col``), added when new."""
+    key = (var, col)
+    if key not in plan.lcols:
+        plan.lcols.append(key)
+    return plan.lcols.index(key)
 
 
 def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callable[[_Env], Any]:
@@ -235,22 +326,12 @@ def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callab
         if vs is None or vs == frozenset([vid]):  # the row being tested
             plan.cur_cols.append(i)
             return lambda env: _num(env.row[i]) if i < len(env.row) else np.nan
-        if vs == frozenset([s]):
-            if i not in plan.s_cols:
-                plan.s_cols.append(i)
-            return lambda env: env.svals[i]
-        if vs == frozenset([r]) and vid == b:
-            # the last R row is the previous row once one R row was taken
-            plan.prev_cols.append(i)
-
-            def last_r(env: _Env) -> Any:
-                p = env.prev
-                v = _num(p[i]) if p is not None and i < len(p) else np.nan
-                return np.where(env.k >= 1, v, np.nan)
-
-            return last_r
-        if vs == frozenset([b]) and vid == r:
-            return lambda env: np.nan  # B is never bound while R rows are taken
+        for v in (s, r, b):
+            if vs == frozenset([v]):
+                # the start row's value, or the last R / B row's (NULL until one is taken: B is
+                # never bound while R rows are taken)
+                q = _lcol(plan, v, i)
+                return lambda env: env.svals[q]
         raise _Unsupported(x)
 
     def val(x: A.Expr) -> Callable[[_Env], Any]:
@@ -358,23 +439,20 @@ class _KernelPlan:
     """What the compiled stepping needs of a plan: the conditions' bytecode and integer tables."""
 
     def __init__(self, plan: LanePlan, xcols: list[int], progs: dict[int, EK.Program | None], agg_x: list[int],
-                 upd: np.ndarray, prev_x: list[int]):
+                 upd: np.ndarray):
         empty = EK.Program(np.zeros(0, np.int64), np.zeros(0), 0)
         self.xcols = xcols  # the row columns read, in the order of the value matrix's columns
         self.prog_r = progs[plan.r] or empty
         self.prog_b = progs[plan.b] or empty
-        self.s_x = np.array([xcols.index(c) for c in plan.s_cols], dtype=np.int64)
+        # per kept value: the variable whose row sets it (TAKE_*, 0: the start row) and its value column
+        take = {plan.s: TAKE_NONE, plan.r: TAKE_R, plan.b: TAKE_B}
+        self.lvar = np.array([take[v] for v, _ in plan.lcols], dtype=np.int64)
+        self.lx = np.array([xcols.index(c) for _, c in plan.lcols], dtype=np.int64)
         self.agg_x = np.array(agg_x, dtype=np.int64)  # value column of each aggregate's argument (-1: COUNT(*))
         self.upd = upd  # (S, R, B) x aggregate: whether a row taken as that variable updates it
-        self.prev_x = prev_x  # value columns PREV reads (of the row before a batch's first)
-        self.has_r = plan.has_r
-        self.has_b = plan.has_b
-        self.greedy = plan.greedy
-        self.nthreads = plan.nthreads
         self.batch: tuple | None = None  # (columns, masks, times, values, masks, times) of the last batch
         self.lk: Any = None  # the compiled loop's module (imported on first use)
         self.consts: tuple = ()  # the loop's arguments that do not change
-        self.nan_x = np.full(len(xcols), np.nan)
         self.Q = self.killed = self.bested = np.zeros(0, np.int64)
 
 
@@ -402,11 +480,10 @@ def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
                 vs = layout.var_set(x.var)
                 if vs is None or vs == frozenset([vid]):
                     return EK.CUR, xslot(i)
-                if vs == frozenset([s]):
-                    return EK.START, plan.s_cols.index(i)
-                if vs == frozenset([r]) and vid == b:
-                    return EK.PREV, xslot(i)
-                raise EK.Unsupported(x)  # (B's columns while R rows are taken: NULL, left to numpy)
+                for v in (s, r, b):
+                    if vs == frozenset([v]) and (v, i) in plan.lcols:
+                        return EK.START, plan.lcols.index((v, i))  # (a value the lane keeps)
+                raise EK.Unsupported(x)
             if isinstance(x, A.Agg) and x.semantics == "RUNNING" and x.func in ("COUNT", "SUM", "AVG"):
                 vars_ = layout.var_set(x.var) if x.var is not None else _arg_vars(x.arg, layout)
                 pos = plan.aggs.index(layout.agg_slot(x.func, vars_, x.arg))
@@ -425,7 +502,7 @@ def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
     for vid in (r, b):
         e = a.hist_exprs[vid]
         progs[vid] = EK.compile_condition(e, leaf_of(vid)) if e is not None else None
-    for c in plan.s_cols:
+    for _, c in plan.lcols:
         xslot(c)
     if -2 in agg_x:
         raise EK.Unsupported("an aggregate no condition reads")
@@ -433,8 +510,7 @@ def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
     for v, vid in enumerate((s, r, b)):
         for slot, _ in _updates(a, plan, vid):
             upd[v, plan.aggs.index(slot)] = 1
-    prev_x = sorted({xcols.index(c) for c in plan.prev_cols})
-    return _KernelPlan(plan, xcols, progs, agg_x, upd, prev_x)
+    return _KernelPlan(plan, xcols, progs, agg_x, upd)
 
 
 def _clean_column(vals: list) -> np.ndarray | None:
@@ -462,6 +538,7 @@ def _arg_vars(arg: A.Expr | None, layout: Any) -> frozenset[int] | None:
     return None
 
 
+
 # ---------------------------------------------------------------------------------- node chains
 
 
@@ -471,29 +548,34 @@ def lane_threads(a: PatternAutomaton, st: KeyState, att: Attempt) -> list[tuple[
     assert isinstance(lr, LaneRun)
     plan = a.lanes
     assert plan is not None
-    node = _chain(a, st, att.start, lr.k, None)
-    return [(pc, node) for pc in plan.states[min(lr.k, plan.last)]]
+    node = _chain(a, st, att.start, lr.k, lr.kb)
+    return [(pc, node) for pc in plan.states[lr.sid]]
 
 
-def _chain(a: PatternAutomaton, st: KeyState, start: int, k: int, end_b: int | None) -> Node:
+def _chain(a: PatternAutomaton, st: KeyState, start: int, k: int, kb: int) -> Node:
+    """The node chain of rows ``start``: S, then ``k`` R rows, then ``kb`` B rows."""
     plan = a.lanes
     assert plan is not None
     rows, base = st.rows, st.base
     node = a.new_node(start, plan.s, None, rows[start - base], False)
-    for rno in range(start + 1, start + 1 + k):
-        node = a.new_node(rno, plan.r, node, rows[rno - base], False)
-    if end_b is not None:
-        node = a.new_node(end_b, plan.b, node, rows[end_b - base], False)
+    for rno in range(start + 1, start + 1 + k + kb):
+        node = a.new_node(rno, plan.r if rno <= start + k else plan.b, node, rows[rno - base], False)
     return node
 
 
 def lane_match(a: PatternAutomaton, st: KeyState, att: Attempt, end: int) -> Node:
-    """The node chain of a match found on this path: S, then R rows, then B at ``end``."""
-    return _chain(a, st, att.start, end - att.start - 1, end)
+    """The node chain of a match found on this path, up to row ``end``: S, R rows, then B rows.
+
+    How many of its rows are R rows was noted in ``att.path`` when the match was found (the start
+    row may have taken more R rows since).
+    """
+    k = att.path if isinstance(att.path, int) else end - att.start - 1
+    return _chain(a, st, att.start, k, end - att.start - k)
 
 
-def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[int, tuple, tuple] | None:
-    """(k, sums, cnts) of a general-path start row that can go on this path, or None."""
+def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[tuple, int, int, int, tuple, tuple] | None:
+    """(kept values, R rows, B rows, state, sums, cnts) of a general-path start row that can go on
+    this path, or None."""
     plan = a.lanes
     assert plan is not None
     th = att.threads
@@ -502,10 +584,12 @@ def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[int, tupl
     node = th[0][1]
     if node is None or any(n is not node for _, n in th):
         return None
-    k = node.n - 1
-    if tuple(pc for pc, _ in th) != plan.states[min(k, plan.last)]:
+    sid = plan.sid_of.get(tuple(pc for pc, _ in th))
+    if sid is None or node.first is None:
         return None
-    if not plan.loops and k > plan.last:
+    fb = node.first[plan.b]
+    k, kb = (fb - att.start - 1, node.rno - fb + 1) if fb >= 0 else (node.rno - att.start, 0)
+    if k + kb + 1 != node.n:
         return None
     sums, cnts = [], []
     for slot in plan.aggs:
@@ -520,13 +604,20 @@ def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[int, tupl
                 cnts.append(int(state[1]))
         except _Odd:
             return None
+    vals = []
     try:
-        row = st.rows[att.start - st.base]
-        for i in plan.s_cols:
-            _num(row[i] if i < len(row) else None)
+        for v, c in plan.lcols:
+            at = att.start if v == plan.s else node.last[v]
+            row = st.rows[at - st.base] if at >= 0 else ()
+            vals.append(_num(row[c] if c < len(row) else None))
     except _Odd:
         return None
-    return k, tuple(sums), tuple(cnts)
+    return tuple(vals), k, kb, sid, tuple(sums), tuple(cnts)
+
+
+def _start_vals(row: tuple, plan: LanePlan) -> tuple:
+    """The kept values of a start row's lane after its S row (the S columns; NULL for the rest)."""
+    return tuple(_num(row[c] if c < len(row) else None) if v == plan.s else np.nan for v, c in plan.lcols)
 
 
 # ---------------------------------------------------------------------------------- stepping
@@ -536,9 +627,10 @@ class _Lanes:
     """The arrays of one key's start rows on this path (``KeyState.lanes``), grown as rows start
     and rebuilt from the live start rows when mostly dead.
 
-    One row per start row (a lane): its start, time, R rows taken, start-row values (``S``, one
-    column per ``plan.s_cols``), aggregate states (``SUM``/``CNT``, one column per ``plan.aggs``),
-    whether it is alive and the last row of its best match (-1: none). ``svals``/``sums``/``cnts``
+    One row per start row (a lane): its start, time, R and B rows taken, state, kept values
+    (``S``, one column per ``plan.lcols``), aggregate states (``SUM``/``CNT``, one column per
+    ``plan.aggs``), whether it is alive, the last row of its best match (-1: none) and that
+    match's R rows (``bx``). ``svals``/``sums``/``cnts``
     are per-column views of the same memory (the numpy path); the compiled path reads the
     matrices. ``ids`` maps a start row to its lane (dead start rows keep their lane there).
     """
@@ -561,18 +653,38 @@ class _Lanes:
         self.start = np.zeros(cap, np.int64)
         self.start_ts = np.zeros(cap, np.int64)
         self.k = np.zeros(cap, np.int64)
+        self.kb = np.zeros(cap, np.int64)
+        self.sid = np.zeros(cap, np.int64)
+        self.bx = np.zeros(cap, np.int64)
         self.alive = np.zeros(cap, np.int8)
         self.best = np.full(cap, -1, np.int64)
-        self.S = np.zeros((cap, len(plan.s_cols)))
+        self.S = np.zeros((cap, len(plan.lcols)))
         self.SUM = np.zeros((cap, len(plan.aggs)))
         self.CNT = np.zeros((cap, len(plan.aggs)), np.int64)
         self._views()
 
     def _views(self) -> None:
-        plan = self.plan
-        self.svals = {c: self.S[:, q] for q, c in enumerate(plan.s_cols)}
-        self.sums = {c: self.SUM[:, q] for q, c in enumerate(plan.aggs)}
-        self.cnts = {c: self.CNT[:, q] for q, c in enumerate(plan.aggs)}
+        self._cols: tuple | None = None  # (made when the numpy stepping first asks: the compiled one never does)
+
+    def _col_views(self) -> tuple:
+        if self._cols is None:
+            plan = self.plan
+            self._cols = ({q: self.S[:, q] for q in range(len(plan.lcols))},
+                          {c: self.SUM[:, q] for q, c in enumerate(plan.aggs)},
+                          {c: self.CNT[:, q] for q, c in enumerate(plan.aggs)})
+        return self._cols
+
+    @property
+    def svals(self) -> dict[int, np.ndarray]:
+        return self._col_views()[0]
+
+    @property
+    def sums(self) -> dict[int, np.ndarray]:
+        return self._col_views()[1]
+
+    @property
+    def cnts(self) -> dict[int, np.ndarray]:
+        return self._col_views()[2]
 
     def reserve(self, more: int) -> None:
         """Room for ``more`` lanes after the ``n`` there are."""
@@ -587,21 +699,25 @@ class _Lanes:
             return out
 
         self.start, self.start_ts, self.k = grow(self.start), grow(self.start_ts), grow(self.k)
+        self.kb, self.sid, self.bx = grow(self.kb), grow(self.sid), grow(self.bx)
         self.alive, self.best = grow(self.alive), grow(self.best, -1)
         self.S, self.SUM, self.CNT = grow(self.S), grow(self.SUM), grow(self.CNT)
         self._views()
 
-    def add(self, att: Attempt, row: tuple, k: int, sums: tuple, cnts: tuple, plan: LanePlan) -> int:
+    def add(self, att: Attempt, vals: tuple, k: int, kb: int, sid: int, sums: tuple, cnts: tuple,
+            plan: LanePlan) -> int:
         self.reserve(1)
         i = self.n
         self.start[i] = att.start
         self.start_ts[i] = att.start_ts
         self.k[i] = k
+        self.kb[i] = kb
+        self.sid[i] = sid
         self.alive[i] = 1
         b = att.best
         self.best[i] = -1 if b is None else (b if isinstance(b, int) else b.rno)
-        for q, c in enumerate(plan.s_cols):
-            self.S[i, q] = _num(row[c] if c < len(row) else None)
+        self.bx[i] = att.path if isinstance(att.path, int) else 0
+        self.S[i] = vals
         for q in range(len(plan.aggs)):
             self.SUM[i, q] = sums[q]
             self.CNT[i, q] = cnts[q]
@@ -615,7 +731,7 @@ class _Lanes:
         their new ids. In place: the start rows' :class:`LaneRun` objects stay valid."""
         idx = np.asarray(q, dtype=np.int64)
         m = len(idx)
-        for name in ("start", "start_ts", "k", "alive", "best", "S", "SUM", "CNT"):
+        for name in ("start", "start_ts", "k", "kb", "sid", "bx", "alive", "best", "S", "SUM", "CNT"):
             arr = getattr(self, name)
             arr[:m] = arr[idx]  # (the right side is a copy)
         objs = [self.objs[i] for i in idx.tolist()]
@@ -721,16 +837,6 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     if lanes.n > 2 * len(q) + 256:
         q = lanes.compact(q)
     rno0 = st.nrows
-    pvec = kp.nan_x  # (read only by the loop)
-    if kp.prev_x and rno0 - 1 >= st.base:
-        pvec = pvec.copy()
-        prow = st.rows[rno0 - 1 - st.base]
-        try:
-            for x in kp.prev_x:
-                c = kp.xcols[x]
-                pvec[x] = _num(prow[c] if c < len(prow) else None)
-        except _Odd:
-            return False
     # from here on the rows are this path's
     st.lanes = lanes
     st.nrows += n
@@ -743,9 +849,10 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
 
         kp.lk = LK
         pr, pb = kp.prog_r, kp.prog_b
-        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, kp.has_r, kp.has_b,
-                     kp.greedy, kp.nthreads, plan.last, plan.loops, kp.s_x, kp.agg_x, kp.upd,
-                     a.within if a.within is not None else -1, a.max_partial_matches, max(pr.depth, pb.depth, 1))
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
+                     plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
+                     kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
+                     max(pr.depth, pb.depth, 1))
     step, consts = LK.step, kp.consts
     cap_q = len(q) + n
     if len(kp.Q) < cap_q:  # scratch shared by the rule's keys (one key steps at a time)
@@ -761,38 +868,54 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     io[LK.IO_RESUME] = st.resume
     new_attempt = a.attempt_class
     dead = a._dead
-    objs, ids = lanes.objs, lanes.ids
+    objs = lanes.objs
     while True:
-        step(xb, s, n, pvec, mb, tb, rno0, io,
-             lanes.start, lanes.start_ts, lanes.k, lanes.S, lanes.SUM, lanes.CNT, lanes.alive, lanes.best,
-             Q, killed, bested, *consts)
-        # the start rows' objects follow the arrays
+        step(xb, s, n, mb, tb, rno0, io,
+             lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
+             lanes.alive, lanes.best, Q, killed, bested, *consts)
+        # the start rows' objects follow the arrays: made only for the start rows still queued
+        # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
         nl0, nl1 = lanes.n, int(io[LK.IO_NL])
-        fresh_objs = []
-        if nl1 > nl0:
-            for i, (rno, t) in enumerate(zip(lanes.start[nl0:nl1].tolist(), lanes.start_ts[nl0:nl1].tolist()), nl0):
-                fresh_objs.append(new_attempt(rno, t, LaneRun(lanes, i)))
-                ids[rno] = i
-            objs.extend(fresh_objs)
-            lanes.n = nl1
         for i in killed[: io[LK.IO_NKILL]].tolist():
-            objs[i].threads = dead
+            if i < nl0:
+                objs[i].threads = dead
         for i in bested[: io[LK.IO_NBEST]].tolist():
-            objs[i].best = int(lanes.best[i])
+            if i < nl0:
+                att = objs[i]
+                att.best = int(lanes.best[i])
+                att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
         qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+        old = len(attempts)
+        if nl1 > nl0:
+            objs.extend([None] * (nl1 - nl0))
+            lanes.n = nl1
+            # without a removal after the head, queue positions do not move: the new start rows
+            # still queued are the tail from the old ones' end (or from the head, past it)
+            if io[LK.IO_MIDDLE]:
+                made = _made(lanes, new_attempt, dead, Q[qh:qt], nl0)
+            else:  # (those are the newest lanes, in order: a slice of the arrays)
+                made = _made(lanes, new_attempt, dead, None, nl1 - (qt - max(qh, old)), nl1)
+        else:
+            made = []
         if io[LK.IO_MIDDLE]:
             attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
+        elif qh <= old:
+            del attempts[:qh]
+            attempts.extend(made)
         else:
-            old = len(attempts)
-            if qh <= old:
-                del attempts[:qh]
-                attempts.extend(fresh_objs)
-            else:
-                attempts[:] = fresh_objs[qh - old:]
+            attempts[:] = made
         stats.partial_matches_peak = int(io[LK.IO_PEAK])
         status = int(io[LK.IO_STATUS])
         if not status:
             break
+        if status == LK.STOP_FORK:
+            # a start row's runs fork at row j: the numpy stepping takes the rest of the rows (its
+            # start rows there become node chains for that row)
+            j = int(io[LK.IO_J])
+            st.nrows -= n - j
+            lanes.qcache = None
+            step_key_lanes(a, st, cols, s + j, e, masks, ts, emit, stats, None, rows_all, True)
+            return True
         # a row that needs the engine: the cap's policy, or a match to output
         if status == LK.STOP_CAP:
             _over_cap(a, st, stats, lanes, plan)
@@ -815,6 +938,34 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     if len(st.rows) > 128:
         a._trim(st)
     return True
+
+
+def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray | None, nl0: int, nl1: int = 0) -> list:
+    """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
+    in queue order; lanes made before keep theirs. ``queued`` None: lanes ``nl0`` to ``nl1``."""
+    objs, ids = lanes.objs, lanes.ids
+    out: list = []
+    if queued is None:
+        if nl1 <= nl0:
+            return out
+        new: Any = slice(nl0, nl1)
+        ilist: Any = range(nl0, nl1)
+    else:
+        new = queued[queued >= nl0]
+        if not new.size:
+            return out
+        ilist = new.tolist()
+    # (whole columns as lists: a numpy scalar read per start row costs more than the object)
+    for i, rno, t, ok, best, bx in zip(ilist, lanes.start[new].tolist(), lanes.start_ts[new].tolist(),
+                                       lanes.alive[new].tolist(), lanes.best[new].tolist(), lanes.bx[new].tolist()):
+        att = new_attempt(rno, t, LaneRun(lanes, i) if ok else dead)
+        if best >= 0:
+            att.best = best
+            att.path = bx  # (its R rows: see lane_match)
+        objs[i] = att
+        ids[rno] = i
+        out.append(att)
+    return out
 
 
 def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, masks, ts, emit, stats: StepStats,
@@ -842,9 +993,12 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     init_later = [(pc, None) for pc in a.start_closure]
     bit_r, bit_b = 1 << plan.r, 1 << plan.b
     cond_r, cond_b = plan.cond[plan.r], plan.cond[plan.b]
-    has_r, has_b, greedy, nthreads, last = plan.has_r, plan.has_b, plan.greedy, plan.nthreads, plan.last
+    has_r, has_b, nthreads = plan.has_r, plan.has_b, plan.nthreads
+    nxt, tk, bst = plan.nxt, plan.tk, plan.bst
     upd_r, upd_b, upd_s = (_updates(a, plan, v) for v in (plan.r, plan.b, plan.s))
-    need_prev = bool(plan.prev_cols)
+    # per variable taken (TAKE_R, TAKE_B): its aggregates and its kept values (index, row column)
+    takes = [(TAKE_R, upd_r, [(q, c) for q, (v, c) in enumerate(plan.lcols) if v == plan.r]),
+             (TAKE_B, upd_b, [(q, c) for q, (v, c) in enumerate(plan.lcols) if v == plan.b])]
     agg_args = [a.aggs[slot].arg for slot in plan.aggs if a.aggs[slot].arg is not None]
 
     new_attempt = a.attempt_class
@@ -867,7 +1021,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 live_ids.append(th.i)
                 continue
             sums, cnts = th.aggs()  # (from the arrays being replaced)
-            got: tuple | None = (th.k, sums, cnts)
+            got: tuple | None = (th.vals(), th.k, th.kb, th.sid, sums, cnts)
         elif th:
             got = _to_lane(a, st, att)
             if got is None:
@@ -875,7 +1029,8 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 continue
         else:
             continue
-        i = lanes.add(att, rows[att.start - st.base], *got, plan)
+        assert got is not None
+        i = lanes.add(att, *got, plan)
         att.threads = LaneRun(lanes, i)
         live_ids.append(i)
     live = np.array(live_ids, dtype=np.int64)
@@ -912,8 +1067,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
             rno = start_rno + j
             row = rows[rno - st.base]
             t = ts[j]
-            prev = rows[rno - 1 - st.base] if need_prev and rno - 1 >= st.base else None
-            if live.size and not _exact(row, prev, plan, agg_args):
+            if live.size and not _exact(row, plan, agg_args):
                 demote()  # this row's values cannot be taken exactly as floats: node chains from here
             # the start rows on the general path (rows the arrays could not take)
             if general:
@@ -936,53 +1090,87 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                             a._within_ended(lanes.objs[i], rno, stats)
                         live = live[~gone]
             if live.size:
-                env.row, env.prev = row, prev
-                k = lanes.k[live]
-                kk = np.minimum(k, last)
-                env.k, env.n = k, live.size
+                env.row = row
+                sid = lanes.sid[live]
+                env.n = live.size
                 if (cond_r is not None and m & bit_r) or (cond_b is not None and m & bit_b):
-                    env.svals = {c: v[live] for c, v in lanes.svals.items()}
+                    env.svals = {q: v[live] for q, v in lanes.svals.items()}
                     env.sums = {c: v[live] for c, v in lanes.sums.items()}
                     env.cnts = {c: v[live] for c, v in lanes.cnts.items()}
-                ok_r = has_r[kk] if m & bit_r else np.zeros(live.size, bool)
+                ok_r = has_r[sid] if m & bit_r else np.zeros(live.size, bool)
                 if cond_r is not None and m & bit_r:
                     _contrib(env, upd_r, row, plan)
                     ok_r = ok_r & cond_r(env)
-                ok_b = has_b[kk] if m & bit_b else np.zeros(live.size, bool)
+                ok_b = has_b[sid] if m & bit_b else np.zeros(live.size, bool)
                 if cond_b is not None and m & bit_b:
                     _contrib(env, upd_b, row, plan)
                     ok_b = ok_b & cond_b(env)
-                if ok_b.any():
-                    lanes.best[live[ok_b]] = rno
-                    for i in live[ok_b].tolist():
-                        lanes.objs[i].best = rno
-                    ok_r = ok_r & (greedy[kk] | ~ok_b)
-                took = live[ok_r]
-                if took.size:
-                    lanes.k[took] += 1
-                    for slot, spec in upd_r:
-                        if spec.arg is None:
-                            lanes.cnts[slot][took] += 1
+                any_b = bool(m & bit_b) and ok_b.any()
+                o = ok_r.astype(np.int64)
+                if any_b:
+                    o |= ok_b.astype(np.int64) << 1
+                nx = nxt[sid, o]
+                if any_b and plan.can_fork and (nx == FORK).any():
+                    # runs that fork need node chains: this row's start rows go to the general path
+                    for i in live.tolist():
+                        att = lanes.objs[i]
+                        att.threads = a._advance(att, lane_threads(a, st, att), m, rno, row, st, stats, hist)
+                        if att.threads:
+                            general += 1
+                    live = live[:0]
+                else:
+                    # (a row that no lane passes as B completes a match only where R can complete one)
+                    if any_b or plan.r_completes:
+                        bs = bst[sid, o]
+                        hit = bs > 0
+                    if (any_b or plan.r_completes) and hit.any():
+                        got_best = live[hit]
+                        lanes.best[got_best] = rno
+                        lanes.bx[got_best] = lanes.k[got_best] + (bs[hit] == 2)
+                        for i, bx in zip(got_best.tolist(), lanes.bx[got_best].tolist()):
+                            att = lanes.objs[i]
+                            att.best = rno
+                            att.path = bx  # (its R rows: see lane_match)
+                    alive = nx >= 0
+                    tv = tk[sid, o] if any_b else None  # (else every surviving run took the row as R)
+                    for code, upd, kept in takes:
+                        if tv is None:
+                            if code != TAKE_R:
+                                continue
+                            took = live[alive]
+                        else:
+                            sel = alive & (tv == code)
+                            if not sel.any():
+                                continue
+                            took = live[sel]
+                        if not took.size:
                             continue
-                        v = spec.arg(row)
-                        if v is not None:
-                            lanes.sums[slot][took] += _num(v)
-                            lanes.cnts[slot][took] += 1
-                    if not plan.loops:  # R{n,m}: a start row that took m R rows and no B ends
-                        alive = nthreads[np.minimum(lanes.k[took], last)] > 0
-                        if not alive.all():
-                            ok_r[ok_r] = alive
-                            took = took[alive]
-                if not ok_r.all():
-                    for i in live[~ok_r].tolist():
-                        lanes.objs[i].threads = a._dead
-                live = took
+                        if code == TAKE_R:
+                            lanes.k[took] += 1
+                        else:
+                            lanes.kb[took] += 1
+                        for slot, spec in upd:
+                            if spec.arg is None:
+                                lanes.cnts[slot][took] += 1
+                                continue
+                            v = spec.arg(row)
+                            if v is not None:
+                                lanes.sums[slot][took] += _num(v)
+                                lanes.cnts[slot][took] += 1
+                        for q, c in kept:
+                            lanes.S[took, q] = _num(row[c] if c < len(row) else None)
+                    if not alive.all():
+                        for i in live[~alive].tolist():
+                            lanes.objs[i].threads = a._dead
+                        live = live[alive]
+                        nx = nx[alive]
+                    lanes.sid[live] = nx
             # a new start row
             if m & start_bits and rno >= st.resume and direct_start and _start_exact(row, plan, agg_args):
                 # S has no condition on the match: the start row's lane, without a node
                 att = new_attempt(rno, t, None)
                 sums, cnts = _start_aggs(row, upd_s, plan)
-                i = lanes.add(att, row, 0, sums, cnts, plan)
+                i = lanes.add(att, _start_vals(row, plan), 0, 0, 0, sums, cnts, plan)
                 att.threads = LaneRun(lanes, i)
                 attempts.append(att)
                 pending.append(i)
@@ -993,7 +1181,7 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                     attempts.append(att)
                     got = _to_lane(a, st, att) if att.threads else None
                     if got is not None:
-                        i = lanes.add(att, row, *got, plan)
+                        i = lanes.add(att, *got, plan)
                         att.threads = LaneRun(lanes, i)
                         pending.append(i)
                     elif att.threads:
@@ -1003,8 +1191,8 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                 pending.clear()
             if attempts:
                 n_before = len(attempts)
-                if n_before > 1 and (live.size + general) * max_runs > cap:
-                    total = int(nthreads[np.minimum(lanes.k[live], last)].sum()) if live.size else 0
+                if n_before > 1 and (general or live.size * max_runs > cap):
+                    total = int(nthreads[lanes.sid[live]].sum()) if live.size else 0
                     if general:
                         total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
                     if total > cap:
@@ -1015,9 +1203,10 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                         live = _still_there(attempts, lanes, live)
                     if general:
                         general = sum(1 for x in attempts if x.threads and not isinstance(x.threads, LaneRun))
-                # (live start rows bound the runs: most rows cannot raise the peak)
-                if (live.size + general) * max_runs > stats.partial_matches_peak:
-                    total = int(nthreads[np.minimum(lanes.k[live], last)].sum()) if live.size else 0
+                # (live start rows bound their runs: most rows cannot raise the peak; a start row on
+                # the general path may hold more runs than any state, after a fork)
+                if general or live.size * max_runs > stats.partial_matches_peak:
+                    total = int(nthreads[lanes.sid[live]].sum()) if live.size else 0
                     if general:
                         total += sum(len(x.threads) for x in attempts if isinstance(x.threads, list))
                     if total > stats.partial_matches_peak:
@@ -1042,14 +1231,11 @@ def _updates(a: PatternAutomaton, plan: LanePlan, vid: int) -> list[tuple[int, A
     return out
 
 
-def _exact(row: tuple, prev: tuple | None, plan: LanePlan, agg_args: list) -> bool:
-    """Whether every value the conditions read of this row (and the previous one) is exact as a float."""
+def _exact(row: tuple, plan: LanePlan, agg_args: list) -> bool:
+    """Whether every value the conditions read of this row (or keep of it) is exact as a float."""
     try:
         for c in plan.cur_cols:
             _num(row[c] if c < len(row) else None)
-        if prev is not None:
-            for c in plan.prev_cols:
-                _num(prev[c] if c < len(prev) else None)
         for f in agg_args:
             _num(f(row))
     except _Odd:
@@ -1060,8 +1246,9 @@ def _exact(row: tuple, prev: tuple | None, plan: LanePlan, agg_args: list) -> bo
 def _start_exact(row: tuple, plan: LanePlan, agg_args: list) -> bool:
     """Whether a start row's values the conditions read are exact as floats."""
     try:
-        for c in plan.s_cols:
-            _num(row[c] if c < len(row) else None)
+        for v, c in plan.lcols:
+            if v == plan.s:
+                _num(row[c] if c < len(row) else None)
         for f in agg_args:
             _num(f(row))
     except _Odd:

@@ -55,6 +55,36 @@ def _b_or(x, v, i, asg):
     return x[i] > x[asg[0][0]] + 3 or (v[i] is not None and v[i] > 90 and len(_rows_of(asg, "R")) > 3)
 
 
+def _prev(x, i):
+    return x[i - 1] if i > 0 else None
+
+
+def _down(x, v, i, a):
+    return _prev(x, i) is not None and x[i] < _prev(x, i)
+
+
+def _up_v(x, v, i, a):
+    return _prev(x, i) is not None and x[i] > _prev(x, i) and x[i] >= x[a[0][0]]
+
+
+def _down_eq(x, v, i, a):
+    return _prev(x, i) is not None and x[i] <= _prev(x, i)
+
+
+def _up_eq(x, v, i, a):
+    return _prev(x, i) is not None and x[i] >= _prev(x, i) and x[i] >= x[a[0][0]] - 1
+
+
+def _b_after_r(x, v, i, a):
+    rs = _rows_of(a, "R")
+    return bool(rs) and x[i] > x[rs[-1]] + 1
+
+
+def _r_band_sum(x, v, i, a):
+    got = [v[j] for j in _rows_of(a, "R") if v[j] is not None]
+    return abs(x[i] - x[a[0][0]]) <= 2 and (not got or sum(got) < 400)
+
+
 # (statement, conditions for the brute force: (x, v, row, assignment including the row) -> holds)
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     # range_breakout's shape: a band around the start row, a breakout on volume
@@ -93,14 +123,63 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
                   B AS B.x > S.x + 3 OR (B.v > 90 AND COUNT(R.*) > 3))""",
         {"S": lambda x, v, i, a: True, "R": _r_outside, "B": _b_or},
     ),
+    # the V-shape of rules/trading.yaml: two quantified variables, U reads the start row; D and U
+    # exclude each other, so the runs of a start row never fork
+    "v_shape": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd, LAST(D.x) AS bottom
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S D{2,} U+)
+           DEFINE D AS D.x < PREV(D.x),
+                  U AS U.x > PREV(U.x) AND LAST(U.x) >= S.x)""",
+        {"S": lambda x, v, i, a: True, "D": _down, "U": _up_v},
+    ),
+    # D and U overlap (equal closes pass both): a start row's runs fork, and go back to node chains
+    "v_shape_forks": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S D{2,} U+)
+           DEFINE D AS D.x <= PREV(D.x),
+                  U AS U.x >= PREV(U.x) AND U.x >= S.x - 1)""",
+        {"S": lambda x, v, i, a: True, "D": _down_eq, "U": _up_eq},
+    ),
+    # reluctant R, bounded B{2,6}; B reads the last R row (not the previous row after the first B)
+    "reluctant_b_reads_r": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(B.ts) AS t1, COUNT(B.*) AS nb, LAST(R.x) AS lr
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S R{3,}? B{2,6})
+           DEFINE R AS R.x BETWEEN S.x - 2 AND S.x + 2,
+                  B AS B.x > LAST(R.x) + 1)""",
+        {"S": lambda x, v, i, a: True, "R": lambda x, v, i, a: abs(x[i] - x[a[0][0]]) <= 2, "B": _b_after_r},
+    ),
+    # B may be empty: a row taken as R completes a match; SUM over R in R's own condition
+    "r_completes": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES S.ts AS t0, LAST(ts) AS t1, COUNT(B.*) AS nb
+           AFTER MATCH SKIP PAST LAST ROW
+           PATTERN (S R{2,} B*)
+           DEFINE R AS R.x BETWEEN S.x - 2 AND S.x + 2 AND (SUM(R.v) < 400 OR COUNT(R.v) = 0),
+                  B AS B.x > S.x + 2)""",
+        {"S": lambda x, v, i, a: True, "R": _r_band_sum, "B": lambda x, v, i, a: x[i] > x[a[0][0]] + 2},
+    ),
 }
 
 
-def _events(rnd: random.Random, n: int, keys: int) -> list[dict]:
-    out, x = [], {k: 10 for k in range(keys)}
+def _events(rnd: random.Random, n: int, keys: int, trend: bool = False) -> list[dict]:
+    """Random walks per key; ``trend``: each step keeps the last one's direction more often than
+    not (falls and rises of several rows, as the V-shapes need)."""
+    out, x, d = [], {k: 10 for k in range(keys)}, {k: 1 for k in range(keys)}
     for i in range(n):
         k = rnd.randrange(keys)
-        x[k] = max(0, min(20, x[k] + rnd.choice((-2, -1, 0, 0, 0, 1, 1, 2))))
+        if trend:
+            if rnd.random() < 0.3:
+                d[k] = rnd.choice((-1, 0, 1))
+            step = d[k] * rnd.choice((1, 1, 2)) if d[k] else rnd.choice((-1, 0, 1))
+        else:
+            step = rnd.choice((-2, -1, 0, 0, 0, 1, 1, 2))
+        x[k] = max(0, min(20, x[k] + step))
         out.append({"k": k, "ts": i, "x": x[k], "v": None if rnd.random() < 0.05 else rnd.randrange(1, 100)})
     return out
 
@@ -137,16 +216,16 @@ def _counters(op: PatternOperator) -> tuple:
             s.eval_errors, op.counts.processed)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(sorted(SHAPES)), seed=st.integers(0, 10_000), keys=st.integers(1, 3),
-       n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans())
-def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n, ncuts, snap):
+       n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans(), trend=st.booleans())
+def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n, ncuts, snap, trend):
     """Keys of hundreds of rows, batches that split runs, a snapshot and restore in the middle:
     the compiled loop and the numpy stepping give the general path's rows in its order and its
     counters, and per key the brute force's matches."""
     sql, cond = SHAPES[shape]
     rnd = random.Random(seed)
-    events = _events(rnd, n, keys)
+    events = _events(rnd, n, keys, trend)
     cuts = [rnd.randrange(1, n) for _ in range(ncuts)]
     snap_at = rnd.randrange(0, ncuts + 1) if snap else None
     fast, op_fast = _run(sql, events, cuts, snap_at, True)
@@ -229,8 +308,72 @@ def test_shapes_the_path_declines():
         ("S R+ B", "R AS R.x > S.x, B AS B.x < MAX(R.x)"),  # MIN/MAX
         ("(S R)+ B", "R AS R.x > S.x, B AS B.x < S.x"),
         ("S R{2,5} B", "R AS R.x > S.x, B AS B.x < S.x"),  # at most 7 live start rows per key
+        ("S R+ B+ C+", "R AS R.x > S.x, B AS B.x < S.x, C AS C.x > S.x"),  # three quantified variables
+        ("S R+ B+ R", "R AS R.x > S.x, B AS B.x < S.x"),  # R again after B
+        ("S R+ B+", "R AS R.x > S.x, B AS B.x < FIRST(R.x)"),  # FIRST: not kept
     ]:
         sql = f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES S.ts AS t0
                   PATTERN ({pattern}) DEFINE {define})"""
         op = PatternOperator(parse_rule_text(sql).compiled, name="r")
         assert op.automaton.lanes is None, pattern
+
+
+TWO_QUANTIFIED = ["v_shape", "v_shape_forks", "reluctant_b_reads_r", "r_completes"]
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("shape", TWO_QUANTIFIED)
+def test_two_quantified_variables(shape, kernel):
+    """``S R{n,m} B{p,q}`` (the V-shape and its kin) take the path; over trending keys of about a
+    thousand rows, batches cut every 97 rows and a snapshot in the middle, rows and counters are
+    the general path's; where R and B overlap the start rows' runs fork and still agree."""
+    sql = SHAPES[shape][0]
+    events = _events(random.Random(11), 3000, 3, trend=True)
+    cuts = list(range(97, 3000, 97))
+    fast, op_fast = _run(sql, events, cuts, 9, True, kernel)
+    slow, op_slow = _run(sql, events, cuts, None, False)
+    assert fast == slow and len(fast) > 10
+    assert _counters(op_fast) == _counters(op_slow)
+    # a row that passes R and B forks greedy R{n,} before B+ and reluctant R before B{2,}; not a
+    # row that R completes (B* is never tried then)
+    assert op_fast.automaton.lanes.can_fork == (shape != "r_completes")
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("on_cap", ["drop_oldest", "skip_key"])
+def test_v_shape_within_caps_and_odd_values(on_cap, kernel):
+    """The V-shape with WITHIN and a small cap, over rows with NULLs, a string, a bool and an
+    integer past 2**53 (the key's start rows go back to node chains, the general path's errors
+    and rows): the same rows and counters as the general path."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+             MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd
+             AFTER MATCH SKIP PAST LAST ROW
+             PATTERN (S D{2,} U+) WITHIN INTERVAL '30' MILLISECOND
+             DEFINE D AS D.x <= PREV(D.x), U AS U.x >= PREV(U.x) AND LAST(U.x) >= S.x - 1)"""
+    events = _events(random.Random(4), 2500, 2, trend=True)
+    for i, bad in ((300, "n/a"), (301, None), (900, True), (1500, 2**60 + 1), (1501, None)):
+        events[i]["x"] = bad
+    cuts = list(range(150, 2500, 150))
+    opts = {"max_partial_matches": 6, "on_cap": on_cap}
+    fast, op_fast = _run(sql, events, cuts, 5, True, kernel, **opts)
+    slow, op_slow = _run(sql, events, cuts, None, False, **opts)
+    assert fast == slow and len(fast) > 10
+    assert op_fast.stats.cap_hits > 0 and op_fast.stats.eval_errors > 0
+    assert _counters(op_fast) == _counters(op_slow)
+
+
+def test_rules_of_the_repository_on_the_path():
+    """The V-shape of rules/trading.yaml and the generated ``S D{k,} U+`` rules of the many-rules
+    benchmark take the path (the compiled loop where numba is allowed)."""
+    from pathlib import Path
+
+    from patterns.rules import load_rules
+
+    rules = {r.name: r for r in load_rules(Path(__file__).resolve().parents[2] / "rules" / "trading.yaml")}
+    op = PatternOperator(rules["v_shape"].compiled, name="v_shape")
+    assert op.automaton.lanes is not None
+    assert (op.automaton.lanes.kernel is not None) == numba_allowed()
+    sql = """SELECT * FROM bars MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY date
+             MEASURES S.date AS d AFTER MATCH SKIP PAST LAST ROW PATTERN (S D{3,} U+)
+             DEFINE D AS D.close < PREV(D.close) * 0.99, U AS U.close > PREV(U.close) AND LAST(U.close) >= S.close)"""
+    assert PatternOperator(parse_rule_text(sql).compiled, name="r").automaton.lanes is not None
