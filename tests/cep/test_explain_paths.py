@@ -123,14 +123,21 @@ def test_cli_text_shows_the_conditions_cep_run_evaluates_and_its_path(capsys):
             "an exact rewrite") in notes[1]
 
 
-def test_cli_json_notes_name_the_general_path_and_why_not_faster(capsys):
+def test_cli_json_notes_name_the_path_and_why_not_faster(capsys, monkeypatch):
+    code, out, err = _cep(capsys, TRADING, "--input", BARS, "--rule", "v_shape", "--key", "AAPL", "--json")
+    assert code == 0, err
+    ex = json.loads(out)
+    # START_ROW DOWN{2,} UP+ is a lane shape: UP reads the start row, which lanes keep per start row
+    assert ex["notes"][0].startswith("cep run steps this rule on lanes (cep/lanes.py)")
+    assert ex["notes"][1].startswith(
+        "not the lazy DFA: a condition reads the match so far or a later row (UP: LAST(UP.close) >= START_ROW.close")
+    # with the lanes switched off the general path steps it, and the notes say why
+    monkeypatch.setattr(lanes, "USE_LANES", False)
     code, out, err = _cep(capsys, TRADING, "--input", BARS, "--rule", "v_shape", "--key", "AAPL", "--json")
     assert code == 0, err
     ex = json.loads(out)
     assert ex["notes"][0] == "cep run steps this rule on the general path (cep/nfa.py): each partial match with its matched rows, as explain does"
-    assert ex["notes"][1].startswith(
-        "not the lazy DFA: a condition reads the match so far or a later row (UP: LAST(UP.close) >= START_ROW.close")
-    assert ex["notes"][2].startswith("not lanes: the pattern is not one start variable")
+    assert ex["notes"][2] == "not lanes: switched off in this process (CEP_LANES=0)"
 
 
 def test_cli_with_the_rewrite_off_shows_the_conditions_as_written(capsys, monkeypatch):
