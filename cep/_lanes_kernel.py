@@ -23,18 +23,19 @@ from numba import njit
 from cep import _expr_kernel as EK
 
 __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
-           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH"]
+           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_INEXACT", "STOP_MATCH"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
 # resume row, status, whether start rows were dropped after the head
 IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
-STOP_CAP, STOP_MATCH = 1, 2
+STOP_CAP, STOP_MATCH, STOP_INEXACT = 1, 2, 3
+_EXACT = float(2**53)  # a running sum at or past this may be rounded: stored as inf (see EK.run_many)
 
 # numba's on-disk cache of ``step`` is keyed on this file alone, yet ``step`` compiles the
 # interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
 # bytecode. So the cache is used only while that file is the one hashed here (a test checks the
 # hash; after changing the interpreter, put its new hash here, which also renews the cache).
-EXPR_KERNEL_SHA256 = "aa74189c05904ba7eab810fd8550299eb60ec7c0cd903fda48fbef051801981f"
+EXPR_KERNEL_SHA256 = "38d9d8dd067c945f76f880ab52c8dfd11087314f7bc46078f23552c3828de699"
 try:
     _CACHE = hashlib.sha256(Path(EK.__file__).read_bytes()).hexdigest() == EXPR_KERNEL_SHA256
 except OSError:  # (no source file: compile in this process, cache nothing)
@@ -107,12 +108,16 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
             prev_ok[nid] = L_k[i] >= 1
             nid += 1
         # each condition for every live start row at once (one instruction over all of them)
+        exact = True
         if nid > 0 and take_r and cond_r:
-            _many(code_r, lits_r, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
-                  stack, out_r)
+            exact = _many(code_r, lits_r, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1],
+                          add_sum[1], stack, out_r)
         if nid > 0 and take_b and cond_b:
-            _many(code_b, lits_b, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
-                  stack, out_b)
+            exact = _many(code_b, lits_b, cur, prevrow, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2],
+                          add_sum[2], stack, out_b) and exact
+        if not exact:  # an intermediate reached 2**53: the row goes to the exact path, nothing of it applied
+            io[IO_STATUS] = STOP_INEXACT
+            break
         for x in range(nid):
             i = ids[x]
             k = L_k[i]
@@ -132,6 +137,8 @@ def step(XB, s, n, pvec, masks, ts, rno0, io,
                 for q in range(na):
                     L_CNT[i, q] += add_cnt[1, q]
                     L_SUM[i, q] += add_sum[1, q]
+                    if abs(L_SUM[i, q]) >= _EXACT:
+                        L_SUM[i, q] = np.inf
                 kk = k if k < last else last
                 if not loops and nthreads[kk] == 0:  # R{n,m}: m R rows taken and no B
                     ok_r = False
