@@ -1560,7 +1560,7 @@ def _typed(vals: np.ndarray) -> tuple[np.ndarray, Any]:
     nulls = pd.isna(vals)
     if kind in ("integer", "floating", "mixed-integer-float", "decimal"):
         f = pd.Series(vals, dtype=object).astype("float64").to_numpy()
-        if kind in ("integer", "mixed-integer-float") and (np.abs(f) > 2**53).any():
+        if kind in ("integer", "mixed-integer-float") and (np.abs(f) >= 2**53).any():
             # an integer float64 would round: objects, which the kernels leave to the row path
             return vals, nulls
         return f, nulls
