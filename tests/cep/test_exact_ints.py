@@ -15,6 +15,15 @@ from cep.compiled import numba_allowed
 from cep.operator import PatternOperator
 from patterns.match_recognize import parse_statement
 from patterns.rules import parse_rule_text
+from tests.cep.test_analytics_properties import WINDOWS, _sizes, feed
+from tests.cep.test_analytics_reference import (
+    SELECT,
+    final_view,
+    reference_panes,
+    reference_sessions_final,
+    reference_slide,
+    rule,
+)
 from tests.reference import reference_matches
 
 E53 = 2**53
@@ -268,3 +277,33 @@ def test_column_kernel_cases():
     _kernel_vs_rows("x >= f", [2**53 + 1, 2**53], [0, 0], [float(2**53), float(2**53)], [None, 1])
     _kernel_vs_rows("o + 1 > o", [0, 0, 0], [0, 0, 0], [0.0] * 3, [2**53 + 1, None, 2**63 + 5])
     _kernel_vs_rows("x + 100000000000000000000 > 0", [1, -5], [0, 0], [0.0, 0.0], [None, 1])
+
+
+# ------------------------------------------------------------------ windowed analytics
+
+BIG_V = (2**62 + 7, 2**63 - 1, -(2**63), 2**53 + 1, -(2**53) - 3, 5)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(ev=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 120), st.sampled_from(BIG_V), st.integers(0, 3)),
+                   min_size=1, max_size=45).map(lambda xs: [{"k": k, "ts": t, "v": v, "u": u} for k, t, v, u in xs]),
+       kind=st.sampled_from(["TUMBLE", "HOP", "SESSION", "SLIDE"]), lateness=st.sampled_from([0, 10]),
+       sizes=st.lists(st.integers(1, 45), min_size=1, max_size=6))
+def test_analytics_sums_of_big_ints_are_exact(ev, kind, lateness, sizes):
+    """SUM over int64 values whose total passes 2**63 (both signs) is the exact Python sum, in
+    batches that cut windows: the reference's rows (pure Python ints), and AVG is that sum over the count."""
+    sizes = _sizes(sizes, len(ev))
+    sql = SELECT.format(window=WINDOWS[kind], min_n=1)
+    got = feed(rule(sql, lateness), ev, sizes)[0]
+    if kind == "TUMBLE":
+        assert got == reference_panes(ev, 20, 20, lateness, 1)
+    elif kind == "HOP":
+        assert got == reference_panes(ev, 30, 10, lateness, 1)
+    elif kind == "SESSION":
+        assert final_view(got) == reference_sessions_final(ev, 6, lateness, 1)
+    else:
+        assert got == reference_slide(ev, 15, lateness, 1)
+    avg = sql.replace("SUM(v) AS s", "SUM(v) AS s, AVG(v) AS a")
+    for row in feed(rule(avg, lateness), ev, sizes)[0]:
+        assert row["a"] == row["s"] / row["n"], row  # (Python: an exact int over the count, rounded once)
+        assert type(row["s"]) is int
