@@ -307,3 +307,25 @@ def test_analytics_sums_of_big_ints_are_exact(ev, kind, lateness, sizes):
     for row in feed(rule(avg, lateness), ev, sizes)[0]:
         assert row["a"] == row["s"] / row["n"], row  # (Python: an exact int over the count, rounded once)
         assert type(row["s"]) is int
+
+
+# ------------------------------------------------------------- percolator numeric ranges
+
+
+def test_percolator_ranges_compare_integers_exactly():
+    """Numeric range queries compare a document's integers with the bounds as Python does
+    (exactly), at and around 2**53 and 2**63, both signs, and numbers written as text."""
+    from cep.percolator.percolator import Percolator
+
+    p = Percolator()
+    bounds = {"ge": (E53 + 1, None, True), "lt": (None, E53 + 1, False), "big": (E63, None, True),
+              "neg": (None, -E53 - 1, True)}
+    p.register("ge", f"x:[{E53 + 1} TO *]")
+    p.register("lt", f"x:{{* TO {E53 + 1}}}")
+    p.register("big", f"x:[{E63} TO *]")
+    p.register("neg", f"x:[* TO {-E53 - 1}]")
+    for x in (E53, E53 + 1, E53 + 2, E63 - 1, E63, -E53 - 1, -E53, float(E53), str(E53 + 1), str(-E53 - 1)):
+        v = int(x) if isinstance(x, str) else x
+        want = sorted(q for q, (lo, hi, hi_in) in bounds.items()
+                      if (lo is None or v >= lo) and (hi is None or (v <= hi if hi_in else v < hi)))
+        assert sorted(p.percolate({"x": x}).ids) == want, x
