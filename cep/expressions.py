@@ -854,13 +854,27 @@ def _exact_arith(op: str, lv, rv):
         out = np.asarray(f(lv, rv))
     except OverflowError:  # a Python int operand beyond int64
         raise ColumnarUnsupported("an integer beyond int64 in arithmetic") from None
+    if not out.size:
+        return out
     if out.dtype.kind in "iu":
-        est = f(np.asarray(lv, dtype=np.float64), np.asarray(rv, dtype=np.float64))
-        if est.size and (np.abs(est) >= _INT64_SAFE).any():
-            raise ColumnarUnsupported("an int64 result that may overflow")
-    elif out.dtype.kind == "f" and out.size and (np.abs(out) >= _EXACT).any():
-        raise ColumnarUnsupported("a float64 result at or past 2**53")
+        # bound the result's magnitude from the operands' (two reductions each, no temporaries)
+        bl, br = _magnitude(lv), _magnitude(rv)
+        if (bl * br if op == "*" else bl + br) >= 2**63:
+            est = f(np.asarray(lv, dtype=np.float64), np.asarray(rv, dtype=np.float64))
+            if (np.abs(est) >= _INT64_SAFE).any():
+                raise ColumnarUnsupported("an int64 result that may overflow")
+    elif out.dtype.kind == "f":
+        hi, lo = out.max(), out.min()
+        if hi >= _EXACT or lo <= -_EXACT or (hi != hi and (np.abs(out) >= _EXACT).any()):  # (NaN: NULLs)
+            raise ColumnarUnsupported("a float64 result at or past 2**53")
     return out
+
+
+def _magnitude(v) -> int:
+    """The largest magnitude in integer operand ``v`` (an int array or a Python int), as a Python int."""
+    if isinstance(v, np.ndarray):
+        return max(int(v.max()), -int(v.min())) if v.size else 0
+    return abs(int(v))
 
 
 def _compare(op: str, lv, rv, nulls):

@@ -1207,7 +1207,8 @@ class PatternOperator:
             fills: list[list] = []
             direct = None  # the batch path's PREV values, as numbers (no Python list per row)
             # PREV of an int column is read as float64 (NaN: no row): only where that is exact
-            exact_nums = base.dtype.kind not in "iu" or not len(base) or max(int(base.max()), -int(base.min())) <= 2**53
+            exact_nums = not lag or base.dtype.kind not in "iu" or not len(base) \
+                or max(int(base.max()), -int(base.min())) <= 2**53
             if lag and self._keyed is not None and not states:
                 if not share and base.dtype.kind in "iuf" and exact_nums:
                     direct = self._keyed.fill_numbers(ci, lag, ends - starts)
