@@ -279,8 +279,14 @@ def jitted() -> Callable[..., bool]:
 
 def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarray, ids: np.ndarray, nid: int,
              prev_ok: np.ndarray, starts: np.ndarray, cnts: np.ndarray, sums: np.ndarray, add_cnt: np.ndarray,
-             add_sum: np.ndarray, stack: np.ndarray, out: np.ndarray) -> None:
+             add_sum: np.ndarray, stack: np.ndarray, out: np.ndarray) -> bool:
     """:func:`run` for one row and many partial matches at once: ``out[l]`` for partial match ``ids[l]``.
+
+    Returns whether every sum, difference, product and running ``SUM`` it computed stayed below
+    2**53 in magnitude: only then is each float64 result of exact integers exact (rounding is
+    monotone and 2**53 is a float64, so an exact result at or past it cannot round below it). On
+    False the caller hands the row to the exact general path and ignores ``out``. A running sum
+    that may have been rounded is stored as inf by the caller, so reading it answers False too.
 
     Each instruction runs over all ``nid`` partial matches before the next (its dispatch is paid
     once per row, not once per partial match). Partial match ``p``'s start-row values are
@@ -291,6 +297,7 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
     sp = 0
     pc = 0
     n = code.shape[0]
+    exact = True
     while pc < n:
         op = code[pc]
         arg = code[pc + 1]
@@ -318,10 +325,11 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
                     stack[sp, x] = float(c)
                 elif c == 0:
                     stack[sp, x] = np.nan
-                elif op == SUM:
-                    stack[sp, x] = sums[ids[x], arg] + asm
                 else:
-                    stack[sp, x] = (sums[ids[x], arg] + asm) / c
+                    t = sums[ids[x], arg] + asm
+                    if not abs(t) < _EXACT:  # (also inf, the mark of a sum that passed 2**53, and NaN)
+                        exact = False
+                    stack[sp, x] = t if op == SUM else t / c
             sp += 1
         elif op == NEG:
             for x in range(nid):
@@ -338,15 +346,13 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
             pass  # (both sides are evaluated: the END combines them)
         elif op >= ADD_LIT and op <= DIV_LIT:
             v = lits[arg]
-            if op == ADD_LIT:
+            if op == ADD_LIT or op == SUB_LIT or op == MUL_LIT:
                 for x in range(nid):
-                    stack[sp - 1, x] += v
-            elif op == SUB_LIT:
-                for x in range(nid):
-                    stack[sp - 1, x] -= v
-            elif op == MUL_LIT:
-                for x in range(nid):
-                    stack[sp - 1, x] *= v
+                    u = stack[sp - 1, x]
+                    t = u + v if op == ADD_LIT else (u - v if op == SUB_LIT else u * v)
+                    if abs(t) >= _EXACT:
+                        exact = False
+                    stack[sp - 1, x] = t
             else:
                 for x in range(nid):
                     stack[sp - 1, x] = stack[sp - 1, x] / v if v != 0.0 else np.nan
@@ -355,14 +361,13 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
             for x in range(nid):
                 u = stack[sp - 1, x]
                 v = stack[sp, x]
-                if op == ADD:
-                    stack[sp - 1, x] = u + v
-                elif op == SUB:
-                    stack[sp - 1, x] = u - v
-                elif op == MUL:
-                    stack[sp - 1, x] = u * v
-                else:
+                if op == DIV:
                     stack[sp - 1, x] = u / v if v != 0.0 else np.nan
+                    continue
+                t = u + v if op == ADD else (u - v if op == SUB else u * v)
+                if abs(t) >= _EXACT:
+                    exact = False
+                stack[sp - 1, x] = t
         elif op == BETWEEN or op == NOT_BETWEEN:
             sp -= 2
             for x in range(nid):
@@ -394,6 +399,7 @@ def run_many(code: np.ndarray, lits: np.ndarray, cur: np.ndarray, prev: np.ndarr
                 stack[sp - 1, x] = 1.0 if got else 0.0
     for x in range(nid):
         out[x] = stack[0, x] == 1.0
+    return exact
 
 
 _JITTED_MANY: list[Any] = []

@@ -25,19 +25,20 @@ from numba import njit
 from cep import _expr_kernel as EK
 
 __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
-           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH", "STOP_FORK"]
+           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
 # resume row, status, whether start rows were dropped after the head
 IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
-STOP_CAP, STOP_MATCH, STOP_FORK = 1, 2, 3
+STOP_CAP, STOP_MATCH, STOP_FORK, STOP_INEXACT = 1, 2, 3, 4
 FORK = -2  # (cep.lanes.FORK: the runs of a start row fork on the row)
+_EXACT = float(2**53)  # a running sum at or past this may be rounded: stored as inf (see EK.run_many)
 
 # numba's on-disk cache of ``step`` is keyed on this file alone, yet ``step`` compiles the
 # interpreter of cep/_expr_kernel.py in: a cache made before that file changed would run the old
 # bytecode. So the cache is used only while that file is the one hashed here (a test checks the
 # hash; after changing the interpreter, put its new hash here, which also renews the cache).
-EXPR_KERNEL_SHA256 = "aa74189c05904ba7eab810fd8550299eb60ec7c0cd903fda48fbef051801981f"
+EXPR_KERNEL_SHA256 = "38d9d8dd067c945f76f880ab52c8dfd11087314f7bc46078f23552c3828de699"
 try:
     _CACHE = hashlib.sha256(Path(EK.__file__).read_bytes()).hexdigest() == EXPR_KERNEL_SHA256
 except OSError:  # (no source file: compile in this process, cache nothing)
@@ -113,12 +114,16 @@ def step(XB, s, n, masks, ts, rno0, io,
             ids[nid] = i
             nid += 1
         # each condition for every live start row at once (one instruction over all of them)
+        exact = True
         if nid > 0 and take_r and cond_r:
-            _many(code_r, lits_r, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1], add_sum[1],
-                  stack, out_r)
+            exact = _many(code_r, lits_r, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1],
+                          add_sum[1], stack, out_r)
         if nid > 0 and take_b and cond_b:
-            _many(code_b, lits_b, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2], add_sum[2],
-                  stack, out_b)
+            exact = _many(code_b, lits_b, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2],
+                          add_sum[2], stack, out_b) and exact
+        if not exact:  # an intermediate reached 2**53: the row goes to the exact path, nothing of it applied
+            io[IO_STATUS] = STOP_INEXACT
+            break
         if can_fork and take_r and take_b:
             # a start row whose runs fork on this row needs node chains: back to Python before
             # anything of the row is changed
@@ -168,6 +173,8 @@ def step(XB, s, n, masks, ts, rno0, io,
             for q in range(na):
                 L_CNT[i, q] += add_cnt[v, q]
                 L_SUM[i, q] += add_sum[v, q]
+                if abs(L_SUM[i, q]) >= _EXACT:
+                    L_SUM[i, q] = np.inf
             if keep_rb:
                 for q in range(nlc):
                     if lvar[q] == v:

@@ -351,6 +351,8 @@ class BatchDFA:
         col = self.cols[ci]
         if col.dtype.kind not in "iuf" and self.s_used:
             return None
+        if col.dtype.kind in "iu" and self.s_used and len(col) and max(int(col.max()), -int(col.min())) > 2**53:
+            return None  # (as float64 these would round: the caller's lists keep them exact)
         out = []
         last = self.k[3][self._ids_now]
         prev = self.s_prev

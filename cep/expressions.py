@@ -683,7 +683,12 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
             return var_name, False
         if isinstance(x, A.Unary):
             v, n = val(x.operand, lag, get)
-            return _num(v, "-"), n
+            v = _num(v, "-")
+            if x.op == "-":
+                _no_int64_min(v)
+                with np.errstate(all="ignore"):
+                    return -v, n
+            return v, n
         if isinstance(x, A.Binary):
             lv, ln = val(x.left, lag, get)
             rv, rn = val(x.right, lag, get)
@@ -692,15 +697,16 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
                 raise ColumnarUnsupported("string concatenation")
             lv, rv = _num(lv, x.op), _num(rv, x.op)
             with np.errstate(all="ignore"):
-                if x.op == "+":
-                    out = lv + rv
-                elif x.op == "-":
-                    out = lv - rv
-                elif x.op == "*":
-                    out = lv * rv
+                if x.op in ("+", "-", "*"):
+                    out = _exact_arith(x.op, lv, rv)
                 elif x.op in ("/", "%"):
                     zero = rv == 0
-                    out = lv / rv if x.op == "/" else np.fmod(lv, rv)
+                    if x.op == "/":
+                        if _big_int(lv) or _big_int(rv):  # (Python divides exact integers, numpy their float64s)
+                            raise ColumnarUnsupported("division of an integer beyond 2**53")
+                        out = lv / rv
+                    else:  # math.fmod, the row path's, takes float64s of its operands
+                        out = np.fmod(np.asarray(lv, dtype=np.float64), np.asarray(rv, dtype=np.float64))
                     nulls = _or_nulls(nulls, zero)
                 else:  # pragma: no cover
                     raise ColumnarUnsupported(x.op)
@@ -710,7 +716,7 @@ def compile_columnar(e: A.Expr, var_name: str) -> Callable[[Callable[[str, int],
         if isinstance(x, A.Func) and x.name in ("ABS", "LOWER", "UPPER"):
             v, n = val(x.args[0], lag, get)
             if x.name == "ABS":
-                return np.abs(_num(v, "abs")), n
+                return np.abs(_no_int64_min(_num(v, "abs"))), n
             if isinstance(v, np.ndarray):
                 if v.dtype != object:
                     raise ColumnarUnsupported("LOWER/UPPER of a number")
@@ -797,6 +803,80 @@ def _num(v, what):
     return v
 
 
+_EXACT = 2**53  # integers up to this magnitude are exact as float64
+_INT64_SAFE = float(2**62)  # an int64 result whose float64 estimate is below this did not overflow
+
+
+def _is_int(v) -> bool:
+    """An integer operand (an int array or a Python int; not a bool)."""
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind in "iu"
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_float(v) -> bool:
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind == "f"
+    return isinstance(v, (float, np.floating))
+
+
+def _big_int(v) -> bool:
+    """Whether integer operand ``v`` holds a value that float64 cannot hold exactly."""
+    if not _is_int(v):
+        return False
+    if isinstance(v, np.ndarray):
+        return bool(v.size) and bool((v > _EXACT).any() or (v < -_EXACT).any())
+    return abs(int(v)) > _EXACT
+
+
+def _no_int64_min(v):
+    """``v``, unless negating it in int64 would wrap (-(-2**63) is -2**63 there, 2**63 in Python)."""
+    if isinstance(v, np.ndarray) and v.dtype == np.int64 and v.size and (v == np.iinfo(np.int64).min).any():
+        raise ColumnarUnsupported("negation of -2**63 in int64")
+    return v
+
+
+def _exact_arith(op: str, lv, rv):
+    """``lv op rv`` (``+``, ``-``, ``*``) by numpy when that is the row path's (Python's) exact answer,
+    else ColumnarUnsupported (the caller evaluates the condition row by row).
+
+    Python keeps integers exact at any size and rounds float results; numpy wraps int64 results
+    past 2**63 silently and rounds float64 results of integers past 2**53. So an int64 result is
+    taken when its float64 estimate shows no overflow, and a float64 result only below 2**53 in
+    magnitude: an exact result at or past 2**53 cannot round below it, so below it the float64 is
+    the exact value. Float data past 2**53 goes row by row too (same answer, slower): which
+    float64 values came from integers (object columns, PREV of int columns) is not tracked.
+    """
+    if not isinstance(lv, np.ndarray) and not isinstance(rv, np.ndarray):
+        return _num_op(op)(lv, rv)  # (two scalars: Python's own arithmetic)
+    f = {"+": np.add, "-": np.subtract, "*": np.multiply}[op]
+    try:
+        out = np.asarray(f(lv, rv))
+    except OverflowError:  # a Python int operand beyond int64
+        raise ColumnarUnsupported("an integer beyond int64 in arithmetic") from None
+    if not out.size:
+        return out
+    if out.dtype.kind in "iu":
+        # bound the result's magnitude from the operands' (two reductions each, no temporaries)
+        bl, br = _magnitude(lv), _magnitude(rv)
+        if (bl * br if op == "*" else bl + br) >= 2**63:
+            est = f(np.asarray(lv, dtype=np.float64), np.asarray(rv, dtype=np.float64))
+            if (np.abs(est) >= _INT64_SAFE).any():
+                raise ColumnarUnsupported("an int64 result that may overflow")
+    elif out.dtype.kind == "f":
+        hi, lo = out.max(), out.min()
+        if hi >= _EXACT or lo <= -_EXACT or (hi != hi and (np.abs(out) >= _EXACT).any()):  # (NaN: NULLs)
+            raise ColumnarUnsupported("a float64 result at or past 2**53")
+    return out
+
+
+def _magnitude(v) -> int:
+    """The largest magnitude in integer operand ``v`` (an int array or a Python int), as a Python int."""
+    if isinstance(v, np.ndarray):
+        return max(int(v.max()), -int(v.min())) if v.size else 0
+    return abs(int(v))
+
+
 def _compare(op: str, lv, rv, nulls):
     lo = isinstance(lv, np.ndarray) and lv.dtype == object
     ro = isinstance(rv, np.ndarray) and rv.dtype == object
@@ -819,6 +899,9 @@ def _compare(op: str, lv, rv, nulls):
         fn = _CMP[op]
         out[mask] = np.asarray(fn(lsel, rsel), dtype=bool)
         return out
+    # numpy compares an integer with a float64 as two float64s; Python compares them exactly
+    if (_is_int(lv) and _is_float(rv) and _big_int(lv)) or (_is_int(rv) and _is_float(lv) and _big_int(rv)):
+        raise ColumnarUnsupported("an integer beyond 2**53 compared with a float")
     with np.errstate(invalid="ignore"):
         return np.asarray(_CMP[op](lv, rv))
 

@@ -70,6 +70,29 @@ class _Odd(Exception):
     """A value the vectorised form cannot take exactly (a string, a bool, a huge integer)."""
 
 
+class _Inexact(_Odd):
+    """An intermediate result (a sum, difference or product, a running SUM) reached 2**53: float64
+    may have rounded what the general path computes in exact integers, so the key goes there."""
+
+
+def _check(v: Any, sums: bool = False) -> Any:
+    """``v`` (a lane array or one number), raising :class:`_Inexact` when some magnitude is 2**53 or more.
+
+    A float64 result of exact operands is exact while its magnitude stays below 2**53 (rounding is
+    monotone and 2**53 is a float64, so an exact result at or past it cannot round below it);
+    NaN is NULL and passes. Float data past 2**53 is sent to the general path too (same answer,
+    slower): telling it from integer data would cost a type per value."""
+    if sums:  # a running sum is never NULL: NaN (inf - inf) goes general too, as in the compiled loop
+        if not (np.abs(v) < _EXACT).all():
+            raise _Inexact(v)
+    elif isinstance(v, np.ndarray):
+        if (np.abs(v) >= _EXACT).any():  # (NaN is NULL and compares False)
+            raise _Inexact(v)
+    elif abs(v) >= _EXACT:
+        raise _Inexact(v)
+    return v
+
+
 class LaneRun:
     """The runs of one start row on this path: its index into its key's arrays (:class:`_Lanes`).
 
@@ -355,12 +378,13 @@ def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callab
             lf, rf = val(x.left), val(x.right)
             lit_l = isinstance(x.left, A.Literal)
             lit_r = isinstance(x.right, A.Literal)
+            # each sum, difference and product is checked (_check): past 2**53 the key goes general
             if x.op == "+":
-                return lambda env: lf(env) + rf(env)
+                return lambda env: _check(lf(env) + rf(env))
             if x.op == "-":
-                return lambda env: lf(env) - rf(env)
-            if x.op == "*" and (lit_l or lit_r):  # (a product of two columns could pass 2**53)
-                return lambda env: lf(env) * rf(env)
+                return lambda env: _check(lf(env) - rf(env))
+            if x.op == "*" and (lit_l or lit_r):  # (a product of two columns: not taken)
+                return lambda env: _check(lf(env) * rf(env))
             if x.op == "/" and lit_r and x.right.value not in (0, None):  # type: ignore[attr-defined]
                 return lambda env: lf(env) / rf(env)
             raise _Unsupported(x)
@@ -376,12 +400,12 @@ def _compile(e: A.Expr, a: PatternAutomaton, plan: LanePlan, vid: int) -> Callab
             if x.func == "SUM":
                 def sum_(env: _Env) -> Any:
                     c = env.cnts[slot] + env.add_cnt[slot]
-                    return np.where(c > 0, env.sums[slot] + env.add_sum[slot], np.nan)
+                    return np.where(c > 0, _check(env.sums[slot] + env.add_sum[slot], True), np.nan)
                 return sum_
 
             def avg(env: _Env) -> Any:
                 c = env.cnts[slot] + env.add_cnt[slot]
-                q = (env.sums[slot] + env.add_sum[slot]) / c  # (0/0 is NaN, x/0 inf: NULL below)
+                q = _check(env.sums[slot] + env.add_sum[slot], True) / c  # (0/0 is NaN, x/0 inf: NULL below)
                 return q if c.all() else np.where(c > 0, q, np.nan)
             return avg
         raise _Unsupported(x)
@@ -808,22 +832,24 @@ def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
 
 
 def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: int, e: int, masks, ts, emit,
-                 stats: StepStats, rows_all, materialised: bool) -> bool:
-    """:func:`step_key_lanes` by the compiled loop; False (nothing changed) when it cannot take the rows."""
+                 stats: StepStats, rows_all, materialised: bool) -> int | None:
+    """:func:`step_key_lanes` by the compiled loop: the rows it took (all of them, or those before a
+    row with an intermediate at or past 2**53, left to the numpy stepping with the rows already in
+    the key's state); None (nothing changed) when it cannot take the rows."""
     plan = a.lanes
     assert plan is not None
     n = e - s
     if n <= 0 or materialised:
-        return False
+        return None
     got = _batch_values(kp, cols, masks, ts)
     if got is None:
-        return False
+        return None
     xb, mb, tb = got
     attempts = st.attempts
     lanes = st.lanes
     if lanes is None or lanes.plan is not plan:
         if attempts:
-            return False  # start rows on the general path (a restored snapshot): numpy converts them
+            return None  # start rows on the general path (a restored snapshot): numpy converts them
         lanes = _Lanes(plan, n)
     c = lanes.qcache
     if c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
@@ -833,7 +859,7 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     else:
         q = _queue(lanes, attempts)
         if q is None:
-            return False
+            return None
     if lanes.n > 2 * len(q) + 256:
         q = lanes.compact(q)
     rno0 = st.nrows
@@ -906,16 +932,8 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
             attempts[:] = made
         stats.partial_matches_peak = int(io[LK.IO_PEAK])
         status = int(io[LK.IO_STATUS])
-        if not status:
+        if not status or status == LK.STOP_INEXACT or status == LK.STOP_FORK:
             break
-        if status == LK.STOP_FORK:
-            # a start row's runs fork at row j: the numpy stepping takes the rest of the rows (its
-            # start rows there become node chains for that row)
-            j = int(io[LK.IO_J])
-            st.nrows -= n - j
-            lanes.qcache = None
-            step_key_lanes(a, st, cols, s + j, e, masks, ts, emit, stats, None, rows_all, True)
-            return True
         # a row that needs the engine: the cap's policy, or a match to output
         if status == LK.STOP_CAP:
             _over_cap(a, st, stats, lanes, plan)
@@ -933,11 +951,17 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         io[LK.IO_PEAK] = stats.partial_matches_peak
         io[LK.IO_RESUME] = st.resume
         io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+    if status == LK.STOP_INEXACT or status == LK.STOP_FORK:
+        # at row j an intermediate reached 2**53, or a start row's runs fork: the numpy stepping
+        # takes that row and the rest (its start rows there go to the general path for the row)
+        taken = int(io[LK.IO_J])
+        st.nrows = rno0 + taken  # (the numpy stepping counts the rest)
+        return taken
     qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
     lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
     if len(st.rows) > 128:
         a._trim(st)
-    return True
+    return n
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray | None, nl0: int, nl1: int = 0) -> list:
@@ -973,9 +997,13 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
     """:meth:`PatternAutomaton.step_key` for a rule with a lane plan (same contract, same rows)."""
     plan = a.lanes
     assert plan is not None
-    if plan.kernel is not None and _kernel_step(a, st, plan.kernel, cols, s, e, masks, ts, emit, stats, rows_all,
-                                                materialised):
-        return
+    if plan.kernel is not None:
+        taken = _kernel_step(a, st, plan.kernel, cols, s, e, masks, ts, emit, stats, rows_all, materialised)
+        if taken is not None:
+            if s + taken >= e:
+                return
+            s += taken  # (a row whose arithmetic reached 2**53: the rest here, the rows already kept)
+            materialised = True
     if st.lanes is not None:
         st.lanes.qcache = None  # (the numpy stepping changes start rows without the queue)
     start_rno = st.nrows - s
@@ -1097,21 +1125,28 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                     env.svals = {q: v[live] for q, v in lanes.svals.items()}
                     env.sums = {c: v[live] for c, v in lanes.sums.items()}
                     env.cnts = {c: v[live] for c, v in lanes.cnts.items()}
-                ok_r = has_r[sid] if m & bit_r else np.zeros(live.size, bool)
-                if cond_r is not None and m & bit_r:
-                    _contrib(env, upd_r, row, plan)
-                    ok_r = ok_r & cond_r(env)
-                ok_b = has_b[sid] if m & bit_b else np.zeros(live.size, bool)
-                if cond_b is not None and m & bit_b:
-                    _contrib(env, upd_b, row, plan)
-                    ok_b = ok_b & cond_b(env)
-                any_b = bool(m & bit_b) and ok_b.any()
-                o = ok_r.astype(np.int64)
-                if any_b:
-                    o |= ok_b.astype(np.int64) << 1
-                nx = nxt[sid, o]
-                if any_b and plan.can_fork and (nx == FORK).any():
-                    # runs that fork need node chains: this row's start rows go to the general path
+                inexact = False
+                try:
+                    ok_r = has_r[sid] if m & bit_r else np.zeros(live.size, bool)
+                    if cond_r is not None and m & bit_r:
+                        _contrib(env, upd_r, row, plan)
+                        ok_r = ok_r & cond_r(env)
+                    ok_b = has_b[sid] if m & bit_b else np.zeros(live.size, bool)
+                    if cond_b is not None and m & bit_b:
+                        _contrib(env, upd_b, row, plan)
+                        ok_b = ok_b & cond_b(env)
+                except _Inexact:
+                    inexact = True
+                if not inexact:
+                    any_b = bool(m & bit_b) and ok_b.any()
+                    o = ok_r.astype(np.int64)
+                    if any_b:
+                        o |= ok_b.astype(np.int64) << 1
+                    nx = nxt[sid, o]
+                if inexact or (any_b and plan.can_fork and (nx == FORK).any()):
+                    # an intermediate reached 2**53 (exact integers: the general path), or runs that
+                    # fork (node chains): this key's start rows take this row on the general path;
+                    # nothing of the row was applied
                     for i in live.tolist():
                         att = lanes.objs[i]
                         att.threads = a._advance(att, lane_threads(a, st, att), m, rno, row, st, stats, hist)
@@ -1155,8 +1190,12 @@ def step_key_lanes(a: PatternAutomaton, st: KeyState, cols, s: int, e: int, mask
                                 continue
                             v = spec.arg(row)
                             if v is not None:
-                                lanes.sums[slot][took] += _num(v)
+                                sm = lanes.sums[slot]
+                                sm[took] += _num(v)
                                 lanes.cnts[slot][took] += 1
+                                big = np.abs(sm[took]) >= _EXACT
+                                if big.any():  # (may be rounded: inf marks it, so reading it goes general)
+                                    sm[took[big]] = np.inf
                         for q, c in kept:
                             lanes.S[took, q] = _num(row[c] if c < len(row) else None)
                     if not alive.all():

@@ -1209,8 +1209,11 @@ class PatternOperator:
             base = cols[ci]
             fills: list[list] = []
             direct = None  # the batch path's PREV values, as numbers (no Python list per row)
+            # PREV of an int column is read as float64 (NaN: no row): only where that is exact
+            exact_nums = not lag or base.dtype.kind not in "iu" or not len(base) \
+                or max(int(base.max()), -int(base.min())) <= 2**53
             if lag and self._keyed is not None and not states:
-                if not share and base.dtype.kind in "iuf":
+                if not share and base.dtype.kind in "iuf" and exact_nums:
                     direct = self._keyed.fill_numbers(ci, lag, ends - starts)
                 if direct is None:
                     fills = self._keyed.fills(ci, lag, ends - starts)
@@ -1249,14 +1252,15 @@ class PatternOperator:
                 for o, (sel, got) in enumerate(direct):
                     vals[starts[sel] + o] = got
             else:
-                numeric = base.dtype.kind in "iuf"
+                numeric = base.dtype.kind in "iuf" and exact_nums
                 vals = np.full(n, np.nan) if numeric else np.empty(n, dtype=object)
                 vals[lag:] = base[: n - lag] if lag < n else base[:0]
                 vals[: min(lag, n)] = np.nan if numeric else None
                 seg_len = ends - starts
                 for o, fill in enumerate(fills):
                     sel = np.flatnonzero(seg_len > o)
-                    if numeric and not all(isinstance(v, (int, float)) or v is None for v in fill):
+                    if numeric and not all(isinstance(v, float) or v is None or (isinstance(v, int) and abs(v) <= 2**53)
+                                           for v in fill):
                         vals = vals.astype(object)
                         numeric = False
                     if numeric:
@@ -1266,6 +1270,8 @@ class PatternOperator:
                         tmp[:] = fill
                         vals[starts[sel] + o] = tmp
             res = _typed(vals)
+            if lag and base.dtype.kind in "iu" and res[0].dtype.kind == "f":
+                res = _ints_back(res)
             cache[key] = res
             if sig is not None:
                 values[(name, lag, sig)] = res
@@ -1536,6 +1542,16 @@ def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.concatenate((a, b))
 
 
+def _ints_back(res: tuple[np.ndarray, Any]) -> tuple[np.ndarray, Any]:
+    """PREV of an int column, read as float64 with NaN for no row, as int64 and its NULLs again:
+    the row path (and the automaton) see Python ints there, whose arithmetic does not round."""
+    f, nulls = res
+    g = np.where(nulls, 0.0, f)
+    if not (np.abs(g) < 2.0**63).all() or not (np.floor(g) == g).all():
+        return res  # (a float from an earlier batch's rows: left as it was)
+    return g.astype(np.int64), nulls
+
+
 def _typed(vals: np.ndarray) -> tuple[np.ndarray, Any]:
     """(values, nulls) for column kernels: numbers as float64 with NaN for NULL, else objects."""
     if vals.dtype != object:
@@ -1548,6 +1564,9 @@ def _typed(vals: np.ndarray) -> tuple[np.ndarray, Any]:
     nulls = pd.isna(vals)
     if kind in ("integer", "floating", "mixed-integer-float", "decimal"):
         f = pd.Series(vals, dtype=object).astype("float64").to_numpy()
+        if kind in ("integer", "mixed-integer-float") and (np.abs(f) >= 2**53).any():
+            # an integer float64 would round: objects, which the kernels leave to the row path
+            return vals, nulls
         return f, nulls
     if kind == "boolean":
         b = np.zeros(len(vals), dtype=bool)

@@ -221,21 +221,38 @@ class _CountNonNull(_Aligned):
 
 
 class _Sum(_Aligned):
-    """SUM and AVG: exact int64 sum of integers plus float64 sum of floats, with counts."""
+    """SUM and AVG: exact sums of integers, float64 sums of floats, with counts.
 
-    reducers = ("sum", "sum", "sum", "sum")
+    An int64 total wraps silently past 2**63, so each integer is split into its high 32 bits
+    (signed) and low 32 bits (0 to 2**32 - 1), summed apart: neither sum can wrap before 2**31
+    rows of one window, and high * 2**32 + low is the exact total (a Python int where it does not
+    fit in int64)."""
+
+    reducers = ("sum", "sum", "sum", "sum", "sum")
 
     def prepare(self, vals):
         (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
-        return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+        return (ival >> 32, ival & 0xFFFFFFFF, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
 
     def result(self, state, n, cells, ctx):
-        isum, fsum, ni, nf = state
+        ihi, ilo, fsum, ni, nf = state
+        isum = _int_totals(ihi, ilo)
         nn = ni + nf
         nulls = nn == 0
         if self.agg.func == "AVG":
             with np.errstate(all="ignore"):
-                return (isum + fsum) / np.maximum(nn, 1), nulls
+                if isum.dtype != object:
+                    out = (isum + fsum) / np.maximum(nn, 1)
+                    # past 2**53 float64(total) rounds before the division: Python divides the exact int
+                    redo = np.flatnonzero((nf == 0) & (ni > 0) & ((isum > 2**53) | (isum < -(2**53))))
+                else:
+                    out = np.zeros(len(nn))
+                    redo = np.arange(len(nn))
+                for i in redo.tolist():
+                    c = int(nn[i])
+                    if c:
+                        out[i] = (int(isum[i]) / c) if nf[i] == 0 else (int(isum[i]) + float(fsum[i])) / c
+                return out, nulls
         if not nf.any():
             return isum, nulls
         if not ni.any():
@@ -244,6 +261,18 @@ class _Sum(_Aligned):
         ints = nf == 0
         out[ints] = isum[ints].astype(object)
         return out, nulls
+
+
+def _int_totals(ihi: np.ndarray, ilo: np.ndarray) -> np.ndarray:
+    """Exact integer totals from the sums of high and low halves: int64 where they fit, else Python ints."""
+    fits = (ihi < 2**29) & (ihi > -(2**29)) & (ilo < 2**61)  # (then |total| < 2**62)
+    tot = np.left_shift(np.where(fits, ihi, 0), 32) + np.where(fits, ilo, 0)
+    if fits.all():
+        return tot
+    out = tot.astype(object)
+    for i in np.flatnonzero(~fits).tolist():
+        out[i] = (int(ihi[i]) << 32) + int(ilo[i])
+    return out
 
 
 class _MinMax(_Aligned):

@@ -45,7 +45,7 @@ from sketches import ScalableBloomFilter
 
 __all__ = ["WindowOperator", "WindowStats"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: SUM/AVG keep integer sums as high and low 32-bit halves
 _GC_KEYS = 65_536
 
 

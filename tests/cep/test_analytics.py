@@ -472,7 +472,7 @@ def test_restore_refuses_another_rule_or_version():
     b = WindowOperator.from_rule(rule("SELECT COUNT(*) AS n FROM s GROUP BY TUMBLE(ts, INTERVAL '2' SECOND)"))
     with pytest.raises(StateVersionError, match="the snapshot was taken for a different analytics rule"):
         b.restore(a.snapshot())
-    with pytest.raises(StateVersionError, match="snapshot has state version 9, this engine reads version 1"):
+    with pytest.raises(StateVersionError, match="snapshot has state version 9, this engine reads version 2"):
         a.restore(b"\x09")
 
 
