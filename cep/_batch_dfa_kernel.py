@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["step", "flush", "compact", "expire"]
+__all__ = ["step", "flush", "compact", "expire", "mark_batch"]
 
 # key rows: rows stepped, resume row, match number, store index of the last row, live order, pool offset
 _NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
@@ -296,3 +296,22 @@ def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compil
             if na == h:
                 k[_ACT, key] = -1
     return dropped
+
+
+@njit(cache=True)
+def mark_batch(ids, k, alen, pool, s_prev, base, mark, max_back):  # pragma: no cover - compiled
+    """Mark the rows of the batch just stepped (store indices from ``base``) that :func:`compact`
+    would keep for the keys in ``ids``: each key's last ``max_back`` rows and every row from its
+    earliest live attempt's start on; ``mark[i]`` is store index ``base + i``."""
+    for key in ids:
+        need = max_back
+        if alen[key] > 0:
+            d = k[_NROWS, key] - pool[_START, k[_AOFF, key]]
+            if d > need:
+                need = d
+        idx = k[_LAST, key]
+        c = 0
+        while idx >= base and c < need:
+            mark[idx - base] = True
+            idx = s_prev[idx]
+            c += 1

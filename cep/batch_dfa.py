@@ -292,6 +292,15 @@ class BatchDFA:
         self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
         self._ids_now = np.zeros(0, dtype=np.int64)
+        # the batch being stepped: its first store index and its columns. Its rows get store
+        # indices (links and masks) but their column values are copied into the store only for
+        # the rows a later batch can read (see _keep_rows); until then matches read them here
+        self._batch: tuple[int, list[np.ndarray]] | None = None
+        # output buffers of the kernels, reused from batch to batch (allocating them per batch and
+        # rule cost more than stepping the rows)
+        self._o_int = np.empty((4, 0), dtype=np.int64)
+        self._o_meas = np.empty((0, max(1, len(self.kinds))), dtype=np.int64)
+        self._spare_pool = np.empty((5, 0), dtype=np.int64)
 
     # ------------------------------------------------------------------ sizes
     def keys(self) -> int:
@@ -380,8 +389,9 @@ class BatchDFA:
         self.alen = alen
 
     # ------------------------------------------------------------------ the column store
-    def _append_rows(self, cols: list[np.ndarray], masks: np.ndarray) -> int:
-        """Put a batch's rows in the store (links are set while stepping); their first index."""
+    def _append_rows(self, masks: np.ndarray) -> int:
+        """Give a batch's rows store indices and their masks (links are set while stepping, column
+        values by :meth:`_keep_rows` after it); their first index."""
         n = len(masks)
         base = self.s_used
         need = base + n
@@ -392,21 +402,63 @@ class BatchDFA:
             self.s_mask = _grown(self.s_mask, new)
             self.cols = [_grown(c, new) for c in self.cols]
         self.s_mask[base:need] = masks
+        self.s_used = need
+        return base
+
+    def _keep_rows(self, cols: list[np.ndarray], base: int) -> None:
+        """Copy into the store the column values of the batch's rows that a later batch may read:
+        each key's last ``max_back`` rows (PREV) and its rows from its earliest live attempt's start
+        on (a match's rows), the rows :meth:`_compact` keeps. The other rows' slots are never read
+        (their matches were output from the batch's own columns), so most rows of a selective
+        rule are never copied."""
+        from cep._batch_dfa_kernel import mark_batch
+
+        n = self.s_used - base
+        mark = np.zeros(n, dtype=np.bool_)
+        mark_batch(self._ids_now, self.k, self.alen, self.pool, self.s_prev, base, mark, self.a.max_back)
+        sel = np.flatnonzero(mark)
+        at = sel + base
         for i, c in enumerate(cols):
             store = self.cols[i]
             if base == 0 and store.dtype != c.dtype:
-                store = self.cols[i] = np.zeros(len(self.s_mask), dtype=c.dtype)
+                store = self.cols[i] = (np.zeros(len(self.s_mask), dtype=c.dtype) if c.dtype != object
+                                        else np.empty(len(self.s_mask), dtype=object))
             if store.dtype == c.dtype:
-                store[base:need] = c
+                store[at] = c[sel]
                 continue
             if store.dtype != object:
                 # another type than the rows before: keep Python values, as the automaton's rows do
                 obj = np.empty(len(store), dtype=object)
                 obj[:base] = np.fromiter(store[:base].tolist(), dtype=object, count=base)
                 store = self.cols[i] = obj
-            store[base:need] = c if c.dtype == object else np.fromiter(c.tolist(), dtype=object, count=n)
-        self.s_used = need
-        return base
+            part = c[sel]
+            store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=len(sel))
+
+    def _values(self, ci: int, idx: np.ndarray) -> list:
+        """Column ``ci`` at store indices ``idx`` (each >= 0) as Python values: rows of the batch being
+        stepped from its own columns, earlier rows from the store."""
+        col = self.cols[ci]
+        if self._batch is None:
+            return col[idx].tolist()
+        base, cols = self._batch
+        new = idx >= base
+        if new.all():
+            return cols[ci][idx - base].tolist()
+        if not new.any():
+            return col[idx].tolist()
+        vals = col[np.where(new, 0, idx)].tolist()
+        where = np.flatnonzero(new)
+        for j, v in zip(where.tolist(), cols[ci][idx[where] - base].tolist()):
+            vals[j] = v
+        return vals
+
+    def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' output buffers, at least ``nout`` matches long (every slot a match uses is written)."""
+        if self._o_int.shape[1] < nout:
+            cap = max(nout, 2 * self._o_int.shape[1])
+            self._o_int = np.empty((4, cap), dtype=np.int64)
+            self._o_meas = np.empty((cap, self._o_meas.shape[1]), dtype=np.int64)
+        return self._o_int, self._o_meas
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
@@ -414,8 +466,12 @@ class BatchDFA:
 
         nk = len(self.key_list)
         keep = np.zeros(self.s_used, dtype=np.bool_)
-        pool = np.zeros((5, max(4096, 2 * self.live_attempts + 16)), dtype=np.int64)
+        # the live attempts move to a second pool of the same size (kept for the next compaction):
+        # a smaller one would only grow again at the next batch
+        size = max(4096, 2 * self.live_attempts + 16, self.pool.shape[1])
+        pool = self._spare_pool if self._spare_pool.shape[1] == size else np.empty((5, size), dtype=np.int64)
         used = compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
+        self._spare_pool = self.pool
         self.pool, self.pool_used = pool, used
         idx = np.flatnonzero(keep)
         remap = np.full(self.s_used + 1, -1, dtype=np.int64)
@@ -454,11 +510,10 @@ class BatchDFA:
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
-        base = self._append_rows(cols, masks)
+        base = self._append_rows(masks)
         t = self.table
-        nout = self.live_attempts + n + 1
-        o_int = np.zeros((4, nout), dtype=np.int64)  # key id, number, first row, classifier
-        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        # per match: key id, number, first row, classifier; and the measures' rows or counts
+        o_int, o_meas = self._out(self.live_attempts + n + 1)
         counters = np.zeros(8, dtype=np.int64)
         counters[0] = self.pool_used
         counters[1] = self.act_seq
@@ -479,7 +534,13 @@ class BatchDFA:
         stats.cap_hits += int(counters[4])
         stats.partial_matches_dropped += int(counters[5])
         self.live_attempts = int(counters[6])
-        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+        self._batch = (base, cols)
+        try:
+            rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+        finally:
+            self._batch = None
+        self._keep_rows(cols, base)
+        return rows
 
     def expire(self, watermark: int) -> None:
         """WITHIN by the watermark: end the attempts it rules out (nothing is emitted, see
@@ -501,9 +562,7 @@ class BatchDFA:
         live = np.flatnonzero(act >= 0)
         order = live[np.argsort(act[live], kind="stable")]
         t = self.table
-        nout = self.live_attempts + 1
-        o_int = np.zeros((4, nout), dtype=np.int64)
-        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        o_int, o_meas = self._out(self.live_attempts + 1)
         counters = np.zeros(8, dtype=np.int64)
         nm = flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                    t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
@@ -523,7 +582,7 @@ class BatchDFA:
         values: list[list] = []
         first = o_int[2, :nm]
         for i in range(len(names)):
-            values.append(self.cols[i][first].tolist())
+            values.append(self._values(i, first))
         for k, (name, kind, ci, _) in enumerate(self.measures):
             names.append(name)
             if kind == "MN":
@@ -535,7 +594,7 @@ class BatchDFA:
                 values.append([vn[v] for v in o_int[3, :nm].tolist()])
             else:
                 idx = o_meas[:nm, k]
-                vals = self.cols[ci][np.maximum(idx, 0)].tolist()
+                vals = self._values(ci, np.maximum(idx, 0))
                 for i in np.flatnonzero(idx < 0).tolist():
                     vals[i] = None
                 values.append(vals)
@@ -559,7 +618,7 @@ class BatchDFA:
             import orjson
 
             npart = a.npartition
-            times = self.cols[a.time_index][first].tolist()
+            times = self._values(a.time_index, first)
             ids = []
             for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
                 key = orjson.dumps(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
