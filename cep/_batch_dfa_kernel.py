@@ -137,11 +137,23 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
         t = na
         start_rno = k[_NROWS, key] - s
         k[_NROWS, key] += e - s
-        last = k[_LAST, key]
-        for j in range(s, e):
+        # the segment's rows are consecutive in the store: each links to the one before it
+        if e > s:
+            s_prev[base + s] = k[_LAST, key]
+            for j in range(s + 1, e):
+                s_prev[base + j] = base + j - 1
+            k[_LAST, key] = base + e - 1
+        j = s - 1
+        while True:
+            j += 1
+            if t == h:
+                # nothing alive: only a row that can start a match changes anything, so go
+                # straight to the next one (the rule's start index within the key's rows)
+                while j < e and ((masks[j] & start_bits) == 0 or start_rno + j < k[_RESUME, key]):
+                    j += 1
+            if j >= e:
+                break
             sidx = base + j
-            s_prev[sidx] = last
-            last = sidx
             m = masks[j]
             rno = start_rno + j
             for q in range(h, t):
@@ -200,7 +212,6 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                                      pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
                 if t - h > peak:
                     peak = t - h
-        k[_LAST, key] = last
         na = t - h
         if na > 0:
             k[_AOFF, key] = pool_used

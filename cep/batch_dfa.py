@@ -397,7 +397,8 @@ class BatchDFA:
         need = base + n
         cap = len(self.s_mask)
         if need > cap:
-            new = max(need, cap * 2, 4096)
+            # room for another batch: the store then settles at once (see step) instead of growing twice
+            new = max(need + n, cap * 2, 4096)
             self.s_prev = _grown(self.s_prev, new)
             self.s_mask = _grown(self.s_mask, new)
             self.cols = [_grown(c, new) for c in self.cols]
@@ -509,7 +510,8 @@ class BatchDFA:
             self._compact()
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
-            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
+            # room for the next batch's attempts too: the pool then keeps its size from batch to batch
+            self.pool = _grown2(self.pool, max(cap + n, 2 * self.pool.shape[1]))
         base = self._append_rows(masks)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
@@ -521,8 +523,9 @@ class BatchDFA:
         counters[6] = self.live_attempts
         within = self.a.within
         merge = self.past_last and within is None and nfa.MERGE_EQUIVALENT_ATTEMPTS
-        nm = step(self._ids_now, starts.astype(np.int64), ends.astype(np.int64), ts.astype(np.int64),
-                  masks.astype(np.int64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+        i64 = np.int64
+        nm = step(self._ids_now, np.asarray(starts, dtype=i64), np.asarray(ends, dtype=i64), np.asarray(ts, dtype=i64),
+                  np.asarray(masks, dtype=i64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
