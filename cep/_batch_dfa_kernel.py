@@ -207,7 +207,11 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                                 w += 1
                         t = w
             if t > h:
-                if sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1):
+                # dead attempts at the head without a match go here (most attempts end so); a call
+                # of _resolve passes some twenty arrays, which costs more than stepping a row
+                while h < t and sc[_SID, h] == 0 and sc[_BEST, h] < 0:
+                    h += 1
+                if h < t and (sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1)):
                     h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos,
                                      pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
                 if t - h > peak:
