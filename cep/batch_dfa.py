@@ -407,18 +407,36 @@ class BatchDFA:
         return base
 
     def _keep_rows(self, cols: list[np.ndarray], base: int) -> None:
-        """Copy into the store the column values of the batch's rows that a later batch may read:
-        each key's last ``max_back`` rows (PREV) and its rows from its earliest live attempt's start
-        on (a match's rows), the rows :meth:`_compact` keeps. The other rows' slots are never read
-        (their matches were output from the batch's own columns), so most rows of a selective
-        rule are never copied."""
+        """Keep of the batch just stepped only the rows a later batch may read: each key's last
+        ``max_back`` rows (PREV) and its rows from its earliest live attempt's start on (a match's
+        rows), the rows :meth:`_compact` keeps. They move down to the batch's first store index, in
+        order, with their column values; the other rows are dropped (their matches were output from
+        the batch's own columns). The store then grows by a few rows per key and batch, and the
+        full compaction runs only when it is full."""
         from cep._batch_dfa_kernel import mark_batch
 
         n = self.s_used - base
         mark = np.zeros(n, dtype=np.bool_)
         mark_batch(self._ids_now, self.k, self.alen, self.pool, self.s_prev, base, mark, self.a.max_back)
         sel = np.flatnonzero(mark)
-        at = sel + base
+        m = len(sel)
+        # store indices of the batch's rows after the move (-1: dropped); earlier rows stay put
+        remap = np.full(n + 1, -1, dtype=np.int64)  # the extra slot: -1 maps through remap[-1]
+        remap[sel] = np.arange(base, base + m)
+
+        def moved(x: np.ndarray) -> np.ndarray:
+            return np.where(x >= base, remap[np.where(x >= base, x - base, n)], x)
+
+        prev = moved(self.s_prev[base + sel])
+        self.s_mask[base : base + m] = self.s_mask[base + sel]
+        self.s_prev[base : base + m] = prev
+        ids = self._ids_now
+        self.k[3, ids] = moved(self.k[3, ids])
+        used = self.pool_used
+        if used:
+            self.pool[4, :used] = moved(self.pool[4, :used])
+        self.s_used = base + m
+        at = slice(base, base + m)
         for i, c in enumerate(cols):
             store = self.cols[i]
             if base == 0 and store.dtype != c.dtype:
@@ -433,7 +451,7 @@ class BatchDFA:
                 obj[:base] = np.fromiter(store[:base].tolist(), dtype=object, count=base)
                 store = self.cols[i] = obj
             part = c[sel]
-            store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=len(sel))
+            store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=m)
 
     def _values(self, ci: int, idx: np.ndarray) -> list:
         """Column ``ci`` at store indices ``idx`` (each >= 0) as Python values: rows of the batch being
@@ -447,9 +465,17 @@ class BatchDFA:
             return cols[ci][idx - base].tolist()
         if not new.any():
             return col[idx].tolist()
+        cur = cols[ci]
+        if col.dtype.kind in "iufbO" and cur.dtype.kind in "iufbO":
+            # numbers, booleans and Python objects keep their Python type through an object array
+            out = np.empty(len(idx), dtype=object)
+            old = ~new
+            out[old] = col[idx[old]]
+            out[new] = cur[idx[new] - base]
+            return out.tolist()
         vals = col[np.where(new, 0, idx)].tolist()
         where = np.flatnonzero(new)
-        for j, v in zip(where.tolist(), cols[ci][idx[where] - base].tolist()):
+        for j, v in zip(where.tolist(), cur[idx[where] - base].tolist()):
             vals[j] = v
         return vals
 
