@@ -406,7 +406,7 @@ class BatchDFA:
         self.s_used = need
         return base
 
-    def _keep_rows(self, cols: list[np.ndarray], base: int) -> None:
+    def _keep_rows(self, cols: list[np.ndarray], base: int, pool_from: int) -> None:
         """Keep of the batch just stepped only the rows a later batch may read: each key's last
         ``max_back`` rows (PREV) and its rows from its earliest live attempt's start on (a match's
         rows), the rows :meth:`_compact` keeps. They move down to the batch's first store index, in
@@ -432,9 +432,11 @@ class BatchDFA:
         self.s_prev[base : base + m] = prev
         ids = self._ids_now
         self.k[3, ids] = moved(self.k[3, ids])
-        used = self.pool_used
-        if used:
-            self.pool[4, :used] = moved(self.pool[4, :used])
+        # only attempts written by this batch's stepping (the pool's slots from pool_from on) can
+        # hold a best match ending in the batch
+        lo, hi = pool_from, self.pool_used
+        if hi > lo:
+            self.pool[4, lo:hi] = moved(self.pool[4, lo:hi])
         self.s_used = base + m
         at = slice(base, base + m)
         for i, c in enumerate(cols):
@@ -543,7 +545,7 @@ class BatchDFA:
         # per match: key id, number, first row, classifier; and the measures' rows or counts
         o_int, o_meas = self._out(self.live_attempts + n + 1)
         counters = np.zeros(8, dtype=np.int64)
-        counters[0] = self.pool_used
+        pool_from = counters[0] = self.pool_used
         counters[1] = self.act_seq
         counters[2] = stats.partial_matches_peak
         counters[6] = self.live_attempts
@@ -568,7 +570,7 @@ class BatchDFA:
             rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids)
         finally:
             self._batch = None
-        self._keep_rows(cols, base)
+        self._keep_rows(cols, base, pool_from)
         return rows
 
     def expire(self, watermark: int) -> None:
