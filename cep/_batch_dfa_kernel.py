@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["step", "flush", "compact", "expire", "mark_batch"]
+__all__ = ["step", "flush", "compact", "expire", "keep_batch"]
 
 # key rows: rows stepped, resume row, match number, store index of the last row, live order, pool offset
 _NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
@@ -314,10 +314,14 @@ def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compil
 
 
 @njit(cache=True)
-def mark_batch(ids, k, alen, pool, s_prev, base, mark, max_back):  # pragma: no cover - compiled
-    """Mark the rows of the batch just stepped (store indices from ``base``) that :func:`compact`
-    would keep for the keys in ``ids``: each key's last ``max_back`` rows and every row from its
-    earliest live attempt's start on; ``mark[i]`` is store index ``base + i``."""
+def keep_batch(ids, k, alen, pool, pool_from, pool_to, s_prev, s_mask, base, n, max_back, sel):  # pragma: no cover - compiled
+    """Keep of the batch just stepped (store indices ``base`` to ``base + n``) the rows :func:`compact`
+    would keep for the keys in ``ids`` (each key's last ``max_back`` rows and every row from its
+    earliest live attempt's start on), moved down in order to ``base``: their links and masks, the
+    keys' last rows and the best-match rows of the attempts in pool slots ``pool_from`` to
+    ``pool_to`` (the ones this batch wrote) follow them. ``sel[:m]`` gets the kept rows' batch
+    positions (for their column values); returns ``m``."""
+    mark = np.zeros(n, np.bool_)
     for key in ids:
         need = max_back
         if alen[key] > 0:
@@ -330,3 +334,27 @@ def mark_batch(ids, k, alen, pool, s_prev, base, mark, max_back):  # pragma: no 
             mark[idx - base] = True
             idx = s_prev[idx]
             c += 1
+    remap = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        if mark[i]:
+            remap[i] = base + m
+            sel[m] = i
+            m += 1
+        else:
+            remap[i] = -1
+    # in place: row sel[q] >= q moves to q, so no row is overwritten before it is read
+    for q in range(m):
+        i = sel[q]
+        p = s_prev[base + i]
+        s_prev[base + q] = remap[p - base] if p >= base else p
+        s_mask[base + q] = s_mask[base + i]
+    for key in ids:
+        x = k[_LAST, key]
+        if x >= base:
+            k[_LAST, key] = remap[x - base]
+    for q in range(pool_from, pool_to):
+        x = pool[_BIDX, q]
+        if x >= base:
+            pool[_BIDX, q] = remap[x - base]
+    return m

@@ -413,30 +413,13 @@ class BatchDFA:
         order, with their column values; the other rows are dropped (their matches were output from
         the batch's own columns). The store then grows by a few rows per key and batch, and the
         full compaction runs only when it is full."""
-        from cep._batch_dfa_kernel import mark_batch
+        from cep._batch_dfa_kernel import keep_batch
 
         n = self.s_used - base
-        mark = np.zeros(n, dtype=np.bool_)
-        mark_batch(self._ids_now, self.k, self.alen, self.pool, self.s_prev, base, mark, self.a.max_back)
-        sel = np.flatnonzero(mark)
-        m = len(sel)
-        # store indices of the batch's rows after the move (-1: dropped); earlier rows stay put
-        remap = np.full(n + 1, -1, dtype=np.int64)  # the extra slot: -1 maps through remap[-1]
-        remap[sel] = np.arange(base, base + m)
-
-        def moved(x: np.ndarray) -> np.ndarray:
-            return np.where(x >= base, remap[np.where(x >= base, x - base, n)], x)
-
-        prev = moved(self.s_prev[base + sel])
-        self.s_mask[base : base + m] = self.s_mask[base + sel]
-        self.s_prev[base : base + m] = prev
-        ids = self._ids_now
-        self.k[3, ids] = moved(self.k[3, ids])
-        # only attempts written by this batch's stepping (the pool's slots from pool_from on) can
-        # hold a best match ending in the batch
-        lo, hi = pool_from, self.pool_used
-        if hi > lo:
-            self.pool[4, lo:hi] = moved(self.pool[4, lo:hi])
+        sel = np.empty(n, dtype=np.int64)
+        m = keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
+                       self.s_mask, base, n, self.a.max_back, sel)
+        sel = sel[:m]
         self.s_used = base + m
         at = slice(base, base + m)
         for i, c in enumerate(cols):
