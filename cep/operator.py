@@ -1221,7 +1221,7 @@ class PatternOperator:
             fills: list[list] = []
             direct = None  # the batch path's PREV values, as numbers (no Python list per row)
             if lag and self._keyed is not None and not states:
-                if not share and base.dtype.kind in "iuf":
+                if base.dtype.kind in "iuf":
                     direct = self._keyed.fill_numbers(ci, lag, ends - starts)
                 if direct is None:
                     fills = self._keyed.fills(ci, lag, ends - starts)
@@ -1241,11 +1241,16 @@ class PatternOperator:
                     fills.append(fill)
             sig: Any = None
             if share:
-                try:
-                    sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
-                    hash(sig)
-                except TypeError:
-                    sig = None
+                if direct is not None:
+                    # the values as float64 bytes (the form both paths turn numbers into): equal
+                    # bytes are equal values, and the signature costs no Python object per key
+                    sig = ("numbers",) + tuple((sel.tobytes(), got.tobytes()) for sel, got in direct)
+                else:
+                    try:
+                        sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
+                        hash(sig)
+                    except TypeError:
+                        sig = None
                 if sig is not None:
                     sigs[key] = sig
                     got = values.get((name, lag, sig))
