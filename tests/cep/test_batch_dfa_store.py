@@ -105,7 +105,8 @@ def test_rules_sharing_conditions_match_the_automaton_and_the_brute_force(seed, 
     snap_at = rnd.randrange(0, len(batches)) if snap else None
     fast, fast_counts, taken = _run(batches, True, snap_at)
     slow, slow_counts, _ = _run(batches, False, None)
-    assert taken == dict.fromkeys(CONDS, True)
+    # with CEP_NO_NUMBA=1 the rules keep the automaton, and both runs are the pure path
+    assert taken == dict.fromkeys(CONDS, batch_dfa._numba_ok())
     assert fast == slow
     assert fast_counts == slow_counts
     events = [e for b in batches for e in b]
@@ -142,6 +143,6 @@ def test_a_measured_value_from_an_earlier_batch_keeps_its_type():
     ]
     fast, _, taken = _run(batches, True, None)
     slow, _, _ = _run(batches, False, None)
-    assert taken["v"] and fast == slow
+    assert taken["v"] == batch_dfa._numba_ok() and fast == slow
     v_rows = [dict(eval(r)) for r in fast if "'v'" in r]  # noqa: S307
     assert [(r["ay"], r["b_y"]) for r in v_rows] == [(1, 3.5)]
