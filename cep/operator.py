@@ -534,9 +534,9 @@ class PatternOperator:
                     return
                 j = judge(ms[idx], idx, self.max_ts, self.lateness, self.floor)
             for q in j.late.tolist():
-                i = int(j.idx[q])
+                row = int(j.idx[q])
                 self.counts.late += 1
-                out.late.append(late_row(self.name, batch, i, int(j.ts[q]), int(j.wm_before[q]), self.lateness))
+                out.late.append(late_row(self.name, batch, row, int(j.ts[q]), int(j.wm_before[q]), self.lateness))
             self.max_ts = j.new_max if self.max_ts is None else max(self.max_ts, j.new_max)
             idx, kept_ts = j.kept, j.kept_ts
         else:
@@ -546,10 +546,10 @@ class PatternOperator:
             ts = ms[idx]
             wm_before = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[idx]
             late = ts < wm_before
-            for j_ in np.flatnonzero(late):
-                i = int(idx[j_])
+            for q in np.flatnonzero(late).tolist():
+                row = int(idx[q])
                 self.counts.late += 1
-                out.late.append(late_row(self.name, batch, i, int(ts[j_]), int(wm_before[j_]), self.lateness))
+                out.late.append(late_row(self.name, batch, row, int(ts[q]), int(wm_before[q]), self.lateness))
             keep = ~late
             # on the caller's clock only accepted events count (a late one may lie past this
             # operator's keys' maximum when other keys moved the caller's watermark)
