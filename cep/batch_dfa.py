@@ -296,11 +296,6 @@ class BatchDFA:
         # indices (links and masks) but their column values are copied into the store only for
         # the rows a later batch can read (see _keep_rows); until then matches read them here
         self._batch: tuple[int, list[np.ndarray]] | None = None
-        # output buffers of the kernels, reused from batch to batch (allocating them per batch and
-        # rule cost more than stepping the rows)
-        self._o_int = np.empty((4, 0), dtype=np.int64)
-        self._o_meas = np.empty((0, max(1, len(self.kinds))), dtype=np.int64)
-        self._spare_pool = np.empty((5, 0), dtype=np.int64)
 
     # ------------------------------------------------------------------ sizes
     def keys(self) -> int:
@@ -397,8 +392,9 @@ class BatchDFA:
         need = base + n
         cap = len(self.s_mask)
         if need > cap:
-            # room for another batch: the store then settles at once (see step) instead of growing twice
-            new = max(need + n, cap * 2, 4096)
+            # a quarter more than this batch needs: after it the store holds only the rows a later
+            # batch reads (a few per key, see _keep_rows), so the next batch of the same size fits
+            new = max(need + need // 4, 4096)
             self.s_prev = _grown(self.s_prev, new)
             self.s_mask = _grown(self.s_mask, new)
             self.cols = [_grown(c, new) for c in self.cols]
@@ -465,12 +461,10 @@ class BatchDFA:
         return vals
 
     def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
-        """The kernels' output buffers, at least ``nout`` matches long (every slot a match uses is written)."""
-        if self._o_int.shape[1] < nout:
-            cap = max(nout, 2 * self._o_int.shape[1])
-            self._o_int = np.empty((4, cap), dtype=np.int64)
-            self._o_meas = np.empty((cap, self._o_meas.shape[1]), dtype=np.int64)
-        return self._o_int, self._o_meas
+        """The kernels' output buffers for ``nout`` matches: uninitialised (every slot a match uses is
+        written, and only those pages are touched), not kept between batches (a rule would hold a
+        batch's worth of them)."""
+        return np.empty((4, nout), dtype=np.int64), np.empty((nout, max(1, len(self.kinds))), dtype=np.int64)
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
@@ -478,12 +472,11 @@ class BatchDFA:
 
         nk = len(self.key_list)
         keep = np.zeros(self.s_used, dtype=np.bool_)
-        # the live attempts move to a second pool of the same size (kept for the next compaction):
-        # a smaller one would only grow again at the next batch
+        # the live attempts move to a pool of the same size: a smaller one would only grow again at
+        # the next batch
         size = max(4096, 2 * self.live_attempts + 16, self.pool.shape[1])
-        pool = self._spare_pool if self._spare_pool.shape[1] == size else np.empty((5, size), dtype=np.int64)
+        pool = np.empty((5, size), dtype=np.int64)
         used = compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
-        self._spare_pool = self.pool
         self.pool, self.pool_used = pool, used
         idx = np.flatnonzero(keep)
         remap = np.full(self.s_used + 1, -1, dtype=np.int64)
@@ -521,8 +514,7 @@ class BatchDFA:
             self._compact()
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
-            # room for the next batch's attempts too: the pool then keeps its size from batch to batch
-            self.pool = _grown2(self.pool, max(cap + n, 2 * self.pool.shape[1]))
+            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
         base = self._append_rows(masks)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
