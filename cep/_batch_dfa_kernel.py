@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["step", "flush", "compact", "expire"]
+__all__ = ["step", "flush", "compact", "expire", "keep_batch"]
 
 # key rows: rows stepped, resume row, match number, store index of the last row, live order, pool offset
 _NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
@@ -141,11 +141,23 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
         t = na
         start_rno = k[_NROWS, key] - s
         k[_NROWS, key] += e - s
-        last = k[_LAST, key]
-        for j in range(s, e):
+        # the segment's rows are consecutive in the store: each links to the one before it
+        if e > s:
+            s_prev[base + s] = k[_LAST, key]
+            for j in range(s + 1, e):
+                s_prev[base + j] = base + j - 1
+            k[_LAST, key] = base + e - 1
+        j = s - 1
+        while True:
+            j += 1
+            if t == h:
+                # nothing alive: only a row that can start a match changes anything, so go
+                # straight to the next one (the rule's start index within the key's rows)
+                while j < e and ((masks[j] & start_bits) == 0 or start_rno + j < k[_RESUME, key]):
+                    j += 1
+            if j >= e:
+                break
             sidx = base + j
-            s_prev[sidx] = last
-            last = sidx
             m = masks[j]
             rno = start_rno + j
             for q in range(h, t):
@@ -199,7 +211,11 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                                 w += 1
                         t = w
             if t > h:
-                if sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1):
+                # dead attempts at the head without a match go here (most attempts end so); a call
+                # of _resolve passes some twenty arrays, which costs more than stepping a row
+                while h < t and sc[_SID, h] == 0 and sc[_BEST, h] < 0:
+                    h += 1
+                if h < t and (sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1)):
                     h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos,
                                      pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
                 if (t - h) * widest > peak:  # (the automaton's _peak_count_dfa)
@@ -208,7 +224,6 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                         n += sizes[sc[_SID, q]]
                     if n > peak:
                         peak = n
-        k[_LAST, key] = last
         na = t - h
         if na > 0:
             k[_AOFF, key] = pool_used
@@ -304,3 +319,50 @@ def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compil
             if na == h:
                 k[_ACT, key] = -1
     return dropped
+
+
+@njit(cache=True)
+def keep_batch(ids, k, alen, pool, pool_from, pool_to, s_prev, s_mask, base, n, max_back, sel):  # pragma: no cover - compiled
+    """Keep of the batch just stepped (store indices ``base`` to ``base + n``) the rows :func:`compact`
+    would keep for the keys in ``ids`` (each key's last ``max_back`` rows and every row from its
+    earliest live attempt's start on), moved down in order to ``base``: their links and masks, the
+    keys' last rows and the best-match rows of the attempts in pool slots ``pool_from`` to
+    ``pool_to`` (the ones this batch wrote) follow them. ``sel[:m]`` gets the kept rows' batch
+    positions (for their column values); returns ``m``."""
+    mark = np.zeros(n, np.bool_)
+    for key in ids:
+        need = max_back
+        if alen[key] > 0:
+            d = k[_NROWS, key] - pool[_START, k[_AOFF, key]]
+            if d > need:
+                need = d
+        idx = k[_LAST, key]
+        c = 0
+        while idx >= base and c < need:
+            mark[idx - base] = True
+            idx = s_prev[idx]
+            c += 1
+    remap = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        if mark[i]:
+            remap[i] = base + m
+            sel[m] = i
+            m += 1
+        else:
+            remap[i] = -1
+    # in place: row sel[q] >= q moves to q, so no row is overwritten before it is read
+    for q in range(m):
+        i = sel[q]
+        p = s_prev[base + i]
+        s_prev[base + q] = remap[p - base] if p >= base else p
+        s_mask[base + q] = s_mask[base + i]
+    for key in ids:
+        x = k[_LAST, key]
+        if x >= base:
+            k[_LAST, key] = remap[x - base]
+    for q in range(pool_from, pool_to):
+        x = pool[_BIDX, q]
+        if x >= base:
+            pool[_BIDX, q] = remap[x - base]
+    return m

@@ -294,6 +294,10 @@ class BatchDFA:
         self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
         self._ids_now = np.zeros(0, dtype=np.int64)
+        # the batch being stepped: its first store index and its columns. Its rows get store
+        # indices (links and masks) but their column values are copied into the store only for
+        # the rows a later batch can read (see _keep_rows); until then matches read them here
+        self._batch: tuple[int, list[np.ndarray]] | None = None
 
     # ------------------------------------------------------------------ sizes
     def keys(self) -> int:
@@ -384,33 +388,87 @@ class BatchDFA:
         self.alen = alen
 
     # ------------------------------------------------------------------ the column store
-    def _append_rows(self, cols: list[np.ndarray], masks: np.ndarray) -> int:
-        """Put a batch's rows in the store (links are set while stepping); their first index."""
+    def _append_rows(self, masks: np.ndarray) -> int:
+        """Give a batch's rows store indices and their masks (links are set while stepping, column
+        values by :meth:`_keep_rows` after it); their first index."""
         n = len(masks)
         base = self.s_used
         need = base + n
         cap = len(self.s_mask)
         if need > cap:
-            new = max(need, cap * 2, 4096)
+            # a quarter more than this batch needs: after it the store holds only the rows a later
+            # batch reads (a few per key, see _keep_rows), so the next batch of the same size fits
+            new = max(need + need // 4, 4096)
             self.s_prev = _grown(self.s_prev, new)
             self.s_mask = _grown(self.s_mask, new)
             self.cols = [_grown(c, new) for c in self.cols]
         self.s_mask[base:need] = masks
+        self.s_used = need
+        return base
+
+    def _keep_rows(self, cols: list[np.ndarray], base: int, pool_from: int) -> None:
+        """Keep of the batch just stepped only the rows a later batch may read: each key's last
+        ``max_back`` rows (PREV) and its rows from its earliest live attempt's start on (a match's
+        rows), the rows :meth:`_compact` keeps. They move down to the batch's first store index, in
+        order, with their column values; the other rows are dropped (their matches were output from
+        the batch's own columns). The store then grows by a few rows per key and batch, and the
+        full compaction runs only when it is full."""
+        from cep._batch_dfa_kernel import keep_batch
+
+        n = self.s_used - base
+        sel = np.empty(n, dtype=np.int64)
+        m = keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
+                       self.s_mask, base, n, self.a.max_back, sel)
+        sel = sel[:m]
+        self.s_used = base + m
+        at = slice(base, base + m)
         for i, c in enumerate(cols):
             store = self.cols[i]
             if base == 0 and store.dtype != c.dtype:
-                store = self.cols[i] = np.zeros(len(self.s_mask), dtype=c.dtype)
+                store = self.cols[i] = (np.zeros(len(self.s_mask), dtype=c.dtype) if c.dtype != object
+                                        else np.empty(len(self.s_mask), dtype=object))
             if store.dtype == c.dtype:
-                store[base:need] = c
+                store[at] = c[sel]
                 continue
             if store.dtype != object:
                 # another type than the rows before: keep Python values, as the automaton's rows do
                 obj = np.empty(len(store), dtype=object)
                 obj[:base] = np.fromiter(store[:base].tolist(), dtype=object, count=base)
                 store = self.cols[i] = obj
-            store[base:need] = c if c.dtype == object else np.fromiter(c.tolist(), dtype=object, count=n)
-        self.s_used = need
-        return base
+            part = c[sel]
+            store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=m)
+
+    def _values(self, ci: int, idx: np.ndarray) -> list:
+        """Column ``ci`` at store indices ``idx`` (each >= 0) as Python values: rows of the batch being
+        stepped from its own columns, earlier rows from the store."""
+        col = self.cols[ci]
+        if self._batch is None:
+            return col[idx].tolist()
+        base, cols = self._batch
+        new = idx >= base
+        if new.all():
+            return cols[ci][idx - base].tolist()
+        if not new.any():
+            return col[idx].tolist()
+        cur = cols[ci]
+        if col.dtype.kind in "iufbO" and cur.dtype.kind in "iufbO":
+            # numbers, booleans and Python objects keep their Python type through an object array
+            out = np.empty(len(idx), dtype=object)
+            old = ~new
+            out[old] = col[idx[old]]
+            out[new] = cur[idx[new] - base]
+            return out.tolist()
+        vals = col[np.where(new, 0, idx)].tolist()
+        where = np.flatnonzero(new)
+        for j, v in zip(where.tolist(), cur[idx[where] - base].tolist()):
+            vals[j] = v
+        return vals
+
+    def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' output buffers for ``nout`` matches: uninitialised (every slot a match uses is
+        written, and only those pages are touched), not kept between batches (a rule would hold a
+        batch's worth of them)."""
+        return np.empty((4, nout), dtype=np.int64), np.empty((nout, max(1, len(self.kinds))), dtype=np.int64)
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
@@ -418,7 +476,10 @@ class BatchDFA:
 
         nk = len(self.key_list)
         keep = np.zeros(self.s_used, dtype=np.bool_)
-        pool = np.zeros((5, max(4096, 2 * self.live_attempts + 16)), dtype=np.int64)
+        # the live attempts move to a pool of the same size: a smaller one would only grow again at
+        # the next batch
+        size = max(4096, 2 * self.live_attempts + 16, self.pool.shape[1])
+        pool = np.empty((5, size), dtype=np.int64)
         used = compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
         self.pool, self.pool_used = pool, used
         idx = np.flatnonzero(keep)
@@ -458,20 +519,20 @@ class BatchDFA:
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
-        base = self._append_rows(cols, masks)
+        base = self._append_rows(masks)
         t = self.table
-        nout = self.live_attempts + n + 1
-        o_int = np.zeros((4, nout), dtype=np.int64)  # key id, number, first row, classifier
-        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        # per match: key id, number, first row, classifier; and the measures' rows or counts
+        o_int, o_meas = self._out(self.live_attempts + n + 1)
         counters = np.zeros(8, dtype=np.int64)
-        counters[0] = self.pool_used
+        pool_from = counters[0] = self.pool_used
         counters[1] = self.act_seq
         counters[2] = stats.partial_matches_peak
         counters[6] = self.live_attempts
         within = self.a.within
         merge = self.past_last and within is None and nfa.MERGE_EQUIVALENT_ATTEMPTS
-        nm = step(self._ids_now, starts.astype(np.int64), ends.astype(np.int64), ts.astype(np.int64),
-                  masks.astype(np.int64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+        i64 = np.int64
+        nm = step(self._ids_now, np.asarray(starts, dtype=i64), np.asarray(ends, dtype=i64), np.asarray(ts, dtype=i64),
+                  np.asarray(masks, dtype=i64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
@@ -483,7 +544,13 @@ class BatchDFA:
         stats.cap_hits += int(counters[4])
         stats.partial_matches_dropped += int(counters[5])
         self.live_attempts = int(counters[6])
-        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+        self._batch = (base, cols)
+        try:
+            rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+        finally:
+            self._batch = None
+        self._keep_rows(cols, base, pool_from)
+        return rows
 
     def next_deadline(self) -> int | None:
         """The earliest watermark at which :meth:`expire` ends an attempt: the smallest start time
@@ -518,9 +585,7 @@ class BatchDFA:
         live = np.flatnonzero(act >= 0)
         order = live[np.argsort(act[live], kind="stable")]
         t = self.table
-        nout = self.live_attempts + 1
-        o_int = np.zeros((4, nout), dtype=np.int64)
-        o_meas = np.zeros((nout, max(1, len(self.kinds))), dtype=np.int64)
+        o_int, o_meas = self._out(self.live_attempts + 1)
         counters = np.zeros(8, dtype=np.int64)
         nm = flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                    t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
@@ -540,7 +605,7 @@ class BatchDFA:
         values: list[list] = []
         first = o_int[2, :nm]
         for i in range(len(names)):
-            values.append(self.cols[i][first].tolist())
+            values.append(self._values(i, first))
         for k, (name, kind, ci, _) in enumerate(self.measures):
             names.append(name)
             if kind == "MN":
@@ -552,7 +617,7 @@ class BatchDFA:
                 values.append([vn[v] for v in o_int[3, :nm].tolist()])
             else:
                 idx = o_meas[:nm, k]
-                vals = self.cols[ci][np.maximum(idx, 0)].tolist()
+                vals = self._values(ci, np.maximum(idx, 0))
                 for i in np.flatnonzero(idx < 0).tolist():
                     vals[i] = None
                 values.append(vals)
@@ -576,7 +641,7 @@ class BatchDFA:
             import orjson
 
             npart = a.npartition
-            times = self.cols[a.time_index][first].tolist()
+            times = self._values(a.time_index, first)
             ids = []
             for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
                 key = orjson.dumps(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()

@@ -879,6 +879,19 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
         for i in np.flatnonzero(~ok):
             reasons[i] = "missing (NaT)"
         return out, ok, reasons
+    if n:
+        import pandas as pd
+
+        if pd.api.types.infer_dtype(values, skipna=False) == "string":
+            # every value text (ISO dates, as a CSV or JSON source gives them): parsed in one call,
+            # the same call the loop below makes for its strings; when one does not parse, the loop
+            # below gives each its reason
+            # each distinct text once (a batch of daily bars holds a few dates, each many times)
+            codes, uniques = pd.factorize(values)
+            parsed = pd.to_datetime(pd.Series(uniques, dtype=object), format="ISO8601", utc=True, errors="coerce")
+            if not parsed.isna().any():
+                ms_all = parsed.to_numpy(dtype="datetime64[ms]").astype(np.int64)[codes]
+                return ms_all, np.ones(n, dtype=bool), reasons
     str_idx: list[int] = []
     mul, div = _SCALE[unit]
     for i, v in enumerate(values.tolist()):

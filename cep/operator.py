@@ -43,7 +43,7 @@ from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
-from cep.sharing import KeyOrder, SharedBatch, arrange, kernel_key, partition_keys
+from cep.sharing import KeyOrder, SharedBatch, arrange, judge, kernel_key, partition_keys
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
@@ -505,48 +505,62 @@ class PatternOperator:
         if n == 0:
             return
         shared = self.shared
+        all_ok = False
         if shared is not None:
             ms, ok, reasons = shared.times(self.time_col, self.time_unit)
-            if self.max_future_skew_ms is not None:
+            latest, all_ok = shared.latest(self.time_col, self.time_unit)
+            if self.max_future_skew_ms is not None and latest is not None:
                 now = clock_now(self.clock)
-                ok, reasons = future_guard(batch.column(self.time_col), ms, ok, reasons, now, self.max_future_skew_ms)
+                # only a time ahead of this rule's clock is refused: none when the largest is not
+                if latest > now + self.max_future_skew_ms:
+                    ok, reasons = future_guard(batch.column(self.time_col), ms, ok, reasons, now, self.max_future_skew_ms)
+                    all_ok = False
         else:
             ms, ok, reasons = event_times(batch, self.time_col, self.time_unit, self.max_future_skew_ms, self.clock)
         if not self.unit_checked:
             self.unit_checked = True
             self.unit_hint = (shared.unit_hint(self.time_col, self.time_unit, unit_hint) if shared is not None
                               else unit_hint(batch, self.time_col, self.time_unit))
-        for i in np.flatnonzero(~ok):
-            r = reasons[i] or "not a time"
-            self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
+        if not all_ok:
+            for i in np.flatnonzero(~ok):
+                r = reasons[i] or "not a time"
+                self._error(out, batch, int(i), f"event-time field {self.time_col!r}: {r}")
         keys, valid = self._keys(batch, ok, out)
-        idx = np.flatnonzero(valid)
-        if len(idx) == 0:
-            return
-        ts = ms[idx]
         if late_before is None:
-            # late: behind the watermark as it stood when the event arrived (running max before it)
-            prior = np.maximum.accumulate(np.concatenate(([self.max_ts if self.max_ts is not None else ts[0]], ts)))[:-1]
-            if self.max_ts is None:
-                prior[0] = ts[0]
-            wm_before = prior - self.lateness
-            if self.floor is not None:
-                wm_before = np.maximum(wm_before, self.floor)
+            # late: behind the watermark as it stood when the event arrived (running max before it);
+            # rules that accept every row and stand at the same watermark share the answer
+            if shared is not None and valid is ok and all_ok:
+                j = shared.judged(self.time_col, self.time_unit, self.max_ts, self.lateness, self.floor)
+            else:
+                idx = np.flatnonzero(valid)
+                if len(idx) == 0:
+                    return
+                j = judge(ms[idx], idx, self.max_ts, self.lateness, self.floor)
+            for q in j.late.tolist():
+                row = int(j.idx[q])
+                self.counts.late += 1
+                out.late.append(late_row(self.name, batch, row, int(j.ts[q]), int(j.wm_before[q]), self.lateness))
+            self.max_ts = j.new_max if self.max_ts is None else max(self.max_ts, j.new_max)
+            idx, kept_ts = j.kept, j.kept_ts
         else:
+            idx = np.flatnonzero(valid)
+            if len(idx) == 0:
+                return
+            ts = ms[idx]
             wm_before = np.broadcast_to(np.asarray(late_before, dtype=np.int64), (n,))[idx]
-        late = ts < wm_before
-        for j in np.flatnonzero(late):
-            i = int(idx[j])
-            self.counts.late += 1
-            out.late.append(late_row(self.name, batch, i, int(ts[j]), int(wm_before[j]), self.lateness))
-        keep = ~late
-        # on the caller's clock only accepted events count (a late one may lie past this
-        # operator's keys' maximum when other keys moved the caller's watermark)
-        seen = ts if late_before is None else ts[keep]
-        if len(seen):
-            new_max = int(seen.max())
-            self.max_ts = new_max if self.max_ts is None else max(self.max_ts, new_max)
-        idx = idx[keep]
+            late = ts < wm_before
+            for q in np.flatnonzero(late).tolist():
+                row = int(idx[q])
+                self.counts.late += 1
+                out.late.append(late_row(self.name, batch, row, int(ts[q]), int(wm_before[q]), self.lateness))
+            keep = ~late
+            # on the caller's clock only accepted events count (a late one may lie past this
+            # operator's keys' maximum when other keys moved the caller's watermark)
+            kept_ts = ts[keep]
+            if len(kept_ts):
+                new_max = int(kept_ts.max())
+                self.max_ts = new_max if self.max_ts is None else max(self.max_ts, new_max)
+            idx = idx[keep]
         m = len(idx)
         if m == 0:
             return
@@ -554,7 +568,7 @@ class PatternOperator:
         self._fresh = idx if shared is not None and len(p) == 0 else None
         seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
-        p.ts = np.concatenate((p.ts, ts[keep]))
+        p.ts = np.concatenate((p.ts, kept_ts))
         p.seq = np.concatenate((p.seq, seq))
         # every row accepted (the usual case): the batch's own arrays, not copies of them; only a
         # temporal join writes into pending columns (cep/tables/join.py), so it keeps copies
@@ -1213,7 +1227,7 @@ class PatternOperator:
             exact_nums = not lag or base.dtype.kind not in "iu" or not len(base) \
                 or max(int(base.max()), -int(base.min())) <= 2**53
             if lag and self._keyed is not None and not states:
-                if not share and base.dtype.kind in "iuf" and exact_nums:
+                if base.dtype.kind in "iuf" and exact_nums:
                     direct = self._keyed.fill_numbers(ci, lag, ends - starts)
                 if direct is None:
                     fills = self._keyed.fills(ci, lag, ends - starts)
@@ -1233,11 +1247,16 @@ class PatternOperator:
                     fills.append(fill)
             sig: Any = None
             if share:
-                try:
-                    sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
-                    hash(sig)
-                except TypeError:
-                    sig = None
+                if direct is not None:
+                    # the values as float64 bytes (the form both paths turn numbers into): equal
+                    # bytes are equal values, and the signature costs no Python object per key
+                    sig = ("numbers",) + tuple((sel.tobytes(), got.tobytes()) for sel, got in direct)
+                else:
+                    try:
+                        sig = tuple(tuple((type(v), v) for v in fill) for fill in fills)
+                        hash(sig)
+                    except TypeError:
+                        sig = None
                 if sig is not None:
                     sigs[key] = sig
                     got = values.get((name, lag, sig))

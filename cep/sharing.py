@@ -30,7 +30,7 @@ import numpy as np
 from cep.events import EventBatch, UnitHint, parse_times, unit_hint
 from patterns import ast as A
 
-__all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "partition_keys", "arrange", "kernel_key"]
+__all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "Judged", "partition_keys", "arrange", "judge", "kernel_key"]
 
 
 @dataclass
@@ -156,6 +156,45 @@ def arrange(keys: np.ndarray, ts: np.ndarray, seq: np.ndarray, gap_ms: int | Non
     return KeyOrder(codes, uniques, order, ts, starts, ends, seg_keys)
 
 
+@dataclass
+class Judged:
+    """Rows judged against the watermark as it stood when each arrived (see :func:`judge`)."""
+
+    idx: np.ndarray  # the rows judged (batch positions)
+    ts: np.ndarray  # their event times
+    wm_before: np.ndarray  # the watermark each was judged against
+    late: np.ndarray  # positions (into idx) of the late ones
+    new_max: int  # the largest time among them
+    kept: np.ndarray  # the rows not late (batch positions)
+    kept_ts: np.ndarray  # their times
+
+
+def judge(ts: np.ndarray, idx: np.ndarray, max_ts: int | None, lateness: int, floor: int | None) -> Judged:
+    """Which of the rows ``idx`` (times ``ts``) are late: behind the largest time seen before them
+    (``max_ts`` before the batch, then the batch's running maximum) minus ``lateness``, and no
+    earlier than ``floor``.
+
+    Example:
+        >>> j = judge(np.array([5, 3, 9, 8]), np.arange(4), None, 1, None)
+        >>> j.late.tolist(), j.kept.tolist(), j.new_max
+        ([1], [0, 2, 3], 9)
+    """
+    prior = np.maximum.accumulate(np.concatenate(([max_ts if max_ts is not None else ts[0]], ts)))[:-1]
+    if max_ts is None:
+        prior[0] = ts[0]
+    wm_before = prior - lateness
+    if floor is not None:
+        wm_before = np.maximum(wm_before, floor)
+    late_mask = ts < wm_before
+    late = np.flatnonzero(late_mask)
+    if len(late):
+        keep = ~late_mask
+        kept, kept_ts = idx[keep], ts[keep]
+    else:
+        kept, kept_ts = idx, ts
+    return Judged(idx, ts, wm_before, late, int(ts.max()), kept, kept_ts)
+
+
 def _strip_vars(e: Any) -> Any:
     """``e`` with every column's variable dropped (in a row-local condition all name the current row)."""
     if isinstance(e, A.Column):
@@ -199,6 +238,8 @@ class SharedBatch:
         self._keys: dict[tuple[str, ...], PartitionKeys] = {}
         self._orders: dict[tuple, list[tuple[np.ndarray, np.dtype, KeyOrder]]] = {}
         self._hints: dict[tuple[str, str], UnitHint | None] = {}
+        self._judged: dict[tuple, Judged] = {}
+        self._latest: dict[tuple[str, str], tuple[int | None, bool]] = {}
 
     def unit_hint(self, field_name: str, unit: str, look: Callable[..., UnitHint | None] = unit_hint) -> UnitHint | None:
         """``look`` (:func:`cep.events.unit_hint`) at a field (each rule looks once, at its first batch)."""
@@ -214,6 +255,28 @@ class SharedBatch:
         if got is None:
             b = self.batch
             got = self._times[key] = parse_times(b.column(field_name), unit, converted=b.epoch_ms.get(field_name))
+        return got
+
+    def latest(self, field_name: str, unit: str) -> tuple[int | None, bool]:
+        """The largest valid time of :meth:`times` (None: none valid) and whether every time is valid:
+        a rule's future guard needs to look at the rows only when that time is ahead of its clock."""
+        key = (field_name, unit)
+        got = self._latest.get(key)
+        if got is None:
+            ms, ok, _ = self.times(field_name, unit)
+            all_ok = bool(ok.all())
+            top = (int(ms.max()) if all_ok else int(ms[ok].max())) if ok.any() else None
+            got = self._latest[key] = (top, all_ok)
+        return got
+
+    def judged(self, field_name: str, unit: str, max_ts: int | None, lateness: int, floor: int | None) -> Judged:
+        """:func:`judge` of every row of the batch (for rules that accept every row's time and key);
+        rules with the same running maximum, lateness and floor share it; do not change it."""
+        key = (field_name, unit, max_ts, lateness, floor)
+        got = self._judged.get(key)
+        if got is None:
+            ms = self.times(field_name, unit)[0]
+            got = self._judged[key] = judge(ms, np.arange(len(ms)), max_ts, lateness, floor)
         return got
 
     def keys(self, key_cols: list[str]) -> PartitionKeys:
@@ -232,7 +295,7 @@ class SharedBatch:
         """
         slot = self._orders.setdefault(question, [])
         for r, dtype, ko in slot:
-            if dtype == keys.dtype and np.array_equal(r, rows):
+            if dtype == keys.dtype and (r is rows or np.array_equal(r, rows)):
                 return ko
         ko = arrange(keys, ts, np.arange(len(rows)))
         ko.rows = rows[ko.order]
