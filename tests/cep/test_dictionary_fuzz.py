@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import cep.json_flat as jf
 from cep.json_flat import flat_enabled
 
-SETTINGS = settings(max_examples=4, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=3, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
@@ -39,6 +39,19 @@ rules:
              window_start
       FROM requests
       GROUP BY host, TUMBLE(time, INTERVAL '10' SECOND)
+  - name: sketches
+    kind: analytics
+    sql: |
+      SELECT a, APPROX_TOP_K(url, 2) AS top, APPROX_COUNT(b, 'x') AS xs, MIN(url) AS lo, MAX(b) AS hi,
+             COUNT(DISTINCT host) AS hosts, window_start
+      FROM requests
+      GROUP BY a, HOP(time, INTERVAL '2' SECOND, INTERVAL '6' SECOND)
+  - name: same_url_twice
+    sql: |
+      SELECT * FROM requests MATCH_RECOGNIZE (PARTITION BY host ORDER BY time
+        MEASURES A.url AS url, B.a AS a, LAST(B.time) AS t
+        PATTERN (A B) WITHIN INTERVAL '4' SECOND
+        DEFINE B AS B.url = A.url)
 """
 
 
