@@ -38,7 +38,7 @@ rules:
     sql: |
       SELECT host, COUNT(DISTINCT url) AS urls, COUNT(DISTINCT b) AS bs, APPROX_COUNT_DISTINCT(a) AS approx,
              window_start
-      FROM requests
+      FROM requests WHERE b <> 'y' OR b IS NULL
       GROUP BY host, TUMBLE(time, INTERVAL '10' SECOND)
   - name: sketches
     kind: analytics
