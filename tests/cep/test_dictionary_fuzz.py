@@ -155,3 +155,37 @@ def test_four_key_columns_with_large_file_wide_dictionaries_keep_their_groups_ap
         t = tuple(cols[k][i] for k in "abcd")
         want[t] = want.get(t, 0) + 1
     assert got == sorted((*t, n) for t, n in want.items())
+
+
+def test_hashes_stay_kept_for_more_dictionaries_than_the_old_limit_and_go_with_them(monkeypatch):
+    """Ten string columns of one file: ten live dictionaries, used in turn each batch. Before, an
+    operator kept eight and cleared them all at the ninth, so every batch hashed every column's
+    dictionary again from its start (2.2x the CPU of a run over ten COUNT(DISTINCT) columns);
+    a dictionary no longer held anywhere (its file done, or replaced) leaves the cache."""
+    import gc
+
+    from cep.analytics.kernels import _StringHashes
+    from cep.json_flat import StringDictionary
+
+    cache = _StringHashes()
+    dicts = [StringDictionary() for _ in range(10)]
+    strings = np.array([f"s{i}" for i in range(50)], dtype=object)
+    asked: list[int] = []
+    get = _StringHashes.get
+
+    def counting(self, uniq):
+        asked.append(len(uniq))
+        return get(self, uniq)
+
+    monkeypatch.setattr(_StringHashes, "get", counting)
+    for m in (10, 20, 30):  # three batches, each growing every dictionary by ten strings
+        for d in dicts:
+            h0, _h1, _ne = cache.of_dictionary(d, strings[:m])
+            assert len(h0) == m
+    assert asked == [10] * 30  # only the strings new to each dictionary: nothing asked twice
+    assert len(cache.dicts) == 10
+    del dicts[:5], d
+    gc.collect()
+    nxt = StringDictionary()  # the next file's: the freed ones' entries go when it comes
+    cache.of_dictionary(nxt, strings[:30])
+    assert len(cache.dicts) == 6
