@@ -352,7 +352,7 @@ class StringDictionary:
         (0, [])
     """
 
-    __slots__ = ("table", "hashes", "offs", "lens", "arena", "state", "strings")
+    __slots__ = ("table", "hashes", "offs", "lens", "arena", "state", "strings", "__weakref__")  # (weak: consumers' caches)
 
     def __init__(self) -> None:
         self.table = np.full(1 << 11, -1, dtype=np.int64)  # four slots per code of room: short probes

@@ -516,8 +516,16 @@ class WindowOperator:
         else:
             # several key fields: one code per distinct combination (mixed radix, then factorize)
             comb = np.zeros(len(idx), dtype=np.int64)
+            radix = 1
             for c, uq in zip(codes, uniques):
+                if radix * max(len(uq), 1) >= 1 << 62:
+                    # the product would wrap in int64 and merge distinct keys (a file-wide
+                    # dictionary holds up to 2**18 strings a column): renumber the combinations first
+                    comb, _ = pd.factorize(comb)
+                    comb = comb.astype(np.int64)
+                    radix = int(comb.max()) + 1
                 comb = comb * len(uq) + c[idx]
+                radix *= max(len(uq), 1)
             code, _ = pd.factorize(comb)
             code = code.astype(np.int64)
             nuniq = int(code.max()) + 1
