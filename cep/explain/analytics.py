@@ -50,11 +50,13 @@ class _ExplainingOperator(WindowOperator):
         super().reset()
         self.described: list[dict[str, Any]] = []
 
-    def _evaluate_results(self, results: list, prevres: dict | None, ctx: _Ctx) -> list[tuple[int, dict]]:
-        rows = super()._evaluate_results(results, prevres, ctx)
+    def _results_apart(self, results: list, prevres: dict | None, ctx: _Ctx) -> tuple[np.ndarray, list[dict]]:
+        # every way the operator evaluates windows (one window, many read at once, sessions,
+        # slides) ends here
+        at, rows = super()._results_apart(results, prevres, ctx)
         if rows:
             keys = ctx.keys()
-            for i, row in rows:
+            for i, row in zip(at.tolist(), rows):
                 row[_KEY] = keys[i]
         if self.recording:
             stats = WindowStats(**asdict(self.stats))
@@ -62,7 +64,7 @@ class _ExplainingOperator(WindowOperator):
                 self.described.extend(self._describe(ctx))
             finally:
                 self.stats = stats
-        return rows
+        return at, rows
 
     def _describe(self, ctx: _Ctx) -> list[dict[str, Any]]:
         """Every cell of ``ctx`` of the target key: its window, aggregates, SELECT items, HAVING."""
