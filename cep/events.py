@@ -888,7 +888,7 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
             # below gives each its reason
             # each distinct text once (a batch of daily bars holds a few dates, each many times)
             codes, uniques = pd.factorize(values)
-            parsed = pd.to_datetime(pd.Series(uniques, dtype=object), format="ISO8601", utc=True, errors="coerce")
+            parsed = _iso_times(uniques)
             if not parsed.isna().any():
                 ms_all = parsed.to_numpy(dtype="datetime64[ms]").astype(np.int64)[codes]
                 return ms_all, np.ones(n, dtype=bool), reasons
@@ -926,7 +926,7 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
         import pandas as pd
 
         strs = [values[i] for i in str_idx]
-        parsed = pd.to_datetime(pd.Series(strs, dtype=object), format="ISO8601", utc=True, errors="coerce")
+        parsed = _iso_times(strs)
         na = parsed.isna().to_numpy()
         ms = parsed.to_numpy(dtype="datetime64[ms]", na_value=np.datetime64("NaT")).astype(np.int64)
         for j, i in enumerate(str_idx):
@@ -945,6 +945,16 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
                 out[i] = ms[j]
                 ok[i] = True
     return out, ok, reasons
+
+
+def _iso_times(texts: Any) -> Any:
+    """ISO-8601 texts as a pandas Series of UTC times, NaT where one does not parse."""
+    import pandas as pd
+
+    ser = pd.Series(texts, dtype=object)
+    # pandas reads the words "now" and "today" as its wall clock: as event times they would be
+    # the moment of parsing (another time on every run), so they do not parse
+    return pd.to_datetime(ser.mask(ser.isin(("now", "today"))), format="ISO8601", utc=True, errors="coerce")
 
 
 # where a median read in the rule's unit says "wrong unit", and where another unit's reading is believable

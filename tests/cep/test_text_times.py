@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,3 +33,15 @@ def test_repeated_dates_and_a_bad_text():
     assert ms[:3].tolist() == [1360281600000, 1360281600000, 1360540800000]
     assert ok.tolist() == [True, True, True, False]
     assert why[3] == "'x' is neither epoch milliseconds nor an ISO-8601 time"
+
+
+@pytest.mark.parametrize("word", ["now", "today"])
+def test_now_and_today_are_not_event_times(word):
+    """pandas reads "now" and "today" as the wall clock: as event times they would be the time of
+    parsing (a different time on each run), so they are refused with the reason any bad text gets,
+    on the all-text path and on the per-value loop alike."""
+    for values in ([word, "2013-02-08"], [word, "2013-02-08", 0]):
+        ms, ok, why = parse_times(np.array(values, dtype=object))
+        assert ok.tolist()[:2] == [False, True]
+        assert why[0] == f"{word!r} is neither epoch milliseconds nor an ISO-8601 time"
+        assert ms[1] == 1360281600000
