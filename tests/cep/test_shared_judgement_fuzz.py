@@ -20,12 +20,12 @@ _SQL = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
 def _rules(lat: list[int], only: int | None = None) -> str:
     """Five rules (lateness ``lat[i]``), or rule ``only`` alone."""
     out = ["rules:"]
-    for i, (l, op, within) in enumerate(zip(lat, ("<", ">", "<=", ">=", "<"),
+    for i, (late, op, within) in enumerate(zip(lat, ("<", ">", "<=", ">=", "<"),
                                               ("", "WITHIN INTERVAL '9' MILLISECOND ", "", "", ""))):
         if only is not None and i != only:
             continue
         sql = _SQL.format(op=op, within=within).replace("\n", "\n      ")
-        out += [f"  - name: r{i}", f"    lateness: {l}", "    sql: |", f"      {sql}"]
+        out += [f"  - name: r{i}", f"    lateness: {late}", "    sql: |", f"      {sql}"]
     return "\n".join(out) + "\n"
 
 
