@@ -888,7 +888,7 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
             # below gives each its reason
             # each distinct text once (a batch of daily bars holds a few dates, each many times)
             codes, uniques = pd.factorize(values)
-            parsed = pd.to_datetime(pd.Series(uniques, dtype=object), format="ISO8601", utc=True, errors="coerce")
+            parsed = _iso_times(uniques)
             if not parsed.isna().any():
                 ms_all = parsed.to_numpy(dtype="datetime64[ms]").astype(np.int64)[codes]
                 return ms_all, np.ones(n, dtype=bool), reasons
@@ -926,13 +926,13 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
         import pandas as pd
 
         strs = [values[i] for i in str_idx]
-        parsed = pd.to_datetime(pd.Series(strs, dtype=object), format="ISO8601", utc=True, errors="coerce")
+        parsed = _iso_times(strs)
         na = parsed.isna().to_numpy()
         ms = parsed.to_numpy(dtype="datetime64[ms]", na_value=np.datetime64("NaT")).astype(np.int64)
         for j, i in enumerate(str_idx):
             if na[j]:
                 s = strs[j]
-                if s.strip().lstrip("-").isdigit():
+                if _integer_text(s):
                     got = _int_ms(int(s), unit)
                     if got is not None:
                         out[i] = got
@@ -945,6 +945,26 @@ def _parse_times_unbounded(values: np.ndarray, unit: str = "ms") -> tuple[np.nda
                 out[i] = ms[j]
                 ok[i] = True
     return out, ok, reasons
+
+
+def _integer_text(s: str) -> bool:
+    """Whether ``s`` is an integer as text: spaces around, an optional minus, decimal digits (what
+    ``int()`` reads; ``str.isdigit`` also takes superscripts such as "²", which ``int()`` refuses)."""
+    t = s.strip()
+    return (t[1:] if t[:1] == "-" else t).isdecimal()
+
+
+def _iso_times(texts: Any) -> Any:
+    """ISO-8601 texts as a pandas Series of UTC times, NaT where one does not parse."""
+    import pandas as pd
+
+    ser = pd.Series(texts, dtype=object)
+    # pandas reads the words "now" and "today" as its wall clock: as event times they would be
+    # the moment of parsing (another time on every run), so they do not parse. An integer as
+    # text is a number in the rule's unit (docs/semantics.md), though ISO-8601 reads "2000" as a
+    # year and "20130208" as a date: left NaT here, the caller reads it as a number
+    odd = ser.isin(("now", "today")) | ser.map(_integer_text).astype(bool)
+    return pd.to_datetime(ser.mask(odd), format="ISO8601", utc=True, errors="coerce")
 
 
 # where a median read in the rule's unit says "wrong unit", and where another unit's reading is believable
@@ -1018,7 +1038,7 @@ def unit_hint(batch: EventBatch, field: str, unit: str = "ms", sample: int = 10_
                 continue
             if isinstance(v, (int, float)):
                 picked.append(float(v))
-            elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            elif isinstance(v, str) and _integer_text(v):
                 picked.append(float(v))
         nums = np.asarray(picked, dtype=np.float64)
     nums = nums[np.isfinite(nums)]
