@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cep.batch_dfa as batch_dfa
-from cep.engine import Engine
 from patterns.match_recognize import parse_statement
 from patterns.rules import parse_rules
 from tests.reference import reference_matches
+from tests.replay import replay_engine
 
 E53 = 2**53
 
@@ -85,25 +85,8 @@ def _batches(rnd: random.Random, n: int, keys: int, cuts: list[int]) -> list[lis
 
 
 def _run(batches: list[list[dict]], use: bool, snap_at: int | None) -> tuple[list[str], dict, dict]:
-    old = batch_dfa.USE_BATCH_DFA
-    batch_dfa.USE_BATCH_DFA = use
-    try:
-        rules = parse_rules(RULES)
-        eng = Engine(rules)
-        rows: list[dict] = []
-        for b, evs in enumerate(batches):
-            rows += eng.process(evs).matches
-            if b == snap_at:
-                data = eng.snapshot()
-                eng = Engine(rules)
-                eng.restore(data)
-        rows += eng.finish().matches
-        taken = {name: op._keyed is not None for name, op in eng.operators.items()}
-        counts = {name: (op.stats.matches, op.stats.rows_emitted, op.stats.partial_matches_peak, op.counts.processed)
-                  for name, op in eng.operators.items()}
-        return [repr(sorted(r.items())) for r in rows], counts, taken
-    finally:
-        batch_dfa.USE_BATCH_DFA = old
+    """Rows (as repr, so types count), counters and whether each rule took the batch path."""
+    return replay_engine(RULES, batches, use, snap_at)
 
 
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
