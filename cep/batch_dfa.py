@@ -32,6 +32,7 @@ import numpy as np
 
 from cep.compiled import numba_allowed
 from cep.expressions import _FUNCS, _compile_common
+from cep.sharing import FRESH_HISTORY
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
 from patterns.rewrite import fixed_length
@@ -294,6 +295,10 @@ class BatchDFA:
         self.s_mask = np.zeros(4096, dtype=np.int64)
         self.s_used = 0
         self._ids_now = np.zeros(0, dtype=np.int64)
+        # which rows this state has stepped since it was empty (cep.sharing.KeyOrder.history_after):
+        # rules with the same history share their key ids and PREV values; None: not known (a
+        # restored state, or a batch stepped in an order of its own)
+        self.history: int | None = FRESH_HISTORY
         # the batch being stepped: its first store index and its columns. Its rows get store
         # indices (links and masks) but their column values are copied into the store only for
         # the rows a later batch can read (see _keep_rows); until then matches read them here
@@ -313,8 +318,24 @@ class BatchDFA:
         return int(np.count_nonzero(self.pool[2, owned]))
 
     # ------------------------------------------------------------------ keys and history
-    def bind(self, seg_keys: list) -> np.ndarray:
-        """Key ids of a batch's segments (new keys get the next ids); kept for :meth:`fills`."""
+    def bind(self, seg_keys: list, shared: dict | None = None) -> np.ndarray:
+        """Key ids of a batch's segments (new keys get the next ids); kept for :meth:`fills`.
+
+        ``shared`` (a shared key order's cache): states with the same :attr:`history` give the same
+        ids, so the first one's answer (the ids and the new keys, in order) serves the others."""
+        slot = ("bind", self.history) if shared is not None and self.history is not None else None
+        if slot is not None:
+            hit = shared.get(slot)  # type: ignore[union-attr]
+            if hit is not None:
+                got, new_keys = hit
+                if new_keys:
+                    first = len(self.key_list)
+                    for j, key in enumerate(new_keys):
+                        self.ids[key] = first + j
+                    self.key_list.extend(new_keys)
+                    self._grow_keys(len(self.key_list))
+                self._ids_now = got  # read only: the kernels never write to it
+                return got
         ids = self.ids
         got = np.fromiter(map(ids.get, seg_keys, [-1] * len(seg_keys)), dtype=np.int64, count=len(seg_keys))
         new = np.flatnonzero(got < 0)
@@ -327,7 +348,19 @@ class BatchDFA:
             got[new] = np.arange(first, first + len(new))
             self._grow_keys(len(self.key_list))
         self._ids_now = got
+        if slot is not None:
+            shared[slot] = (got, [seg_keys[i] for i in new.tolist()])  # type: ignore[index]
         return got
+
+    def numbers_ok(self, ci: int) -> bool:
+        """Whether :meth:`fill_numbers` reads column ``ci`` as numbers (else :meth:`fills` lists)."""
+        col = self.cols[ci]
+        if not self.s_used:
+            return True
+        if col.dtype.kind not in "iuf":
+            return False
+        # (as float64 larger integers would round: the caller's lists keep them exact)
+        return not (col.dtype.kind in "iu" and len(col) and max(int(col.max()), -int(col.min())) > 2**53)
 
     def fills(self, ci: int, lag: int, seg_len: np.ndarray) -> list[list]:
         """PREV(col, lag) of each segment's first ``lag`` rows, read from the key's earlier rows:
@@ -353,10 +386,8 @@ class BatchDFA:
         """What :meth:`fills` reads, as (segments, float values with NaN for none) per offset; None
         when the stored column is not numeric (the caller then builds the lists)."""
         col = self.cols[ci]
-        if col.dtype.kind not in "iuf" and self.s_used:
+        if not self.numbers_ok(ci):
             return None
-        if col.dtype.kind in "iu" and self.s_used and len(col) and max(int(col.max()), -int(col.min())) > 2**53:
-            return None  # (as float64 these would round: the caller's lists keep them exact)
         out = []
         last = self.k[3][self._ids_now]
         prev = self.s_prev
@@ -724,6 +755,7 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
+        self.history = None  # (what it stepped before the snapshot is not known here)
 
 
 def _grown(x: np.ndarray, n: int) -> np.ndarray:
@@ -734,7 +766,8 @@ def _grown(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def _grown2(x: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros((x.shape[0], n), dtype=x.dtype)
+    # the attempt pool: slots past the used ones are written before they are read
+    out = np.empty((x.shape[0], n), dtype=x.dtype)
     k = min(x.shape[1], n)
     out[:, :k] = x[:, :k]
     return out

@@ -43,7 +43,7 @@ from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
-from cep.sharing import KeyOrder, SharedBatch, arrange, judge, kernel_key, partition_keys
+from cep.sharing import KeyOrder, PartitionKeys, SharedBatch, arrange, judge, kernel_key, partition_keys
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
@@ -568,7 +568,9 @@ class PatternOperator:
         self._fresh = idx if shared is not None and len(p) == 0 else None
         seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
-        p.ts = np.concatenate((p.ts, kept_ts))
+        # nothing pending: the accepted times themselves (shared with other rules: never written to)
+        p.ts = kept_ts if len(p) == 0 and self.join is None and kept_ts.dtype == p.ts.dtype \
+            else np.concatenate((p.ts, kept_ts))
         p.seq = np.concatenate((p.seq, seq))
         # every row accepted (the usual case): the batch's own arrays, not copies of them; only a
         # temporal join writes into pending columns (cep/tables/join.py), so it keeps copies
@@ -599,6 +601,16 @@ class PatternOperator:
         for i in sorted(pk.reasons):
             if ok[i]:  # a row with a bad time has its error already
                 self._error(out, batch, i, pk.reasons[i])
+        if self.shared is not None and ok is self.shared.times(self.time_col, self.time_unit)[1]:
+            # rules reading the same keys and the same time checks share the answer (do not change it)
+            slot = self.shared.usable.get((tuple(self.key_cols), self.time_col, self.time_unit))
+            if slot is None:
+                slot = self.shared.usable[(tuple(self.key_cols), self.time_col, self.time_unit)] = self._usable(pk, ok)
+            return slot
+        return self._usable(pk, ok)
+
+    @staticmethod
+    def _usable(pk: PartitionKeys, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         bad = pk.bad | ~ok
         keys = pk.values
         if not bad.any():
@@ -635,13 +647,21 @@ class PatternOperator:
                     idx = self.join.enrich(self, idx, out)
                 if len(idx):
                     self._match(idx, out)
-                keep = ~rel
-                p.ts, p.seq, p.keys = p.ts[keep], p.seq[keep], p.keys[keep]
-                p.cols = [c[keep] for c in p.cols]
-                p.join_keys = [c[keep] for c in p.join_keys]
-                if self.keep_records:
-                    p.records = p.records[keep]
-                self.counts.buffered = len(p)
+                if len(idx) == len(p) and self.join is None:
+                    # everything released (the usual case at lateness 0): empty, of the same types
+                    # (new arrays, not views that would keep the batch's alive)
+                    p.ts, p.seq, p.keys = _empty(p.ts), _empty(p.seq), _empty(p.keys)
+                    p.cols = [_empty(c) for c in p.cols]
+                    if self.keep_records:
+                        p.records = _empty(p.records)
+                else:
+                    keep = ~rel
+                    p.ts, p.seq, p.keys = p.ts[keep], p.seq[keep], p.keys[keep]
+                    p.cols = [c[keep] for c in p.cols]
+                    p.join_keys = [c[keep] for c in p.join_keys]
+                    if self.keep_records:
+                        p.records = p.records[keep]
+                self.counts.buffered = len(self.pending)
         if watermark is not None and not final:
             self.released_to = watermark
         a = self.automaton
@@ -1012,12 +1032,17 @@ class PatternOperator:
         if self._keyed is None and self._batch_ok():
             self._keyed = batch_dfa.BatchDFA(self.automaton, self._batch_plan)
         if self._keyed is not None:
-            self._keyed.bind(seg_keys)
+            keyed = self._keyed
+            if ko.rows is None:  # an order of this rule's own: what it stepped is its own history
+                keyed.history = None
+            keyed.bind(seg_keys, ko.values if ko.rows is not None else None)
             t0 = time.perf_counter()
             masks = self._masks(cols, starts, ends, [], seg_keys, ko)
             t1 = time.perf_counter()
             self.stats.seconds_predicates += t1 - t0
-            out.matches.extend(self._keyed.step(starts, ends, ts, cols, masks, self.stats, self.name, self.row_ids))
+            out.matches.extend(keyed.step(starts, ends, ts, cols, masks, self.stats, self.name, self.row_ids))
+            if ko.rows is not None:
+                keyed.history = ko.history_after(keyed.history)
             self.stats.seconds_automaton += time.perf_counter() - t1
             return
         states_map = self.states
@@ -1224,13 +1249,31 @@ class PatternOperator:
             fills: list[list] = []
             direct = None  # the batch path's PREV values, as numbers (no Python list per row)
             # PREV of an int column is read as float64 (NaN: no row): only where that is exact
-            exact_nums = not lag or base.dtype.kind not in "iu" or not len(base) \
-                or max(int(base.max()), -int(base.min())) <= 2**53
+            if not lag or base.dtype.kind not in "iu" or not len(base):
+                exact_nums = True
+            elif share and ("\0exact", name) in values:  # (the same sorted column for every sharing rule)
+                exact_nums = values[("\0exact", name)]
+            else:
+                exact_nums = max(int(base.max()), -int(base.min())) <= 2**53
+                if share:
+                    values[("\0exact", name)] = exact_nums
+            sig: Any = None
             if lag and self._keyed is not None and not states:
-                if base.dtype.kind in "iuf" and exact_nums:
-                    direct = self._keyed.fill_numbers(ci, lag, ends - starts)
+                keyed = self._keyed
+                numbers = base.dtype.kind in "iuf" and exact_nums and keyed.numbers_ok(ci)
+                if share and keyed.history is not None:
+                    # the values PREV reads from before the batch are those of every rule with the
+                    # same history (cep.sharing.KeyOrder.history_after): named by it, not read here
+                    sig = ("history", keyed.history, numbers, keyed.cols[ci].dtype.str)
+                    sigs[key] = sig
+                    got = values.get((name, lag, sig))
+                    if got is not None:
+                        cache[key] = got
+                        return got
+                if numbers:
+                    direct = keyed.fill_numbers(ci, lag, ends - starts)
                 if direct is None:
-                    fills = self._keyed.fills(ci, lag, ends - starts)
+                    fills = keyed.fills(ci, lag, ends - starts)
             elif lag:
                 # rows whose lagged row lies before this batch's segment: read the key's history
                 seg_len = ends - starts
@@ -1245,8 +1288,7 @@ class PatternOperator:
                         i = r - st.base
                         fill.append(st.rows[i][ci] if r >= 0 and 0 <= i < len(st.rows) else None)
                     fills.append(fill)
-            sig: Any = None
-            if share:
+            if share and sig is None:
                 if direct is not None:
                     # the values as float64 bytes (the form both paths turn numbers into): equal
                     # bytes are equal values, and the signature costs no Python object per key
@@ -1298,23 +1340,34 @@ class PatternOperator:
 
         shared_masks = ko.masks if share else None  # type: ignore[union-attr]
         for vid in range(a.nvars):
-            ok = np.ones(n, dtype=bool)
+            # the conjuncts' masks and-ed together; the first one is taken as it is (a shared mask is
+            # never written to: ``&`` makes a new array), no all-true start array
+            ok: Any = None
             for k, kernel in enumerate(a.local_kernels[vid]):
                 if (vid, k) not in self.demoted:
                     kkey = self._kernel_keys[vid][k] if shared_masks is not None else None
                     if kkey is not None:
                         got = self._shared_mask(shared_masks, kkey, kernel, get, sigs, n)  # type: ignore[arg-type]
                         if got is not None:
-                            ok &= got
+                            ok = got if ok is None else ok & got
                             continue
                     try:
-                        ok &= kernel(get, n)
+                        got = kernel(get, n)
+                        ok = got if ok is None else ok & got
                         continue
                     except (ColumnarUnsupported, TypeError):
                         # mixed types or a function without a kernel: evaluate row by row
                         self.demoted.add((vid, k))
-                ok &= self._rowwise(a.row_local_fns[vid][k], get, n)
-            masks |= ok.astype(np.int64) << vid
+                got = self._rowwise(a.row_local_fns[vid][k], get, n)
+                ok = got if ok is None else ok & got
+            if ok is None:  # no row-local condition: every row
+                masks |= 1 << vid
+            elif vid == 0:
+                masks = np.asarray(ok, dtype=np.int64)  # (a new array: a shared mask is bool)
+                if masks.shape != (n,):
+                    masks = np.broadcast_to(masks, (n,)).copy()
+            else:
+                masks |= np.asarray(ok).astype(np.int64) << vid  # (ufunc where= is several times slower)
         return masks
 
     @staticmethod
@@ -1553,6 +1606,10 @@ class _BadKey:
 
 
 _BAD = _BadKey()
+
+
+def _empty(a: np.ndarray) -> np.ndarray:
+    return np.empty(0, dtype=a.dtype)
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:

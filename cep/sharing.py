@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable
 
@@ -30,7 +31,14 @@ import numpy as np
 from cep.events import EventBatch, UnitHint, parse_times, unit_hint
 from patterns import ast as A
 
-__all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "Judged", "partition_keys", "arrange", "judge", "kernel_key"]
+__all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "Judged", "partition_keys", "arrange", "judge", "kernel_key",
+           "FRESH_HISTORY"]
+
+FRESH_HISTORY = 0
+"""The history of a batch-DFA rule's state that has stepped nothing yet (see :meth:`KeyOrder.history_after`)."""
+
+# history numbers handed out by KeyOrder.history_after, unique in the process
+_HISTORIES = itertools.count(FRESH_HISTORY + 1)
 
 
 @dataclass
@@ -107,10 +115,33 @@ class KeyOrder:
     lists: dict[str, list] = field(default_factory=dict)
     values: dict[tuple, Any] = field(default_factory=dict)
     masks: dict[str, tuple[tuple, dict[tuple, Any]]] = field(default_factory=dict)
+    histories: dict[int, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return len(self.order)
+
+    def history_after(self, before: int | None) -> int | None:
+        """The history number of a rule's keyed state after it stepped exactly these rows (all of
+        them, in this order) from the state numbered ``before`` (None: unknown, stays unknown).
+
+        Batch-DFA rules that started empty (:data:`FRESH_HISTORY`) and stepped the same shared
+        orders since hold the same keys in the same order and the same values for ``PREV`` to read:
+        whatever depends only on that (key ids, the values ``PREV`` reads from before the batch)
+        is computed once for all of them, keyed by this number instead of by the values.
+
+        Example:
+            >>> ko = arrange(np.array(["a"], dtype=object), np.array([1]), np.arange(1))
+            >>> h = ko.history_after(FRESH_HISTORY)
+            >>> h == ko.history_after(FRESH_HISTORY) != FRESH_HISTORY, ko.history_after(None)
+            (True, None)
+        """
+        if before is None:
+            return None
+        got = self.histories.get(before)
+        if got is None:
+            got = self.histories[before] = next(_HISTORIES)
+        return got
 
     def column(self, batch: EventBatch, name: str) -> np.ndarray:
         """The batch's column ``name`` at the sorted rows."""
@@ -240,6 +271,9 @@ class SharedBatch:
         self._hints: dict[tuple[str, str], UnitHint | None] = {}
         self._judged: dict[tuple, Judged] = {}
         self._latest: dict[tuple[str, str], tuple[int | None, bool]] = {}
+        # a pattern rule's (keys, usable rows) by its partition columns, time field and unit, for
+        # rules that refuse no time of their own (cep.operator.PatternOperator._keys); do not change
+        self.usable: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def unit_hint(self, field_name: str, unit: str, look: Callable[..., UnitHint | None] = unit_hint) -> UnitHint | None:
         """``look`` (:func:`cep.events.unit_hint`) at a field (each rule looks once, at its first batch)."""
