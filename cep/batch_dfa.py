@@ -476,9 +476,9 @@ class BatchDFA:
         if self._batch is None:
             return col[idx].tolist()
         base, cols = self._batch
-        new = idx >= base
-        if new.all():
+        if idx.min() >= base:  # (idx is never empty here) all of the batch being stepped
             return cols[ci][idx - base].tolist()
+        new = idx >= base
         if not new.any():
             return col[idx].tolist()
         cur = cols[ci]

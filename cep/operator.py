@@ -571,7 +571,7 @@ class PatternOperator:
         # nothing pending: the accepted times themselves (shared with other rules: never written to)
         p.ts = kept_ts if len(p) == 0 and self.join is None and kept_ts.dtype == p.ts.dtype \
             else np.concatenate((p.ts, kept_ts))
-        p.seq = np.concatenate((p.seq, seq))
+        p.seq = seq if len(p.seq) == 0 else np.concatenate((p.seq, seq))
         # every row accepted (the usual case): the batch's own arrays, not copies of them; only a
         # temporal join writes into pending columns (cep/tables/join.py), so it keeps copies
         whole = m == n and self.join is None
