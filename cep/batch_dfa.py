@@ -430,9 +430,9 @@ class BatchDFA:
             # a quarter more than this batch needs: after it the store holds only the rows a later
             # batch reads (a few per key, see _keep_rows), so the next batch of the same size fits
             new = max(need + need // 4, 4096)
-            self.s_prev = _grown(self.s_prev, new)
-            self.s_mask = _grown(self.s_mask, new)
-            self.cols = [_grown(c, new) for c in self.cols]
+            self.s_prev = _grown(self.s_prev, new, base)
+            self.s_mask = _grown(self.s_mask, new, base)
+            self.cols = [_grown(c, new, base) for c in self.cols]
         self.s_mask[base:need] = masks
         self.s_used = need
         return base
@@ -549,7 +549,7 @@ class BatchDFA:
             self._compact()
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
-            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]))
+            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]), self.pool_used)
         base = self._append_rows(masks)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
@@ -758,16 +758,18 @@ class BatchDFA:
         self.history = None  # (what it stepped before the snapshot is not known here)
 
 
-def _grown(x: np.ndarray, n: int) -> np.ndarray:
+def _grown(x: np.ndarray, n: int, used: int | None = None) -> np.ndarray:
+    """``x`` in an array of size ``n`` (zeros after it); only its first ``used`` values are copied."""
     out = np.zeros(n, dtype=x.dtype) if x.dtype != object else np.empty(n, dtype=object)
-    k = min(len(x), n)
+    k = min(len(x) if used is None else used, n)
     out[:k] = x[:k]
     return out
 
 
-def _grown2(x: np.ndarray, n: int) -> np.ndarray:
-    # the attempt pool: slots past the used ones are written before they are read
+def _grown2(x: np.ndarray, n: int, used: int | None = None) -> np.ndarray:
+    """The attempt pool ``x`` with room for ``n`` slots; only its first ``used`` slots are copied
+    (the others are written before they are read)."""
     out = np.empty((x.shape[0], n), dtype=x.dtype)
-    k = min(x.shape[1], n)
+    k = min(x.shape[1] if used is None else used, n)
     out[:, :k] = x[:, :k]
     return out

@@ -637,12 +637,13 @@ class PatternOperator:
     def _release_rows(self, watermark: int | None, out: OperatorOutput, final: bool) -> None:
         p = self.pending
         if len(p):
-            if final:
-                rel = np.ones(len(p), dtype=bool)
+            if final or (watermark is not None and self.max_ts is not None and watermark >= self.max_ts):
+                # every pending time is at most max_ts (the largest accepted): all of them go
+                rel = None
             else:
                 rel = p.ts <= watermark if watermark is not None else np.zeros(len(p), dtype=bool)
-            if rel.any():
-                idx = np.flatnonzero(rel)
+            if rel is None or rel.any():
+                idx = np.arange(len(p)) if rel is None else np.flatnonzero(rel)
                 if self.join is not None:
                     idx = self.join.enrich(self, idx, out)
                 if len(idx):
@@ -655,7 +656,7 @@ class PatternOperator:
                     if self.keep_records:
                         p.records = _empty(p.records)
                 else:
-                    keep = ~rel
+                    keep = ~rel if rel is not None else np.zeros(len(p), dtype=bool)
                     p.ts, p.seq, p.keys = p.ts[keep], p.seq[keep], p.keys[keep]
                     p.cols = [c[keep] for c in p.cols]
                     p.join_keys = [c[keep] for c in p.join_keys]
