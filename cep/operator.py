@@ -222,6 +222,10 @@ class PatternOperator:
         self._batch_plan: Any = False  # False: not planned yet; None: the rule does not fit
         self._keyed: batch_dfa.BatchDFA | None = None
         self._kernel_keys = [[kernel_key(x, a.var_names[vid]) for x in a.local_exprs[vid]] for vid in range(a.nvars)]
+        # what decides this rule's whole mask column over a batch: every variable's conjuncts, in
+        # order (None: some conjunct reads per-rule state); rules with the same one share it
+        keys = [k for ks in self._kernel_keys for k in ks]
+        self._masks_key: str | None = None if None in keys else "\0masks " + repr(self._kernel_keys)
 
     def _restore_mode(self, state: dict) -> None:
         """Step in the mode a snapshot was written in: node chains or DFA states.
@@ -1340,6 +1344,30 @@ class PatternOperator:
             return res
 
         shared_masks = ko.masks if share else None  # type: ignore[union-attr]
+        whole: str | None = None
+        read = get
+        if shared_masks is not None and self._keyed is not None and not states and not self.demoted \
+                and self._masks_key is not None and not self.seen and not self.searches:
+            # rules with the same conditions share the whole mask column, keyed (as one conjunct's
+            # mask is, see _shared_mask) by what each value they read held before the batch
+            whole = self._masks_key
+            entry = shared_masks.get(whole)
+            if entry is not None:
+                reads, by_sig = entry
+                for r in reads:
+                    get(*r)
+                sig = tuple(sigs.get(r) for r in reads)
+                if None not in sig:
+                    got = by_sig.get(sig)
+                    if got is not None:
+                        return got  # (shared: never written to)
+            reads_now: list[tuple[str, int]] = []
+
+            def recording(name: str, lag: int):
+                reads_now.append((name, lag))
+                return get(name, lag)
+
+            read = recording
         for vid in range(a.nvars):
             # the conjuncts' masks and-ed together; the first one is taken as it is (a shared mask is
             # never written to: ``&`` makes a new array), no all-true start array
@@ -1348,27 +1376,35 @@ class PatternOperator:
                 if (vid, k) not in self.demoted:
                     kkey = self._kernel_keys[vid][k] if shared_masks is not None else None
                     if kkey is not None:
-                        got = self._shared_mask(shared_masks, kkey, kernel, get, sigs, n)  # type: ignore[arg-type]
+                        got = self._shared_mask(shared_masks, kkey, kernel, read, sigs, n)  # type: ignore[arg-type]
                         if got is not None:
                             ok = got if ok is None else ok & got
                             continue
                     try:
-                        got = kernel(get, n)
+                        got = kernel(read, n)
                         ok = got if ok is None else ok & got
                         continue
                     except (ColumnarUnsupported, TypeError):
                         # mixed types or a function without a kernel: evaluate row by row
                         self.demoted.add((vid, k))
-                got = self._rowwise(a.row_local_fns[vid][k], get, n)
+                got = self._rowwise(a.row_local_fns[vid][k], read, n)
                 ok = got if ok is None else ok & got
             if ok is None:  # no row-local condition: every row
                 masks |= 1 << vid
             elif vid == 0:
-                masks = np.asarray(ok, dtype=np.int64)  # (a new array: a shared mask is bool)
+                masks = np.array(ok, dtype=np.int64)  # (a copy: ok may be a shared mask)
                 if masks.shape != (n,):
                     masks = np.broadcast_to(masks, (n,)).copy()
             else:
                 masks |= np.asarray(ok).astype(np.int64) << vid  # (ufunc where= is several times slower)
+        if whole is not None and not self.demoted:
+            reads = tuple(dict.fromkeys(reads_now))
+            sig = tuple(sigs.get(r) for r in reads)
+            if None not in sig:
+                entry = shared_masks.get(whole)  # type: ignore[union-attr]
+                if entry is None or entry[0] != reads:
+                    entry = shared_masks[whole] = (reads, {})  # type: ignore[index]
+                entry[1][sig] = masks
         return masks
 
     @staticmethod
