@@ -43,7 +43,15 @@ from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
 from cep.seen import SeenFilter, key_hashes
-from cep.sharing import KeyOrder, PartitionKeys, SharedBatch, arrange, judge, kernel_key, partition_keys
+from cep.sharing import (
+    KeyOrder,
+    PartitionKeys,
+    SharedBatch,
+    arrange,
+    judge,
+    kernel_key,
+    partition_keys,
+)
 from patterns.errors import CepError
 
 __all__ = ["PatternOperator", "OperatorOutput", "OperatorCounts", "StateVersionError", "NO_WATERMARK"]
