@@ -478,6 +478,7 @@ class _KernelPlan:
         self.lk: Any = None  # the compiled loop's module (imported on first use)
         self.consts: tuple = ()  # the loop's arguments that do not change
         self.Q = self.killed = self.bested = np.zeros(0, np.int64)
+        self.io = np.zeros(10, np.int64)  # (the loop's scalars: one key steps at a time)
 
 
 def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
@@ -860,14 +861,17 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         q = _queue(lanes, attempts)
         if q is None:
             return None
-    if lanes.n > 2 * len(q) + 256:
+    if lanes.n + n > len(lanes.start) and 2 * len(q) <= lanes.n:
+        # (each row may start a lane: rather than grow, reclaim the dead lanes when they are half)
         q = lanes.compact(q)
     rno0 = st.nrows
-    # from here on the rows are this path's
+    # from here on the rows are this path's; they are kept (KeyState.rows) only from the first
+    # live start row on (minus PREV's reach), when the loop returns: most rows of a V-shape never
+    # belong to a start row that outlives the call, so their tuples are never made
     st.lanes = lanes
     st.nrows += n
     st.last_ts = ts[e - 1]
-    st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in cols]))
+    max_back = a.max_back
     lanes.reserve(n)
     LK = kp.lk
     if LK is None:
@@ -887,7 +891,8 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         kp.bested = np.empty(2 * cap_q, np.int64)
     Q, killed, bested = kp.Q[:cap_q], kp.killed, kp.bested
     Q[: len(q)] = q
-    io = np.zeros(10, np.int64)
+    io = kp.io
+    io[:] = 0
     io[LK.IO_NL] = lanes.n
     io[LK.IO_QT] = len(q)
     io[LK.IO_PEAK] = stats.partial_matches_peak
@@ -935,6 +940,9 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         if not status or status == LK.STOP_INEXACT or status == LK.STOP_FORK:
             break
         # a row that needs the engine: the cap's policy, or a match to output
+        # (the engine reads the rows from the head start row to this one)
+        at = rno0 + int(io[LK.IO_J])
+        _keep_rows(st, cols, s - rno0, rows_all, (attempts[0].start if attempts else at) - max_back, at + 1)
         if status == LK.STOP_CAP:
             _over_cap(a, st, stats, lanes, plan)
         a._resolve(st, emit, stats, True)
@@ -951,17 +959,34 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         io[LK.IO_PEAK] = stats.partial_matches_peak
         io[LK.IO_RESUME] = st.resume
         io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+    first = (attempts[0].start if attempts else rno0 + n) - max_back
     if status == LK.STOP_INEXACT or status == LK.STOP_FORK:
         # at row j an intermediate reached 2**53, or a start row's runs fork: the numpy stepping
-        # takes that row and the rest (its start rows there go to the general path for the row)
+        # takes that row and the rest (its start rows there go to the general path for the row),
+        # which reads the rows from the key's state
         taken = int(io[LK.IO_J])
+        _keep_rows(st, cols, s - rno0, rows_all, min(first, rno0 + taken - max_back), rno0 + n)
         st.nrows = rno0 + taken  # (the numpy stepping counts the rest)
         return taken
     qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
     lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
+    _keep_rows(st, cols, s - rno0, rows_all, first, rno0 + n)
     if len(st.rows) > 128:
         a._trim(st)
     return n
+
+
+def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
+    """Retain the key's partition rows up to ``end`` (exclusive), as tuples made from the batch
+    (partition row r is batch row ``off + r``), forgetting every retained row before ``first``
+    (rows no live start row or PREV reads)."""
+    have = st.base + len(st.rows)
+    if first > have:  # (nothing retained is read any more, nor the rows up to first)
+        st.rows = []
+        st.base = have = min(first, end)
+    if end > have:
+        j0, j1 = off + have, off + end
+        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*[c[j0:j1] for c in cols]))
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray | None, nl0: int, nl1: int = 0) -> list:
