@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -895,8 +896,10 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         if q is None:
             return None
     if lanes.n + n > len(lanes.start) and 2 * len(q) <= lanes.n:
-        # (each row may start a lane: rather than grow, reclaim the dead lanes when they are half)
+        # (each row may start a lane: rather than grow, reclaim the dead lanes when they are half,
+        # with room for a few more calls, so that a key's arrays are compacted every few batches)
         q = lanes.compact(q)
+        lanes.reserve(3 * n)
     rno0 = st.nrows
     # from here on the rows are this path's; they are kept (KeyState.rows) only from the first
     # live start row on (minus PREV's reach), when the loop returns: most rows of a V-shape never
@@ -1018,7 +1021,8 @@ def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> 
         st.base = have = min(first, end)
     if end > have:
         j0, j1 = off + have, off + end
-        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*[c[j0:j1] for c in cols]))
+        # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
+        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:
