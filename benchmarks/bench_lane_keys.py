@@ -47,7 +47,10 @@ def worker(case: str, scale: float, repeats: int) -> dict[str, Any]:
     from patterns.rules import parse_rule_text
 
     if case == "many_rules_lanes":
+        path = list(sys.path)
         import bench_many_rules as M
+
+        sys.path[:] = path  # (it puts this tree first: the engine stays the tree's under test)
 
         rules = M.rule_set(200)
         batches, _ = M.load_batches(8192)

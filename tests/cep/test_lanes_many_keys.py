@@ -111,7 +111,8 @@ def _check_retained(op: Any) -> None:
 
 def _rule(threshold: int) -> str:
     return f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
-               MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd, LAST(D.x) AS bottom
+               MEASURES S.ts AS t0, LAST(U.ts) AS t1, COUNT(D.*) AS nd, LAST(D.x) AS bottom,
+                        PREV(S.x, 3) AS before_start
                AFTER MATCH SKIP PAST LAST ROW
                PATTERN (S D{{2,}} U+)
                DEFINE D AS D.x < PREV(D.x),
@@ -120,8 +121,8 @@ def _rule(threshold: int) -> str:
 
 def test_rules_sharing_a_batch_over_many_keys():
     """Three V-shapes in one engine over 400 light keys and two heavy ones, in batches that cut
-    runs: the same rows and counters with and without the lane path, each key keeps the rows its
-    live start rows need."""
+    runs, one measure reading 3 rows before the start row: the same rows and counters with and
+    without the lane path, and each key keeps the rows its live start rows need."""
     rnd = random.Random(11)
     events = _mixed_events(rnd, 400, 2, 400)
     cuts = list(range(97, len(events), 97))
@@ -131,4 +132,6 @@ def test_rules_sharing_a_batch_over_many_keys():
     assert fast == slow
     assert c_fast == c_slow
     assert len(fast) > 20  # (the walks make V-shapes in light and heavy keys)
+    # (a measure reads the row 3 before the start row: retained rows reach back that far)
+    assert any(r["before_start"] is not None for r in fast)
     assert {r["k"] for r in fast} & {0, 1} and {r["k"] for r in fast} - {0, 1}
