@@ -914,7 +914,7 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         from cep import _lanes_kernel as LK
 
         kp.lk = LK
-        kp.io = np.zeros(LK.IO_SIZE, np.int64)
+        kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
         pr, pb = kp.prog_r, kp.prog_b
         kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
                      plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
