@@ -11,7 +11,8 @@ needs the engine: one where the cap is exceeded, the head start row has ended wi
 output, or a start row's runs fork (before anything of that row is changed).
 
 The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
-order; ``io`` carries the scalars in and out (see the ``IO_`` indexes).
+order; ``io`` carries the scalars in and out (see the ``IO_`` indexes); ``made`` returns the
+fields of the lanes made in the call that are still queued.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from numba import njit
 from cep import _expr_kernel as EK
 
 __all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
-           "IO_STATUS", "IO_MIDDLE", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
+           "IO_STATUS", "IO_MIDDLE", "IO_NMADE", "IO_SIZE", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
-# resume row, status, whether start rows were dropped after the head
-IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE = range(10)
+# resume row, status, whether start rows were dropped after the head, rows of ``made``
+IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE, IO_NMADE = range(11)
+IO_SIZE = 11
 STOP_CAP, STOP_MATCH, STOP_FORK, STOP_INEXACT = 1, 2, 3, 4
 FORK = -2  # (cep.lanes.FORK: the runs of a start row fork on the row)
 _EXACT = float(2**53)  # a running sum at or past this may be rounded: stored as inf (see EK.run_many)
@@ -49,7 +51,7 @@ _many = njit(error_model="numpy")(EK.run_many)
 
 @njit(cache=_CACHE, error_model="numpy")
 def step(XB, s, n, masks, ts, rno0, io,
-         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested,
+         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     na = agg_x.shape[0]
@@ -76,6 +78,7 @@ def step(XB, s, n, masks, ts, rno0, io,
     nk = io[IO_NKILL]
     nb = io[IO_NBEST]
     resume = io[IO_RESUME]
+    nl0 = nl
     io[IO_STATUS] = 0
     noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
     while j < n:
@@ -242,3 +245,17 @@ def step(XB, s, n, masks, ts, rno0, io,
     io[IO_PEAK] = peak
     io[IO_NKILL] = nk
     io[IO_NBEST] = nb
+    # the lanes made in this call still queued, in queue order (the engine makes their start-row
+    # objects from these rows: one read instead of one per lane and field)
+    nm = 0
+    for x in range(qh, qt):
+        i = Q[x]
+        if i >= nl0:
+            made[nm, 0] = i
+            made[nm, 1] = L_start[i]
+            made[nm, 2] = L_ts[i]
+            made[nm, 3] = L_alive[i]
+            made[nm, 4] = L_best[i]
+            made[nm, 5] = L_bx[i]
+            nm += 1
+    io[IO_NMADE] = nm

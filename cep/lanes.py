@@ -18,7 +18,7 @@ are the general path's: start rows are still :class:`cep.nfa.Attempt` objects in
 match becomes a node chain (the general path's form) whenever something needs one: a snapshot,
 ``cep state``, a row whose values are not numbers, a fork, or a match to output.
 
-About 1,350 lines in one module because the plan, the numpy stepping and the handover to and from
+About 1,400 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
 compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
 :mod:`cep._expr_kernel`.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -478,6 +479,8 @@ class _KernelPlan:
         self.lk: Any = None  # the compiled loop's module (imported on first use)
         self.consts: tuple = ()  # the loop's arguments that do not change
         self.Q = self.killed = self.bested = np.zeros(0, np.int64)
+        self.io = np.zeros(0, np.int64)  # the loop's scalars (made with the loop; one key steps at a time)
+        self.made = np.zeros((0, 6), np.int64)
 
 
 def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
@@ -535,6 +538,31 @@ def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
         for slot, _ in _updates(a, plan, vid):
             upd[v, plan.aggs.index(slot)] = 1
     return _KernelPlan(plan, xcols, progs, agg_x, upd)
+
+
+# The batch's columns as arrays, by the identity of their lists: rules that share a batch's
+# decoding (cep/sharing.py) share its column lists, so each column is converted once per batch
+# for all of them. An entry holds its list, so the list's id cannot be reused while it is here.
+_CONVERTED: dict[tuple[int, Any], tuple[list, Any]] = {}
+_CONVERTED_MAX = 64
+
+
+def _shared(vals: list, convert: Callable[[list], Any]) -> Any:
+    """``convert(vals)``, made once per list object (and conversion) while it is among the last few."""
+    key = (id(vals), convert.__code__)
+    got = _CONVERTED.get(key)
+    if got is not None and got[0] is vals:
+        return got[1]
+    out = convert(vals)
+    if len(_CONVERTED) >= _CONVERTED_MAX:
+        _CONVERTED.clear()
+    _CONVERTED[key] = (vals, out)
+    return out
+
+
+def _shared_column(vals: list) -> np.ndarray | None:
+    """:func:`_clean_column`, shared by the rules that read the same column list."""
+    return _shared(vals, _clean_column)
 
 
 def _clean_column(vals: list) -> np.ndarray | None:
@@ -755,6 +783,12 @@ class _Lanes:
         their new ids. In place: the start rows' :class:`LaneRun` objects stay valid."""
         idx = np.asarray(q, dtype=np.int64)
         m = len(idx)
+        if not m:  # (no start row queued: nothing to move)
+            self.objs = []
+            self.ids = {}
+            self.n = 0
+            self.qcache = None
+            return idx
         for name in ("start", "start_ts", "k", "kb", "sid", "bx", "alive", "best", "S", "SUM", "CNT"):
             arr = getattr(self, name)
             arr[:m] = arr[idx]  # (the right side is a copy)
@@ -793,13 +827,14 @@ def _batch_values(kp: _KernelPlan, cols, masks, ts) -> tuple[np.ndarray, np.ndar
     out: tuple | None = None
     vals = []
     for c in kp.xcols:
-        v = _clean_column(cols[c]) if c < len(cols) and len(cols[c]) == len(masks) else None
+        v = _shared_column(cols[c]) if c < len(cols) and len(cols[c]) == len(masks) else None
         if v is None:
             break
         vals.append(v)
     else:
         xb = np.ascontiguousarray(np.column_stack(vals)) if vals else np.zeros((len(masks), 0))
-        out = (xb, np.array(masks, dtype=np.int64), np.array(ts, dtype=np.int64))
+        tb = _shared(ts, lambda x: np.array(x, dtype=np.int64))
+        out = (xb, np.array(masks, dtype=np.int64), tb)
     kp.batch = (cols, masks, ts, out)  # (holds the lists: their ids stay theirs)
     return out
 
@@ -860,20 +895,26 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         q = _queue(lanes, attempts)
         if q is None:
             return None
-    if lanes.n > 2 * len(q) + 256:
+    if lanes.n + n > len(lanes.start) and 2 * len(q) <= lanes.n:
+        # (each row may start a lane: rather than grow, reclaim the dead lanes when they are half,
+        # with room for a few more calls, so that a key's arrays are compacted every few batches)
         q = lanes.compact(q)
+        lanes.reserve(3 * n)
     rno0 = st.nrows
-    # from here on the rows are this path's
+    # from here on the rows are this path's; they are kept (KeyState.rows) only from the first
+    # live start row on (minus PREV's reach), when the loop returns: most rows of a V-shape never
+    # belong to a start row that outlives the call, so their tuples are never made
     st.lanes = lanes
     st.nrows += n
     st.last_ts = ts[e - 1]
-    st.rows.extend(rows_all[s:e] if rows_all is not None else zip(*[c[s:e] for c in cols]))
+    max_back = a.max_back
     lanes.reserve(n)
     LK = kp.lk
     if LK is None:
         from cep import _lanes_kernel as LK
 
         kp.lk = LK
+        kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
         pr, pb = kp.prog_r, kp.prog_b
         kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
                      plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
@@ -885,9 +926,11 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         kp.Q = np.empty(2 * cap_q, np.int64)
         kp.killed = np.empty(2 * cap_q, np.int64)
         kp.bested = np.empty(2 * cap_q, np.int64)
-    Q, killed, bested = kp.Q[:cap_q], kp.killed, kp.bested
+        kp.made = np.empty((2 * cap_q, 6), np.int64)
+    Q, killed, bested, made_rows = kp.Q[:cap_q], kp.killed, kp.bested, kp.made
     Q[: len(q)] = q
-    io = np.zeros(10, np.int64)
+    io = kp.io
+    io[:] = 0
     io[LK.IO_NL] = lanes.n
     io[LK.IO_QT] = len(q)
     io[LK.IO_PEAK] = stats.partial_matches_peak
@@ -898,43 +941,44 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     while True:
         step(xb, s, n, mb, tb, rno0, io,
              lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
-             lanes.alive, lanes.best, Q, killed, bested, *consts)
+             lanes.alive, lanes.best, Q, killed, bested, made_rows, *consts)
         # the start rows' objects follow the arrays: made only for the start rows still queued
         # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
-        nl0, nl1 = lanes.n, int(io[LK.IO_NL])
-        for i in killed[: io[LK.IO_NKILL]].tolist():
-            if i < nl0:
-                objs[i].threads = dead
-        for i in bested[: io[LK.IO_NBEST]].tolist():
-            if i < nl0:
-                att = objs[i]
-                att.best = int(lanes.best[i])
-                att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
-        qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
+        j, nl1, qh, qt, peak, nk, nb, _, status, middle, nm = io.tolist()  # (one read of the scalars)
+        nl0 = lanes.n
+        if nk:
+            for i in killed[:nk].tolist():
+                if i < nl0:
+                    objs[i].threads = dead
+        if nb:
+            for i in bested[:nb].tolist():
+                if i < nl0:
+                    att = objs[i]
+                    att.best = int(lanes.best[i])
+                    att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
         old = len(attempts)
         if nl1 > nl0:
             objs.extend([None] * (nl1 - nl0))
             lanes.n = nl1
-            # without a removal after the head, queue positions do not move: the new start rows
-            # still queued are the tail from the old ones' end (or from the head, past it)
-            if io[LK.IO_MIDDLE]:
-                made = _made(lanes, new_attempt, dead, Q[qh:qt], nl0)
-            else:  # (those are the newest lanes, in order: a slice of the arrays)
-                made = _made(lanes, new_attempt, dead, None, nl1 - (qt - max(qh, old)), nl1)
+            made = _made(lanes, new_attempt, dead, made_rows, nm)
         else:
             made = []
-        if io[LK.IO_MIDDLE]:
+        if middle:
             attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
         elif qh <= old:
-            del attempts[:qh]
-            attempts.extend(made)
+            if qh:
+                del attempts[:qh]
+            if made:
+                attempts.extend(made)
         else:
             attempts[:] = made
-        stats.partial_matches_peak = int(io[LK.IO_PEAK])
-        status = int(io[LK.IO_STATUS])
+        stats.partial_matches_peak = peak
         if not status or status == LK.STOP_INEXACT or status == LK.STOP_FORK:
             break
         # a row that needs the engine: the cap's policy, or a match to output
+        # (the engine reads the rows from the head start row to this one)
+        at = rno0 + j
+        _keep_rows(st, cols, s - rno0, rows_all, (attempts[0].start if attempts else at) - max_back, at + 1)
         if status == LK.STOP_CAP:
             _over_cap(a, st, stats, lanes, plan)
         a._resolve(st, emit, stats, True)
@@ -951,44 +995,54 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         io[LK.IO_PEAK] = stats.partial_matches_peak
         io[LK.IO_RESUME] = st.resume
         io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+    first = (attempts[0].start if attempts else rno0 + n) - max_back
     if status == LK.STOP_INEXACT or status == LK.STOP_FORK:
         # at row j an intermediate reached 2**53, or a start row's runs fork: the numpy stepping
-        # takes that row and the rest (its start rows there go to the general path for the row)
-        taken = int(io[LK.IO_J])
+        # takes that row and the rest (its start rows there go to the general path for the row),
+        # which reads the rows from the key's state
+        taken = j
+        _keep_rows(st, cols, s - rno0, rows_all, min(first, rno0 + taken - max_back), rno0 + n)
         st.nrows = rno0 + taken  # (the numpy stepping counts the rest)
         return taken
-    qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
     lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
+    _keep_rows(st, cols, s - rno0, rows_all, first, rno0 + n)
     if len(st.rows) > 128:
         a._trim(st)
     return n
 
 
-def _made(lanes: _Lanes, new_attempt: Any, dead: Any, queued: np.ndarray | None, nl0: int, nl1: int = 0) -> list:
-    """The start-row objects of the lanes ``queued`` made since lane ``nl0`` (state from the arrays),
-    in queue order; lanes made before keep theirs. ``queued`` None: lanes ``nl0`` to ``nl1``."""
+def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
+    """Retain the key's partition rows up to ``end`` (exclusive), as tuples made from the batch
+    (partition row r is batch row ``off + r``), forgetting every retained row before ``first``
+    (rows no live start row or PREV reads)."""
+    have = st.base + len(st.rows)
+    if first > have:  # (nothing retained is read any more, nor the rows up to first)
+        st.rows = []
+        st.base = have = min(first, end)
+    if end > have:
+        j0, j1 = off + have, off + end
+        # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
+        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
+
+
+def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:
+    """The start-row objects of the lanes made by a call of the compiled loop that are still queued,
+    in queue order, from the loop's ``made`` rows (lane, start, time, alive, best end, its R rows);
+    lanes made before keep theirs."""
     objs, ids = lanes.objs, lanes.ids
     out: list = []
-    if queued is None:
-        if nl1 <= nl0:
-            return out
-        new: Any = slice(nl0, nl1)
-        ilist: Any = range(nl0, nl1)
-    else:
-        new = queued[queued >= nl0]
-        if not new.size:
-            return out
-        ilist = new.tolist()
-    # (whole columns as lists: a numpy scalar read per start row costs more than the object)
-    for i, rno, t, ok, best, bx in zip(ilist, lanes.start[new].tolist(), lanes.start_ts[new].tolist(),
-                                       lanes.alive[new].tolist(), lanes.best[new].tolist(), lanes.bx[new].tolist()):
+    if not nm:
+        return out
+    append = out.append
+    # (one list of the rows: a numpy scalar read per start row and field costs more than the object)
+    for i, rno, t, ok, best, bx in rows[:nm].tolist():
         att = new_attempt(rno, t, LaneRun(lanes, i) if ok else dead)
         if best >= 0:
             att.best = best
             att.path = bx  # (its R rows: see lane_match)
         objs[i] = att
         ids[rno] = i
-        out.append(att)
+        append(att)
     return out
 
 

@@ -1106,7 +1106,9 @@ class PatternOperator:
         if busy * 8 <= n and self.active:
             seg_len = ends - starts
             busy += int(seg_len[np.fromiter((bool(st.attempts) for st in states), dtype=bool, count=len(states))].sum())
-        rows_all = list(zip(*col_lists)) if busy * 8 > n else None
+        # (the compiled lane path makes the tuples of only the rows it keeps: cep/lanes.py)
+        own_rows = a.lanes is not None and a.lanes.kernel is not None and not self.careful
+        rows_all = list(zip(*col_lists)) if busy * 8 > n and not own_rows else None
         step = a.step_key
         stats = self.stats
         active = self.active
