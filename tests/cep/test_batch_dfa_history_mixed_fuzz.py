@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cep.batch_dfa as batch_dfa
-from cep.engine import Engine
+from cep.engine import Engine, StateLimits
 from patterns.rules import parse_rule_text
 
 HEAD = "SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts\n"
@@ -102,6 +102,7 @@ def _run(plan: list[tuple], use_batch_dfa: bool, only: str | None = None) -> tup
         rows: dict[str, dict[str, list]] = {}
         eng: Engine | None = None
         now: list = []
+        limits: StateLimits | None = None
         for step in plan:
             what = step[0]
             if what == "rules":
@@ -117,7 +118,12 @@ def _run(plan: list[tuple], use_batch_dfa: bool, only: str | None = None) -> tup
             elif what == "restore":
                 data = eng.snapshot()
                 eng = Engine(now)
+                if limits is not None:
+                    eng.set_state_limits(limits)
                 eng.restore(data)
+            elif what == "limits":
+                limits = step[1]
+                eng.set_state_limits(limits)
             elif what == "advance":
                 _collect(rows, eng.advance_watermarks(step[1]))
         assert eng is not None
@@ -145,6 +151,10 @@ def _plan(rnd: random.Random, text_times: bool) -> tuple[list[tuple], list]:
         elif b == 4 and rnd.random() < 0.5:
             now = [x for x in now if x.name != now[1].name]  # one removed
             plan.append(("rules", now))
+        if b == 3 and rnd.random() < 0.4:
+            # engine-wide state limits from here on (idle keys expire; a buffer bound moves the watermark)
+            plan.append(("limits", StateLimits(idle_state_ttl_ms=rnd.choice([None, 5, 40]),
+                                               max_buffered_events=rnd.choice([None, 20]))))
         if r < 0.25:
             plan.append(("restore",))
         elif r < 0.5 and not text_times:
