@@ -111,6 +111,10 @@ def _run(plan: list[tuple], use_batch_dfa: bool, only: str | None = None) -> tup
                     eng = Engine(now)
                 else:
                     eng.reload(now)
+            elif what == "limits":  # (engine-wide: set with no rule yet too)
+                limits = step[1]
+                assert eng is not None
+                eng.set_state_limits(limits)
             elif eng is None or not now:
                 continue
             elif what == "batch":
@@ -121,9 +125,6 @@ def _run(plan: list[tuple], use_batch_dfa: bool, only: str | None = None) -> tup
                 if limits is not None:
                     eng.set_state_limits(limits)
                 eng.restore(data)
-            elif what == "limits":
-                limits = step[1]
-                eng.set_state_limits(limits)
             elif what == "advance":
                 _collect(rows, eng.advance_watermarks(step[1]))
         assert eng is not None
@@ -141,6 +142,9 @@ def _plan(rnd: random.Random, text_times: bool) -> tuple[list[tuple], list]:
     cuts = sorted(rnd.sample(range(1, len(events)), 6))
     bounds = [0, *cuts, len(events)]
     plan: list[tuple] = [("rules", rules)]
+    ttl = rnd.choice([None, None, None, 5, 40])
+    if ttl is not None:  # (from the start: a rule stepping on the batch DFA refuses it later)
+        plan.append(("limits", StateLimits(idle_state_ttl_ms=ttl)))
     now = list(rules)
     for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         plan.append(("batch", events[lo:hi]))
@@ -152,9 +156,8 @@ def _plan(rnd: random.Random, text_times: bool) -> tuple[list[tuple], list]:
             now = [x for x in now if x.name != now[1].name]  # one removed
             plan.append(("rules", now))
         if b == 3 and rnd.random() < 0.4:
-            # engine-wide state limits from here on (idle keys expire; a buffer bound moves the watermark)
-            plan.append(("limits", StateLimits(idle_state_ttl_ms=rnd.choice([None, 5, 40]),
-                                               max_buffered_events=rnd.choice([None, 20]))))
+            # a buffer bound from here on: it moves the watermark of the rules holding rows back
+            plan.append(("limits", StateLimits(idle_state_ttl_ms=ttl, max_buffered_events=20)))
         if r < 0.25:
             plan.append(("restore",))
         elif r < 0.5 and not text_times:

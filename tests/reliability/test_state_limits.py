@@ -208,12 +208,12 @@ def test_limits_the_batch_dfa_does_not_keep_are_refused_once_a_rule_steps_on_it(
     assert eng.operators["up"]._keyed is not None  # the rule took the batch path
     blob = eng.snapshot()
     for limits in (StateLimits(idle_state_ttl_ms=2000), StateLimits(max_partial_matches_total=50)):
-        with pytest.raises(CepError, match=r"rule 'up' steps on the batch DFA .*set the state limits before"):
+        with pytest.raises(CepError, match=r"rule 'up' steps on the batch DFA, which keeps no .*: set the state limits before"):
             eng.set_state_limits(limits)
         # a snapshot of that state restored into an engine with the limits: refused too
         other = Engine(rules)
         other.set_state_limits(limits)
-        with pytest.raises(CepError, match=r"rule 'up': the snapshot holds the batch DFA's state .*idle TTL"):
+        with pytest.raises(CepError, match=r"rule 'up': the snapshot holds the batch DFA's state .* keeps no (idle TTL|partial-match total)"):
             other.restore(blob)
     eng.set_state_limits(StateLimits(max_buffered_events=100))
     rows += eng.process(events[700:]).matches + eng.finish().matches
