@@ -1,4 +1,4 @@
-"""Batch-DFA rules with mixed settings sharing one engine (stepped history): against each rule alone and the batch DFA off."""
+"""Batch-DFA rules with mixed settings sharing one engine (stepped history) against each rule alone and the batch DFA off (4 examples, about 10 cpu-s)."""
 
 from __future__ import annotations
 
@@ -167,13 +167,14 @@ def _plan(rnd: random.Random, text_times: bool) -> tuple[list[tuple], list]:
     return plan, [*rules, extra]
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), text_times=st.booleans())
 def test_mixed_rules_sharing_history_match_each_rule_alone_and_the_automaton(seed: int, text_times: bool) -> None:
     rnd = random.Random(seed)
     plan, rules = _plan(rnd, text_times)
     got, got_counts, eng = _run(plan, True)
-    assert any(op._keyed is not None for op in eng.operators.values())  # (the batch path ran)
+    if not any(step[0] == "limits" and step[1].idle_state_ttl_ms is not None for step in plan):
+        assert any(op._keyed is not None for op in eng.operators.values())  # (the batch path ran)
     ref, ref_counts, _ = _run(plan, False)
     assert got == ref
     assert got_counts == ref_counts
