@@ -27,6 +27,7 @@ import numpy as np
 from cep.events import Clock, EventBatch, UnitHint, to_batch
 from cep.operator import OperatorOutput, StateVersionError
 from cep.sharing import SharedBatch
+from patterns.errors import CepError
 from patterns.rules import Rule, RuleSet, load_rules
 
 __all__ = [
@@ -179,7 +180,6 @@ def rule_fingerprint(rule: Rule) -> tuple:
     The statement is compared token by token, so whitespace, comments and ``description`` may
     change without resetting the rule.
     """
-    from patterns.errors import CepError
     from patterns.sql_lexer import tokenize
 
     try:
@@ -582,7 +582,7 @@ class Engine:
             >>> rep.kept, rep.added
             (['up'], ['up2'])
         """
-        from patterns.errors import CepError, RuleErrors
+        from patterns.errors import RuleErrors
 
         if isinstance(rules, str):
             try:
@@ -648,7 +648,20 @@ class Engine:
         self._configure(self.operators.values())
 
     def set_state_limits(self, limits: StateLimits) -> None:
-        """Bound every pattern rule's state (idle-key expiry, global caps); see :class:`StateLimits`."""
+        """Bound every pattern rule's state (idle-key expiry, global caps); see :class:`StateLimits`.
+
+        An idle TTL or a partial-match total is refused (:class:`CepError`, nothing changed) for a
+        rule that already steps on the batch DFA (cep/batch_dfa.py), which keeps neither: set them
+        before the first batch."""
+        refused = []
+        for name, op in self.operators.items():
+            check = getattr(op, "limits_refused", None)
+            what = check(limits.idle_state_ttl_ms, limits.max_partial_matches_total) if check is not None else None
+            if what is not None:
+                refused.append(f"rule {name!r} steps on the batch DFA, which keeps no {what}")
+        if refused:
+            raise CepError("; ".join(refused) + " (its rows would silently ignore it): set the state limits before "
+                           "the first batch, or restore a snapshot written with them")
         self._limits = limits
         self._configure(self.operators.values())
 

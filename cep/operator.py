@@ -1162,6 +1162,22 @@ class PatternOperator:
                 del active[key]
         stats.seconds_automaton += time.perf_counter() - t1
 
+    def limits_refused(self, idle_state_ttl_ms: int | None, max_partial_matches_total: int | None,
+                       keyed: bool | None = None) -> str | None:
+        """What of these state limits this rule cannot keep (None: it keeps them all).
+
+        The batch DFA (``keyed``: whether the rule steps on it, by default whether it does now)
+        keeps neither sessions nor a rule-wide cap, and its state cannot move to the per-key
+        automaton, so a rule takes them only from a state without it (:meth:`_batch_ok` then keeps
+        it off the batch path)."""
+        if not (self._keyed is not None if keyed is None else keyed):
+            return None
+        if idle_state_ttl_ms is not None:
+            return "idle TTL (sessions)"
+        if max_partial_matches_total is not None:
+            return "partial-match total (max_partial_matches_total)"
+        return None
+
     def _batch_ok(self) -> bool:
         """Whether this rule steps its keys with :class:`cep.batch_dfa.BatchDFA` from now on: it fits
         (:func:`cep.batch_dfa.batch_plan`), no key has automaton state yet, and nothing the batch
@@ -1615,6 +1631,13 @@ class PatternOperator:
                 raise StateVersionError(
                     f"rule {self.name!r}: the snapshot holds the batch DFA's state (cep/batch_dfa.py) "
                     "and this engine cannot run it (is numba installed?); restore with the engine that wrote it"
+                )
+            refused = self.limits_refused(self.idle_state_ttl_ms, self.max_partial_matches_total, keyed=True)
+            if refused is not None:
+                raise StateVersionError(
+                    f"rule {self.name!r}: the snapshot holds the batch DFA's state (cep/batch_dfa.py), which "
+                    f"keeps no {refused}; restore it into an engine without that state limit, or start from "
+                    "an empty state to run with it"
                 )
             self._keyed = batch_dfa.BatchDFA(self.automaton, self._batch_plan)
             self._keyed.load(state["batch_dfa"])

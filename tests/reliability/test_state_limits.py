@@ -180,3 +180,55 @@ rules:
     eng2 = Engine(rules)
     eng2.restore(blob)
     assert eng2.operators["r"].floor == op.floor is not None
+
+
+# TTL_RULES without the PREV measure: a rule the batch DFA steps
+BATCH_DFA_RULES = """
+rules:
+  - name: up
+    sql: |
+      SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+        MEASURES A.ts AS t0, LAST(B.ts) AS t1, MATCH_NUMBER() AS m
+        PATTERN (A B+)
+        DEFINE A AS v = 0, B AS v >= PREV(v) AND v > 0)
+"""
+
+
+def test_limits_the_batch_dfa_does_not_keep_are_refused_once_a_rule_steps_on_it():
+    """The batch DFA (cep/batch_dfa.py) keeps no sessions and no rule-wide cap: a rule already
+    stepping on it cannot take an idle TTL or a partial-match total later (its rows would silently
+    ignore them); the engine says so and goes on as before. A buffered-events bound is kept."""
+    import cep.batch_dfa as batch_dfa
+    from patterns.errors import CepError
+
+    rules = parse_rules(BATCH_DFA_RULES)
+    events = stream(3)
+    eng = Engine(rules)
+    rows = eng.process(events[:700]).matches
+    assert eng.operators["up"]._keyed is not None  # the rule took the batch path
+    blob = eng.snapshot()
+    for limits in (StateLimits(idle_state_ttl_ms=2000), StateLimits(max_partial_matches_total=50)):
+        with pytest.raises(CepError, match=r"rule 'up' steps on the batch DFA, which keeps no .*: set the state limits before"):
+            eng.set_state_limits(limits)
+        # a snapshot of that state restored into an engine with the limits: refused too
+        other = Engine(rules)
+        other.set_state_limits(limits)
+        with pytest.raises(CepError, match=r"rule 'up': the snapshot holds the batch DFA's state .* keeps no (idle TTL|partial-match total)"):
+            other.restore(blob)
+    eng.set_state_limits(StateLimits(max_buffered_events=100))
+    rows += eng.process(events[700:]).matches + eng.finish().matches
+    ref = Engine(rules)
+    ref.set_state_limits(StateLimits(max_buffered_events=100))
+    want = ref.process(events[:700]).matches + ref.process(events[700:]).matches + ref.finish().matches
+    assert canon(rows) == canon(want)
+    # on the per-key automaton the same limits apply from the next batch on
+    old = batch_dfa.USE_BATCH_DFA
+    batch_dfa.USE_BATCH_DFA = False
+    try:
+        eng = Engine(rules)
+        eng.process(events[:700])
+        eng.set_state_limits(StateLimits(idle_state_ttl_ms=2000))
+        eng.process(events[700:])
+        assert eng.operators["up"].stats.keys_expired > 0
+    finally:
+        batch_dfa.USE_BATCH_DFA = old
