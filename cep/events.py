@@ -33,6 +33,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
+from cep.json_exact import loads_exact
 from cep.json_flat import StringDictionary, flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
@@ -346,7 +347,7 @@ def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated
     if not stripped:
         return None
     try:
-        obj = orjson.loads(stripped)
+        obj = loads_exact(stripped)  # integers beyond orjson's 64 bits stay exact ints
     except orjson.JSONDecodeError as e:
         text = raw.decode("utf-8", "replace").rstrip("\n")
         what = "malformed JSON (unterminated last line)" if mark_unterminated and not raw.endswith(b"\n") else "malformed JSON"
@@ -1114,4 +1115,4 @@ def iter_jsonl_text(text: str) -> Iterable[dict]:
     for line in io.StringIO(strip_bom(text)):
         line = line.strip()
         if line:
-            yield orjson.loads(line)
+            yield loads_exact(line.encode("utf-8"))
