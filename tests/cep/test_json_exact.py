@@ -230,3 +230,17 @@ def test_read_events_of_a_file_with_wide_ints_counts_no_bad_line(tmp_path):
     p.write_bytes(jsonl(ROWS, {0: 2**64}))
     batches = list(read_events(p))
     assert sum(b.n for b in batches) == len(ROWS) and not any(b.bad for b in batches)
+
+
+def test_an_error_row_keeps_its_event_an_object_with_the_wide_ints_as_their_digits(tmp_path, capsys):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULE)
+    p = tmp_path / "e.jsonl"
+    p.write_bytes(b'{"k":"x","ts":18446744073709551616,"id":1,"n":{"deep":[-9223372036854775809]}}\n'
+                  b'{"k":"x","ts":2,"id":18446744073709551617}\n')
+    errs, out = tmp_path / "errors.jsonl", tmp_path / "out.jsonl"
+    assert main(["run", str(rules), "--input", str(p), "--output", str(out), "--errors", str(errs), "--quiet"]) == 0
+    (row,) = [json.loads(x) for x in errs.read_text().splitlines()]
+    assert row["line"] == 1 and "18446744073709551616 is out of range for epoch milliseconds" in row["reason"]
+    assert row["event"] == {"k": "x", "ts": "18446744073709551616", "id": 1, "n": {"deep": ["-9223372036854775809"]}}
+    assert out.read_text() == ""
