@@ -3,14 +3,15 @@
     python benchmarks/bench_decode_exact.py               # needs ../shared/data/nasa_http_1995-08-01.tsv
     python benchmarks/bench_decode_exact.py --copies 1    # a quick run
 
-The check (:func:`cep.json_exact.loads_exact`: one regular expression search per line, a walk and a
-re-read by the standard library only where orjson rounded an integer) against plain ``orjson.loads``
-(the decoder before it, put back in place for the baseline), over JSON lines files built once,
-untimed, from the NASA log of 1 August 1995 (30,969 requests, ``--copies`` times):
+The check (:func:`cep.json_exact.rounded_rows` per batch of the per-line decoder, then a re-read by
+the standard library of the rows orjson may have rounded; :func:`cep.json_exact.loads_exact` for the
+rows of Arrow's double columns with whole values) against no check (the decoders before it: every
+batch taken as orjson decoded it, those rows re-read by plain ``orjson.loads``), over JSON lines
+files built once, untimed, from the NASA log of 1 August 1995 (30,969 requests, ``--copies`` times):
 
 * ``nasa``: the log as ``bench_decode.py`` writes it (host, time in epoch ms, method, url, status, bytes);
-* ``nasa_ns_ids``: each line also carries ``id``, a 19-digit nanosecond-like integer (within int64:
-  no match of the search), and ``ref``, a 20-digit string (a match, so a walk over the line's values);
+* ``nasa_ns_ids``: each line also carries ``id``, a 19-digit nanosecond-like integer (within int64),
+  and ``ref``, a 20-digit string;
 * ``nasa_wide_1pct``: one line in a hundred has an ``id`` of 2**64 + i (orjson rounds it: re-read).
 
 Each file is decoded by :func:`cep.events.read_events` with both JSON-lines decoders (``lines``:
@@ -39,7 +40,7 @@ import orjson  # noqa: E402
 import cep.events as events  # noqa: E402
 import cep.json_blocks as json_blocks  # noqa: E402
 from benchmarks.bench_decode import DATA, build_jsonl  # noqa: E402
-from cep.json_exact import loads_exact  # noqa: E402
+from cep.json_exact import loads_exact, loads_fast, rounded_rows  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -59,10 +60,15 @@ def decode(path: Path, batch: int) -> int:
     return sum(b.n for b in events.read_events(path, batch))
 
 
-def use(loader: object) -> None:
-    """Put ``loader`` where the decoders call it: the check, or plain orjson (the baseline)."""
-    events.loads_exact = loader  # type: ignore[attr-defined]
-    json_blocks.loads_exact = loader  # type: ignore[attr-defined]
+def _no_rows(columns: object) -> list[int]:
+    return []
+
+
+def use(check: bool) -> None:
+    """Put the check in place, or take it out (the baseline: the decoders before it)."""
+    events.rounded_rows = rounded_rows if check else _no_rows  # type: ignore[attr-defined]
+    events.loads_fast = loads_fast if check else orjson.loads  # type: ignore[attr-defined]
+    json_blocks.loads_exact = loads_exact if check else orjson.loads  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -87,8 +93,8 @@ def main() -> None:
                 os.environ["CEP_JSONL_DECODER"] = decoder
                 best = {"before": 1e9, "after": 1e9}
                 for _ in range(args.repeat):
-                    for label, loader in (("before", orjson.loads), ("after", loads_exact)):
-                        use(loader)
+                    for label, check in (("before", False), ("after", True)):
+                        use(check)
                         c0 = time.process_time()
                         got = decode(path, args.batch)
                         best[label] = min(best[label], time.process_time() - c0)
@@ -99,7 +105,7 @@ def main() -> None:
                 print(f"{fname:15s} {decoder:6s} before {rates['before']:>10,}  after {rates['after']:>10,} events/cpu-s"
                       f"  cpu after/before {ratio:.3f}", flush=True)
     finally:
-        use(loads_exact)
+        use(True)
         os.environ.pop("CEP_JSONL_DECODER", None)
         shutil.rmtree(tmp, ignore_errors=True)
     if not args.no_write:

@@ -1,20 +1,24 @@
-"""One JSON document decoded with every integer exact: orjson, and the standard library where orjson rounds.
+"""JSON documents decoded with every integer exact: orjson, and the standard library where orjson rounds.
 
 orjson keeps integers exactly from -2**63 to 2**64-1 and turns any integer literal outside that
 range into a float (``18446744073709551616`` becomes ``1.8446744073709552e+19``), so two distinct
 ids would compare equal in a rule and nothing would say so. The standard library's :mod:`json`
 keeps every integer a Python ``int`` but decodes several times slower, so it re-reads only the
-documents orjson rounded: an integer literal outside orjson's range has at least 20 digits, or 19
-after a minus sign starting with 9 (``-9223372036854775809``), and orjson then made a float of
-magnitude at least 2**63 of it. A document without such a run of digits costs one regular
-expression search; one with such a run (a long digit string, a long decimal) costs a walk over
-its values too; only one whose values hold such a float is decoded again. Floats written as
+documents orjson may have rounded: those holding, at any depth, a float of magnitude 2**63 or
+more (every float there is whole, and a rounded integer literal is one of them). Floats written as
 floats (``1e19``, ``1.5e20``) stay floats, since :mod:`json` reads them as floats too.
 
+Looking for such a float costs little but not nothing per line (a regular expression over the
+bytes costs more than orjson's whole decoding; a walk over the values a third of it), so the
+per-line decoder looks per batch, column by column (:func:`rounded_rows`: a float64 column in one
+numpy comparison; an object column of strings, integers or booleans in one type inference), and
+re-reads only the rows it names. :func:`loads_exact` decides one document on its own.
+
 orjson refuses a number past a double's range (``1e400``, and an integer of some 310 digits or
-more, "number is infinity when parsed as double"); such an integer is read by :mod:`json` too, up
-to Python's limit on the digits of an integer read from text (4,300 by default), past which the
-document is refused with that reason. A decimal past a double's range stays refused.
+more, "number is infinity when parsed as double"); such an integer is read by :mod:`json` too
+(:func:`loads_fast`), up to Python's limit on the digits of an integer read from text (4,300 by
+default), past which the document is refused with that reason. A decimal past a double's range
+stays refused.
 """
 
 from __future__ import annotations
@@ -25,15 +29,36 @@ import re
 import sys
 from typing import Any
 
+import numpy as np
 import orjson
 
-__all__ = ["loads_exact", "ROUNDED_FROM"]
+__all__ = ["loads_fast", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
 
-# digits that an integer outside [-2**63, 2**64) needs; inside a string or a decimal they only cost a walk
+# the digits an integer outside orjson's range needs; looked for only in a document orjson refused
 _WIDE_DIGITS = re.compile(rb"[0-9]{20}|-9[0-9]{18}")
+
+
+def loads_fast(raw: bytes) -> Any:
+    """``raw`` (one JSON document, UTF-8) as orjson decodes it, integers past a double's range exact.
+
+    Integers from 2**64 (or below -2**63) up to a double's range are floats here, as orjson makes
+    them: a caller checks with :func:`holds_rounded` (or :func:`rounded_rows` for a batch) and
+    decodes those again with :func:`loads_exact`. Raises :class:`orjson.JSONDecodeError` for a
+    document orjson refuses, unless orjson refused it only for an integer past a double's range.
+
+    Example:
+        >>> loads_fast(b'{"a": 18446744073709551616, "b": 1' + b'0' * 400 + b'}') == {"a": 2.0**64, "b": 10**400}
+        True
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if "infinity" not in str(e) or _WIDE_DIGITS.search(raw) is None:
+            raise
+        return _huge_ints(raw, e)
 
 
 def loads_exact(raw: bytes) -> Any:
@@ -46,17 +71,35 @@ def loads_exact(raw: bytes) -> Any:
         >>> loads_exact(b'{"id": 18446744073709551616, "f": 1e19, "n": [-9223372036854775809]}')
         {'id': 18446744073709551616, 'f': 1e+19, 'n': [-9223372036854775809]}
     """
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        if "infinity" not in str(e) or _WIDE_DIGITS.search(raw) is None:
-            raise
-        return _huge_ints(raw, e)
-    if _WIDE_DIGITS.search(raw) is None or not _holds_rounded(obj):
+    obj = loads_fast(raw)
+    if not holds_rounded(obj):
         return obj
     # orjson accepted the document, so it is valid UTF-8 JSON without NaN, Infinity, lone surrogates
     # or numbers past a double (which json would take): json reads the same values, integers exact
     return json.loads(raw.decode("utf-8"))
+
+
+_PLAIN_KINDS = frozenset({"string", "integer", "boolean", "empty", "bytes"})  # pandas' infer_dtype: no float, no container
+
+
+def rounded_rows(columns: dict[str, np.ndarray]) -> list[int]:
+    """The rows of a batch's columns (as :func:`cep.events.batch_from_records` builds them from
+    :func:`loads_fast`'s documents) that may hold a rounded integer: decode them again.
+
+    Example:
+        >>> rounded_rows({"a": np.array([1.5, 2.0**64, -2.0**63]), "b": np.array(["x", {"c": [2.0**70]}, None], dtype=object)})
+        [1, 2]
+    """
+    import pandas as pd
+
+    rows: set[int] = set()
+    for col in columns.values():
+        if col.dtype == np.float64:
+            with np.errstate(invalid="ignore"):
+                rows.update(np.flatnonzero(np.abs(col) >= ROUNDED_FROM).tolist())
+        elif col.dtype == object and len(col) and pd.api.types.infer_dtype(col, skipna=True) not in _PLAIN_KINDS:
+            rows.update(i for i, v in enumerate(col.tolist()) if holds_rounded(v))
+    return sorted(rows)
 
 
 def _huge_ints(raw: bytes, refused: orjson.JSONDecodeError) -> Any:
@@ -111,7 +154,7 @@ def _valid_text(obj: Any) -> bool:
     return True
 
 
-def _holds_rounded(obj: Any) -> bool:
+def holds_rounded(obj: Any) -> bool:
     """Whether ``obj`` holds, at any depth, a float that may stand for a rounded integer literal."""
     stack = [obj]
     while stack:

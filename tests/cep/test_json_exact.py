@@ -157,6 +157,20 @@ def test_nested_wide_ints_are_exact_in_the_events_of_every_path(tmp_path, monkey
         assert same(users, [{"id": 2**64, "tags": [-(2**63) - 1, 1e19]}, {"id": 2**64 + 1, "tags": []}]), name
 
 
+
+@pytest.mark.parametrize("decoder", ["blocks", "lines"])
+def test_a_wide_int_among_floats_strings_or_nulls_of_its_column_is_exact(tmp_path, decoder):
+    # a float64 column (prices), an object column of strings, one of ints with NULLs: each looked at its own way
+    lines = [b'{"px":1.5,"s":"a","n":null}', b'{"px":18446744073709551616,"s":18446744073709551617,"n":3}',
+             b'{"px":2.0,"s":"b","n":-9223372036854775809}', b'{"px":1e19,"s":"c","n":4}']
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    (b,) = list(_jsonl_batches(p, 10, decoder=decoder))
+    assert same(b.column("px").tolist(), [1.5, 2**64, 2.0, 1e19])
+    assert same(b.column("s").tolist(), ["a", 2**64 + 1, "b", "c"])
+    assert same(b.column("n").tolist(), [None, 3, -(2**63) - 1, 4])
+
+
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.integers(0, 39), st.sampled_from(WIDE + EDGE), max_size=8), st.sampled_from([1, 3, 8, 16, 64]))
@@ -195,7 +209,7 @@ def brute_force(rows: list[dict]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("how", ["blocks", "lines", "stdin", "csv"])
+@pytest.mark.parametrize("how", ["blocks", "lines", "stdin", "csv", "durable"])
 def test_a_rule_tells_apart_ids_that_differ_only_beyond_float_precision(tmp_path, monkeypatch, capsys, how):
     ids = [2**64, 2**64 + 1, 2**64 + 1, 2**64, -(2**63) - 1, -(2**63) - 2, -(2**63) - 2, 10**30, 10**30 + 1,
            1e19, 1e19]  # the last two are floats: equal
@@ -217,7 +231,8 @@ def test_a_rule_tells_apart_ids_that_differ_only_beyond_float_precision(tmp_path
         code = main(["run", str(rules), "--input", "-", "--output", str(out), "--quiet"])
         f.close()
     else:
-        code = main(["run", str(rules), "--input", str(p), "--output", str(out), "--quiet"])
+        state = ["--state", str(tmp_path / "state")] if how == "durable" else []  # durable runs read lines themselves
+        code = main(["run", str(rules), "--input", str(p), "--output", str(out), "--quiet", *state])
     assert code == 0, capsys.readouterr().err
     got = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted((r["t0"], r["t1"]) for r in got) == brute_force(rows) == [(1, 2), (5, 6), (9, 10)]
