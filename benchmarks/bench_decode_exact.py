@@ -4,9 +4,10 @@
     python benchmarks/bench_decode_exact.py --copies 1    # a quick run
 
 The check (:func:`cep.json_exact.rounded_rows` per batch of the per-line decoder, then a re-read by
-the standard library of the rows orjson may have rounded; :func:`cep.json_exact.loads_exact` for the
-rows of Arrow's double columns with whole values) against no check (the decoders before it: every
-batch taken as orjson decoded it, those rows re-read by plain ``orjson.loads``), over JSON lines
+the standard library of the rows orjson may have rounded; :func:`cep.json_exact.holds_rounded` on the
+value of each row of Arrow's double columns with a whole value, which is read again from its line)
+against no check (the decoders before it: every batch taken as orjson decoded it, those values
+read again by plain ``orjson.loads``), over JSON lines
 files built once, untimed, from the NASA log of 1 August 1995 (30,969 requests, ``--copies`` times):
 
 * ``nasa``: the log as ``bench_decode.py`` writes it (host, time in epoch ms, method, url, status, bytes);
@@ -40,7 +41,7 @@ import orjson  # noqa: E402
 import cep.events as events  # noqa: E402
 import cep.json_blocks as json_blocks  # noqa: E402
 from benchmarks.bench_decode import DATA, build_jsonl  # noqa: E402
-from cep.json_exact import loads_exact, loads_fast, rounded_rows  # noqa: E402
+from cep.json_exact import holds_rounded, loads_fast, rounded_rows  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -64,11 +65,16 @@ def _no_rows(columns: object) -> list[int]:
     return []
 
 
+def _nothing(value: object) -> bool:
+    return False
+
+
 def use(check: bool) -> None:
     """Put the check in place, or take it out (the baseline: the decoders before it)."""
     events.rounded_rows = rounded_rows if check else _no_rows  # type: ignore[attr-defined]
     events.loads_fast = loads_fast if check else orjson.loads  # type: ignore[attr-defined]
-    json_blocks.loads_exact = loads_exact if check else orjson.loads  # type: ignore[attr-defined]
+    json_blocks.loads_fast = loads_fast if check else orjson.loads  # type: ignore[attr-defined]
+    json_blocks.holds_rounded = holds_rounded if check else _nothing  # type: ignore[attr-defined]
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
-from cep.json_exact import loads_exact, loads_fast, rounded_rows
+from cep.json_exact import holds_rounded, loads_exact, loads_fast, rounded_rows
 from cep.json_flat import StringDictionary, flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
@@ -355,9 +355,15 @@ def json_batch(records: list[dict], lines: list[int], src: str | None, raws: lis
     again = rounded_rows(b.columns)
     if not again:
         return b
+    changed: dict[str, None] = {}
     for i in again:
+        changed.update((k, None) for k, v in records[i].items() if holds_rounded(v))
         records[i] = loads_exact(strip_bom(raws[i]).strip())
-    return batch_from_records(records, lines, src)
+    for k in changed:  # only the columns that held a rounded value are built again
+        arr = np.empty(len(records), dtype=object)
+        arr[:] = [r.get(k) for r in records]
+        b.columns[k] = _narrow(arr)
+    return b
 
 
 _FLUSH = object()  # from a live source: nothing more is ready now, so emit what was read

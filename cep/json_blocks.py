@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-from cep.json_exact import loads_exact
+from cep.json_exact import holds_rounded, loads_exact, loads_fast
 from cep.json_flat import StringDictionary, decode_flat, newlines
 
 __all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
@@ -236,8 +236,9 @@ def _column(name: str, col: Any, block: bytes, ends: np.ndarray) -> np.ndarray |
         if len(idx):  # an integer or a decimal with a whole value: the line says which
             starts = np.concatenate(([0], ends[:-1]))
             for i in idx.tolist():
-                rec = loads_exact(block[int(starts[i]):int(ends[i])])  # 2**64 and up: Arrow and orjson round it
-                obj[i] = rec[name]
+                line = block[int(starts[i]):int(ends[i])]
+                v = loads_fast(line)[name]
+                obj[i] = loads_exact(line)[name] if holds_rounded(v) else v  # 2**64 and up: orjson rounds it too
         return narrow_column(obj)
     return None  # nested objects, arrays, anything else: per line
 
