@@ -33,7 +33,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
-from cep.json_exact import holds_rounded, loads_exact, loads_fast, rounded_rows
+from cep.json_exact import PLAIN_KINDS, holds_rounded, loads_exact, loads_fast, rounded_rows
 from cep.json_flat import StringDictionary, flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
@@ -351,8 +351,23 @@ def json_batch(records: list[dict], lines: list[int], src: str | None, raws: lis
         >>> json_batch([decode_json_line(r, i, "f") for i, r in enumerate(raws, 1)], [1, 2], "f", raws).column("id").tolist()
         [1, 18446744073709551617]
     """
-    b = batch_from_records(records, lines, src)
-    again = rounded_rows(b.columns)
+    import pandas as pd
+
+    names: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            names.setdefault(k, None)
+    cols: dict[str, np.ndarray] = {}
+    n = len(records)
+    again: set[int] = set()
+    for k in names:  # as batch_from_records builds them, each column's type inferred once for both uses
+        arr = np.empty(n, dtype=object)
+        arr[:] = [r.get(k) for r in records]
+        kind = pd.api.types.infer_dtype(arr, skipna=False)
+        cols[k] = _narrow(arr, kind)
+        if kind not in PLAIN_KINDS:  # a float, a container or a NULL among the values: look closer
+            again.update(rounded_rows({k: cols[k]}))
+    b = EventBatch(cols, n, np.asarray(lines, dtype=np.int64), src)
     if not again:
         return b
     changed: dict[str, None] = {}

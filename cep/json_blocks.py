@@ -268,13 +268,16 @@ def _objects(values: list[Any]) -> np.ndarray:
     return arr
 
 
-def narrow_column(arr: np.ndarray) -> np.ndarray:
-    """A numeric or boolean array where every value has that one type (no NULL), else as is."""
+def narrow_column(arr: np.ndarray, kind: str | None = None) -> np.ndarray:
+    """A numeric or boolean array where every value has that one type (no NULL), else as is.
+
+    ``kind``: pandas' ``infer_dtype(arr, skipna=False)`` when the caller has it already."""
     import pandas as pd
 
     if not len(arr):
         return arr
-    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    if kind is None:
+        kind = pd.api.types.infer_dtype(arr, skipna=False)
     try:
         if kind == "integer":
             return arr.astype(np.int64)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["loads_fast", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM"]
+__all__ = ["loads_fast", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
@@ -79,7 +79,8 @@ def loads_exact(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8"))
 
 
-_PLAIN_KINDS = frozenset({"string", "integer", "boolean", "empty", "bytes"})  # pandas' infer_dtype: no float, no container
+PLAIN_KINDS = frozenset({"string", "integer", "boolean", "empty", "bytes"})
+"""Kinds of pandas' ``infer_dtype`` whose columns hold no float and no container: nothing rounded."""
 
 
 def rounded_rows(columns: dict[str, np.ndarray]) -> list[int]:
@@ -97,7 +98,7 @@ def rounded_rows(columns: dict[str, np.ndarray]) -> list[int]:
         if col.dtype == np.float64:
             with np.errstate(invalid="ignore"):
                 rows.update(np.flatnonzero(np.abs(col) >= ROUNDED_FROM).tolist())
-        elif col.dtype == object and len(col) and pd.api.types.infer_dtype(col, skipna=True) not in _PLAIN_KINDS:
+        elif col.dtype == object and len(col) and pd.api.types.infer_dtype(col, skipna=True) not in PLAIN_KINDS:
             rows.update(i for i, v in enumerate(col.tolist()) if holds_rounded(v))
     return sorted(rows)
 
