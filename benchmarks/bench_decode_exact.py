@@ -3,11 +3,11 @@
     python benchmarks/bench_decode_exact.py               # needs ../shared/data/nasa_http_1995-08-01.tsv
     python benchmarks/bench_decode_exact.py --copies 1    # a quick run
 
-The check (:func:`cep.json_exact.rounded_rows` per batch of the per-line decoder, then a re-read by
-the standard library of the rows orjson may have rounded; :func:`cep.json_exact.holds_rounded` on the
-value of each row of Arrow's double columns with a whole value, which is read again from its line)
-against no check (the decoders before it: every batch taken as orjson decoded it, those values
-read again by plain ``orjson.loads``), over JSON lines
+The check (per batch of the per-line decoder, column by column in :func:`cep.events.json_batch` with
+:func:`cep.json_exact.rounded_rows`, the rows it names read again by the standard library; per row
+of Arrow's double columns with a whole value, :func:`cep.json_exact.holds_rounded`) against no check
+(the decoders before it: every batch taken as orjson decoded it, Arrow's whole values read again by
+plain ``orjson.loads``), over JSON lines
 files built once, untimed, from the NASA log of 1 August 1995 (30,969 requests, ``--copies`` times):
 
 * ``nasa``: the log as ``bench_decode.py`` writes it (host, time in epoch ms, method, url, status, bytes);
@@ -72,7 +72,6 @@ def _nothing(value: object) -> bool:
 def use(check: bool) -> None:
     """Put the check in place, or take it out (the baseline: the decoders before it)."""
     events.rounded_rows = rounded_rows if check else _no_rows  # type: ignore[attr-defined]
-    events.loads_fast = loads_fast if check else orjson.loads  # type: ignore[attr-defined]
     json_blocks.loads_fast = loads_fast if check else orjson.loads  # type: ignore[attr-defined]
     json_blocks.holds_rounded = holds_rounded if check else _nothing  # type: ignore[attr-defined]
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["loads_fast", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS"]
+__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
@@ -56,9 +56,15 @@ def loads_fast(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        if "infinity" not in str(e) or _WIDE_DIGITS.search(raw) is None:
-            raise
-        return _huge_ints(raw, e)
+        return after_refusal(raw, e)
+
+
+def after_refusal(raw: bytes, refused: orjson.JSONDecodeError) -> Any:
+    """The document orjson refused with ``refused``, when the reason was an integer past a
+    double's range (read exactly by the standard library); else ``refused`` raised again."""
+    if "infinity" not in str(refused) or _WIDE_DIGITS.search(raw) is None:
+        raise refused
+    return _huge_ints(raw, refused)
 
 
 def loads_exact(raw: bytes) -> Any:
