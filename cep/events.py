@@ -33,6 +33,7 @@ from cep.json_blocks import (
     split_lines,
 )
 from cep.json_blocks import narrow_column as _narrow
+from cep.json_exact import PLAIN_KINDS, after_refusal, holds_rounded, loads_exact, rounded_rows
 from cep.json_flat import StringDictionary, flat_for
 from patterns.errors import CepError
 from patterns.files import strip_bom
@@ -42,6 +43,7 @@ __all__ = [
     "EventBatch",
     "BadLine",
     "batch_from_records",
+    "json_batch",
     "batch_from_pandas",
     "batch_from_arrow",
     "to_batch",
@@ -303,33 +305,80 @@ def to_batch(events: Any, source: str | None = None) -> EventBatch:
 # ------------------------------------------------------------------ files
 
 
-def _batched(parsed: Iterable[tuple[int, dict] | BadLine], batch_size: int, src: str) -> Iterator[EventBatch]:
-    """Group decoded lines into batches; each batch carries the bad lines met while filling it."""
+def _batched(parsed: Iterable[tuple[int, dict] | tuple[int, dict, bytes] | BadLine], batch_size: int,
+             src: str) -> Iterator[EventBatch]:
+    """Group decoded lines into batches; each batch carries the bad lines met while filling it.
+
+    An item ``(line, event, raw)`` carries the line's bytes: its integers are made exact from them
+    (:func:`json_batch`)."""
     records: list[dict] = []
     lines: list[int] = []
+    raws: list[bytes] = []
     bad: list[BadLine] = []
+
+    def batch() -> EventBatch:
+        b = json_batch(records, lines, src, raws) if raws else batch_from_records(records, lines, src)
+        b.bad = bad
+        return b
+
     for item in parsed:
         if item is _FLUSH:
             if records or bad:
-                b = batch_from_records(records, lines, src)
-                b.bad = bad
-                yield b
-                records, lines, bad = [], [], []
+                yield batch()
+                records, lines, raws, bad = [], [], [], []
             continue
         if isinstance(item, BadLine):
             bad.append(item)
             continue
         lines.append(item[0])
         records.append(item[1])
+        if len(item) > 2:
+            raws.append(item[2])  # type: ignore[misc]
         if len(records) >= batch_size:
-            b = batch_from_records(records, lines, src)
-            b.bad = bad
-            yield b
-            records, lines, bad = [], [], []
+            yield batch()
+            records, lines, raws, bad = [], [], [], []
     if records or bad:
-        b = batch_from_records(records, lines, src)
-        b.bad = bad
-        yield b
+        yield batch()
+
+
+def json_batch(records: list[dict], lines: list[int], src: str | None, raws: list[bytes]) -> EventBatch:
+    """The batch of JSON-lines events decoded by :func:`decode_json_line` (``raws``: their lines),
+    with every integer exact: the few rows that may hold an integer orjson rounded (a float of
+    magnitude 2**63 or more, see :mod:`cep.json_exact`) are decoded again from their line.
+
+    Example:
+        >>> raws = [b'{"id": 1}', b'{"id": 18446744073709551617}']
+        >>> json_batch([decode_json_line(r, i, "f") for i, r in enumerate(raws, 1)], [1, 2], "f", raws).column("id").tolist()
+        [1, 18446744073709551617]
+    """
+    import pandas as pd
+
+    names: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            names.setdefault(k, None)
+    cols: dict[str, np.ndarray] = {}
+    n = len(records)
+    again: set[int] = set()
+    for k in names:  # as batch_from_records builds them, each column's type inferred once for both uses
+        arr = np.empty(n, dtype=object)
+        arr[:] = [r.get(k) for r in records]
+        kind = pd.api.types.infer_dtype(arr, skipna=False)
+        cols[k] = _narrow(arr, kind)
+        if kind not in PLAIN_KINDS:  # a float, a container or a NULL among the values: look closer
+            again.update(rounded_rows({k: cols[k]}))
+    b = EventBatch(cols, n, np.asarray(lines, dtype=np.int64), src)
+    if not again:
+        return b
+    changed: dict[str, None] = {}
+    for i in again:
+        changed.update((k, None) for k, v in records[i].items() if holds_rounded(v))
+        records[i] = loads_exact(strip_bom(raws[i]).strip())
+    for k in changed:  # only the columns that held a rounded value are built again
+        arr = np.empty(len(records), dtype=object)
+        arr[:] = [r.get(k) for r in records]
+        b.columns[k] = _narrow(arr)
+    return b
 
 
 _FLUSH = object()  # from a live source: nothing more is ready now, so emit what was read
@@ -337,6 +386,9 @@ _FLUSH = object()  # from a live source: nothing more is ready now, so emit what
 
 def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated: bool = False) -> dict | BadLine | None:
     """One line of a JSON lines file: the event, a BadLine saying why not, or None when blank.
+
+    An integer beyond 64 bits may be a float in the event (orjson's): :func:`json_batch` makes the
+    batch of such events exact.
 
     With ``mark_unterminated``, a malformed line without its newline is reported as an
     unterminated last line (a file being written, read while it grows).
@@ -346,7 +398,10 @@ def decode_json_line(raw: bytes, lineno: int, src: str | None, mark_unterminated
     if not stripped:
         return None
     try:
-        obj = orjson.loads(stripped)
+        try:
+            obj = orjson.loads(stripped)  # called here, not through loads_fast: a call costs 2% of a line
+        except orjson.JSONDecodeError as e:
+            obj = after_refusal(stripped, e)  # an integer past a double's range is read exactly
     except orjson.JSONDecodeError as e:
         text = raw.decode("utf-8", "replace").rstrip("\n")
         what = "malformed JSON (unterminated last line)" if mark_unterminated and not raw.endswith(b"\n") else "malformed JSON"
@@ -379,7 +434,7 @@ def _jsonl_batches(path: Path, batch_size: int, start_line: int = 0, decoder: st
             if isinstance(got, BadLine):
                 yield got
             elif got is not None:
-                yield lineno, got
+                yield lineno, got, raw
 
     return _batched(parsed(), batch_size, src)
 
@@ -426,6 +481,7 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         # per line, as the line decoder does: fill the batch with lines after the block if needed
         records: list[dict] = []
         nums: list[int] = []
+        raws: list[bytes] = []
         bad: list[BadLine] = []
         while True:
             for j, raw in enumerate(split_lines(block, ends)):
@@ -435,13 +491,14 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
                 elif got is not None:
                     records.append(got)
                     nums.append(first + j)
+                    raws.append(raw)
             if len(records) >= batch_size:
                 break
             first, block, ends = lines.take(batch_size - len(records))
             if not len(ends):
                 break
         if records or bad:
-            b = batch_from_records(records, nums, src)
+            b = json_batch(records, nums, src, raws)
             b.bad = bad
             yield b
 
@@ -1114,4 +1171,4 @@ def iter_jsonl_text(text: str) -> Iterable[dict]:
     for line in io.StringIO(strip_bom(text)):
         line = line.strip()
         if line:
-            yield orjson.loads(line)
+            yield loads_exact(line.encode("utf-8"))

@@ -10,8 +10,9 @@ line is reported with its file, line number and reason exactly as before, and ba
 events: ``batch_size`` good events each, bad lines with the batch being filled when they were met.
 
 Numbers: Arrow reads a column that mixes integers and decimals as doubles, where the per-line
-decoder keeps the integers as ints (and integers beyond int64 too); rows of a double column with a
-whole value are therefore decoded again from their line by orjson. Strings that look like times
+decoder keeps the integers as ints (and integers beyond int64 too, of any size: see
+:mod:`cep.json_exact`); rows of a double column with a whole value are therefore decoded again from
+their line, as the per-line decoder decodes it. Strings that look like times
 (Arrow infers timestamps) are read as strings: such a column is named in the file's schema hints
 and read as text from then on.
 """
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
+from cep.json_exact import holds_rounded, loads_exact, loads_fast
 from cep.json_flat import StringDictionary, decode_flat, newlines
 
 __all__ = ["DECODER_ENV", "jsonl_decoder", "LineBlocks", "BlockHints", "decode_block", "split_lines", "narrow_column"]
@@ -234,8 +236,9 @@ def _column(name: str, col: Any, block: bytes, ends: np.ndarray) -> np.ndarray |
         if len(idx):  # an integer or a decimal with a whole value: the line says which
             starts = np.concatenate(([0], ends[:-1]))
             for i in idx.tolist():
-                rec = orjson.loads(block[int(starts[i]):int(ends[i])])
-                obj[i] = rec[name]
+                line = block[int(starts[i]):int(ends[i])]
+                v = loads_fast(line)[name]
+                obj[i] = loads_exact(line)[name] if holds_rounded(v) else v  # 2**64 and up: orjson rounds it too
         return narrow_column(obj)
     return None  # nested objects, arrays, anything else: per line
 
@@ -265,13 +268,16 @@ def _objects(values: list[Any]) -> np.ndarray:
     return arr
 
 
-def narrow_column(arr: np.ndarray) -> np.ndarray:
-    """A numeric or boolean array where every value has that one type (no NULL), else as is."""
+def narrow_column(arr: np.ndarray, kind: str | None = None) -> np.ndarray:
+    """A numeric or boolean array where every value has that one type (no NULL), else as is.
+
+    ``kind``: pandas' ``infer_dtype(arr, skipna=False)`` when the caller has it already."""
     import pandas as pd
 
     if not len(arr):
         return arr
-    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    if kind is None:
+        kind = pd.api.types.infer_dtype(arr, skipna=False)
     try:
         if kind == "integer":
             return arr.astype(np.int64)

@@ -42,10 +42,16 @@ def dumps_row(row: dict[str, Any]) -> bytes:
         b'{"line":3,"event":"{\\'a\\': {\\'a\\': {\\'a\\': {\\'a'
         >>> dumps_row({"sketch": bytes((2, 1, 7, 12))})  # bytes as base64 text, as Spark writes binary
         b'{"sketch":"AgEHDA=="}\\n'
+        >>> dumps_row({"event": {"id": 2**64, "n": [-2**63 - 1, 5]}})  # ints past 64 bits as their digits
+        b'{"event":{"id":"18446744073709551616","n":["-9223372036854775809",5]}}\\n'
     """
     try:
         return orjson.dumps(row, default=_json_default, option=_OPTS)
     except orjson.JSONEncodeError:
+        pass
+    try:  # an integer orjson cannot write (beyond 64 bits): its exact digits as text, the row kept whole
+        return orjson.dumps(_wide_ints_as_text(row), default=_json_default, option=_OPTS)
+    except (orjson.JSONEncodeError, RecursionError):
         safe = {}
         for k, v in row.items():
             try:
@@ -83,6 +89,24 @@ def dumps_rows(rows: list[dict[str, Any]]) -> bytes:
         return b"".join([orjson.dumps(r, default=_json_default, option=_OPTS) for r in rows])
     except orjson.JSONEncodeError:  # a value orjson cannot write: each row on its own
         return b"".join(map(dumps_row, rows))
+
+
+_INT_LOW, _INT_HIGH = -(2**63), 2**64  # orjson writes the integers in [low, high)
+
+
+def _wide_ints_as_text(v: Any) -> Any:
+    """``v`` with every integer orjson cannot write replaced by its decimal digits, at any depth.
+
+    Text, not a JSON number: readers that take a JSON number as a double (orjson, JavaScript,
+    pandas) would round it silently; a string keeps every digit for any reader."""
+    t = type(v)
+    if t is int:
+        return v if _INT_LOW <= v < _INT_HIGH else str(v)
+    if t is dict:
+        return {k: _wide_ints_as_text(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [_wide_ints_as_text(x) for x in v]
+    return v
 
 
 def _safe_repr(v: Any) -> str:

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from cep.events import BadLine, EventBatch, batch_from_records, decode_json_line
+from cep.events import BadLine, EventBatch, decode_json_line, json_batch
 
 __all__ = ["LogSource", "MAX_LINE_BYTES"]
 
@@ -258,6 +258,7 @@ def _decode(lines: list[tuple[int, bytes | None, int]], src: str, limit: int) ->
     """JSON lines to a batch; a line that is not a JSON object becomes a BadLine with its reason."""
     records: list[dict] = []
     nums: list[int] = []
+    raws: list[bytes] = []
     bad: list[BadLine] = []
     for lineno, raw, size in lines:
         if raw is None:
@@ -269,6 +270,7 @@ def _decode(lines: list[tuple[int, bytes | None, int]], src: str, limit: int) ->
         elif got is not None:
             records.append(got)
             nums.append(lineno)
-    b = batch_from_records(records, nums, src)
+            raws.append(raw)
+    b = json_batch(records, nums, src, raws)
     b.bad = bad
     return b

@@ -1,0 +1,176 @@
+"""JSON documents decoded with every integer exact: orjson, and the standard library where orjson rounds.
+
+orjson keeps integers exactly from -2**63 to 2**64-1 and turns any integer literal outside that
+range into a float (``18446744073709551616`` becomes ``1.8446744073709552e+19``), so two distinct
+ids would compare equal in a rule and nothing would say so. The standard library's :mod:`json`
+keeps every integer a Python ``int`` but decodes several times slower, so it re-reads only the
+documents orjson may have rounded: those holding, at any depth, a float of magnitude 2**63 or
+more (every float there is whole, and a rounded integer literal is one of them). Floats written as
+floats (``1e19``, ``1.5e20``) stay floats, since :mod:`json` reads them as floats too.
+
+Looking for such a float costs little but not nothing per line (a regular expression over the
+bytes costs more than orjson's whole decoding; a walk over the values a third of it), so the
+per-line decoder looks per batch, column by column (:func:`rounded_rows`: a float64 column in one
+numpy comparison; an object column of strings, integers or booleans in one type inference), and
+re-reads only the rows it names. :func:`loads_exact` decides one document on its own.
+
+orjson refuses a number past a double's range (``1e400``, and an integer of some 310 digits or
+more, "number is infinity when parsed as double"); such an integer is read by :mod:`json` too
+(:func:`loads_fast`), up to Python's limit on the digits of an integer read from text (4,300 by
+default), past which the document is refused with that reason. A decimal past a double's range
+stays refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from typing import Any
+
+import numpy as np
+import orjson
+
+__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS"]
+
+ROUNDED_FROM = 2.0 ** 63
+"""Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
+
+# the digits an integer outside orjson's range needs; looked for only in a document orjson refused
+_WIDE_DIGITS = re.compile(rb"[0-9]{20}|-9[0-9]{18}")
+
+
+def loads_fast(raw: bytes) -> Any:
+    """``raw`` (one JSON document, UTF-8) as orjson decodes it, integers past a double's range exact.
+
+    Integers from 2**64 (or below -2**63) up to a double's range are floats here, as orjson makes
+    them: a caller checks with :func:`holds_rounded` (or :func:`rounded_rows` for a batch) and
+    decodes those again with :func:`loads_exact`. Raises :class:`orjson.JSONDecodeError` for a
+    document orjson refuses, unless orjson refused it only for an integer past a double's range.
+
+    Example:
+        >>> loads_fast(b'{"a": 18446744073709551616, "b": 1' + b'0' * 400 + b'}') == {"a": 2.0**64, "b": 10**400}
+        True
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        return after_refusal(raw, e)
+
+
+def after_refusal(raw: bytes, refused: orjson.JSONDecodeError) -> Any:
+    """The document orjson refused with ``refused``, when the reason was an integer past a
+    double's range (read exactly by the standard library); else ``refused`` raised again."""
+    if "infinity" not in str(refused) or _WIDE_DIGITS.search(raw) is None:
+        raise refused
+    return _huge_ints(raw, refused)
+
+
+def loads_exact(raw: bytes) -> Any:
+    """``raw`` (one JSON document, UTF-8) decoded as orjson decodes it, but with exact integers.
+
+    Raises :class:`orjson.JSONDecodeError` for a document orjson refuses, unless orjson refused
+    it only for an integer past a double's range, which is then read exactly.
+
+    Example:
+        >>> loads_exact(b'{"id": 18446744073709551616, "f": 1e19, "n": [-9223372036854775809]}')
+        {'id': 18446744073709551616, 'f': 1e+19, 'n': [-9223372036854775809]}
+    """
+    obj = loads_fast(raw)
+    if not holds_rounded(obj):
+        return obj
+    # orjson accepted the document, so it is valid UTF-8 JSON without NaN, Infinity, lone surrogates
+    # or numbers past a double (which json would take): json reads the same values, integers exact
+    return json.loads(raw.decode("utf-8"))
+
+
+PLAIN_KINDS = frozenset({"string", "integer", "boolean", "empty", "bytes"})
+"""Kinds of pandas' ``infer_dtype`` whose columns hold no float and no container: nothing rounded."""
+
+
+def rounded_rows(columns: dict[str, np.ndarray]) -> list[int]:
+    """The rows of a batch's columns (as :func:`cep.events.batch_from_records` builds them from
+    :func:`loads_fast`'s documents) that may hold a rounded integer: decode them again.
+
+    Example:
+        >>> rounded_rows({"a": np.array([1.5, 2.0**64, -2.0**63]), "b": np.array(["x", {"c": [2.0**70]}, None], dtype=object)})
+        [1, 2]
+    """
+    import pandas as pd
+
+    rows: set[int] = set()
+    for col in columns.values():
+        if col.dtype == np.float64:
+            with np.errstate(invalid="ignore"):
+                rows.update(np.flatnonzero(np.abs(col) >= ROUNDED_FROM).tolist())
+        elif col.dtype == object and len(col) and pd.api.types.infer_dtype(col, skipna=True) not in PLAIN_KINDS:
+            rows.update(i for i, v in enumerate(col.tolist()) if holds_rounded(v))
+    return sorted(rows)
+
+
+def _huge_ints(raw: bytes, refused: orjson.JSONDecodeError) -> Any:
+    """The document orjson refused for a number past a double, when that number is an integer.
+
+    The standard library accepts more than orjson (NaN, Infinity, decimals past a double, lone
+    surrogates): each of those keeps the document refused with orjson's reason."""
+    try:
+        obj = json.loads(raw.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError and the digit limit are ValueErrors
+        if "digits" in str(e) and "integer" in str(e):
+            limit = sys.get_int_max_str_digits()
+            at = m.start() if (m := _WIDE_DIGITS.search(raw)) else 0
+            raise orjson.JSONDecodeError(
+                f"an integer of more than {limit:,} digits (Python's limit on reading an integer from text)",
+                raw.decode("utf-8", "replace"), at) from None
+        raise refused from None
+    except RecursionError:
+        raise refused from None
+    if not _valid_text(obj):
+        raise refused
+    return obj
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if math.isinf(v):
+        raise ValueError(f"{text!r} is past a double's range")
+    return v
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _valid_text(obj: Any) -> bool:
+    """Whether every string (keys too) is valid Unicode text (no lone surrogate, as orjson requires)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        try:
+            if type(v) is str:
+                v.encode("utf-8")
+            elif type(v) is dict:
+                for k in v:
+                    k.encode("utf-8")
+                stack.extend(v.values())
+            elif type(v) is list:
+                stack.extend(v)
+        except UnicodeEncodeError:
+            return False
+    return True
+
+
+def holds_rounded(obj: Any) -> bool:
+    """Whether ``obj`` holds, at any depth, a float that may stand for a rounded integer literal."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if type(v) is float:
+            if v >= ROUNDED_FROM or v <= -ROUNDED_FROM:
+                return True
+        elif type(v) is dict:
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return False
