@@ -500,6 +500,8 @@ class _Lexer:
             return self._quoted()
         if c in "[{":
             return self._range()
+        if c in "<>":
+            return self._comparison()
         if c == "/":
             raise _error(
                 "regular-expression queries (/.../) are not supported; "
@@ -585,6 +587,36 @@ class _Lexer:
         incl_hi = t[self.i] == "]"
         self.i += 1
         return _Tok("RANGE", t[start : self.i], start, self.i, (lo, hi, incl_lo, incl_hi))
+
+    def _comparison(self) -> _Tok:
+        """``>v``, ``>=v``, ``<v``, ``<=v`` (the one-sided ranges of Elasticsearch's query string,
+        e.g. ``age:>=10``, ``age:(>=10 AND <20)``): ``{v TO *]``, ``[v TO *]``, ``[* TO v}``,
+        ``[* TO v]``. A term that starts with ``<`` or ``>`` literally escapes it (``\\<html``)."""
+        t, start = self.text, self.i
+        op = ">=" if t.startswith(">=", start) else "<=" if t.startswith("<=", start) else t[start]
+        self.i = start + len(op)
+        if self.i < self.n and t[self.i] == '"':
+            bound = self._quoted().text
+        else:
+            j = self.i
+            buf = []
+            while j < self.n and t[j] not in _WS and t[j] not in "()":
+                if t[j] == "\\" and j + 1 < self.n:
+                    buf.append(t[j + 1])
+                    j += 2
+                    continue
+                buf.append(t[j])
+                j += 1
+            self.i = j
+            bound = "".join(buf)
+        if not bound:
+            raise _error(f"expected a value right after {op!r} (a one-sided range such as 'age:{op}10')",
+                         t, start, len(op))
+        if op[0] == ">":
+            value: tuple[str | None, str | None, bool, bool] = (bound, None, op == ">=", True)
+        else:
+            value = (None, bound, True, op == "<=")
+        return _Tok("RANGE", t[start : self.i], start, self.i, value)
 
     def _term(self) -> _Tok:
         t, start = self.text, self.i

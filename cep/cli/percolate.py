@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import orjson
 
+from cep.json_exact import loads_exact
 from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
 from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
 from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file, strip_bom
@@ -172,7 +173,7 @@ def _documents(path: str, skipped: list[int]) -> Iterator[tuple[int, dict[str, A
             if not raw.strip():
                 continue
             try:
-                doc = orjson.loads(raw)
+                doc = loads_exact(raw)  # integers past 64 bits exact, as cep run reads events
             except orjson.JSONDecodeError as exc:
                 _warn(f"{name}:{lineno}: skipped document: invalid JSON ({exc})")
                 skipped[0] += 1

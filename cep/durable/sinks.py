@@ -42,15 +42,15 @@ def dumps_row(row: dict[str, Any]) -> bytes:
         b'{"line":3,"event":"{\\'a\\': {\\'a\\': {\\'a\\': {\\'a'
         >>> dumps_row({"sketch": bytes((2, 1, 7, 12))})  # bytes as base64 text, as Spark writes binary
         b'{"sketch":"AgEHDA=="}\\n'
-        >>> dumps_row({"event": {"id": 2**64, "n": [-2**63 - 1, 5]}})  # ints past 64 bits as their digits
-        b'{"event":{"id":"18446744073709551616","n":["-9223372036854775809",5]}}\\n'
+        >>> dumps_row({"event": {"id": 2**64, "n": [-2**63 - 1, 5]}})  # ints past 64 bits: exact JSON numbers
+        b'{"event":{"id":18446744073709551616,"n":[-9223372036854775809,5]}}\\n'
     """
     try:
         return orjson.dumps(row, default=_json_default, option=_OPTS)
     except orjson.JSONEncodeError:
         pass
-    try:  # an integer orjson cannot write (beyond 64 bits): its exact digits as text, the row kept whole
-        return orjson.dumps(_wide_ints_as_text(row), default=_json_default, option=_OPTS)
+    try:  # an integer orjson cannot write (beyond 64 bits): its exact digits, the row kept whole
+        return orjson.dumps(_wide_ints_exact(row), default=_json_default, option=_OPTS)
     except (orjson.JSONEncodeError, RecursionError):
         safe = {}
         for k, v in row.items():
@@ -94,18 +94,21 @@ def dumps_rows(rows: list[dict[str, Any]]) -> bytes:
 _INT_LOW, _INT_HIGH = -(2**63), 2**64  # orjson writes the integers in [low, high)
 
 
-def _wide_ints_as_text(v: Any) -> Any:
-    """``v`` with every integer orjson cannot write replaced by its decimal digits, at any depth.
+def _wide_ints_exact(v: Any) -> Any:
+    """``v`` with every integer orjson cannot write replaced by its exact decimal digits as a JSON
+    number (an ``orjson.Fragment``), at any depth.
 
-    Text, not a JSON number: readers that take a JSON number as a double (orjson, JavaScript,
-    pandas) would round it silently; a string keeps every digit for any reader."""
+    A number, not text: the value keeps its type, so ``cep run`` (and Python's ``json``) reads the
+    output back as the same integer, and a rule chained on another's output compares ints with ints.
+    A reader that takes every JSON number as a double (JavaScript, pandas) rounds it: that is the
+    reader's choice, documented in docs/semantics.md."""
     t = type(v)
     if t is int:
-        return v if _INT_LOW <= v < _INT_HIGH else str(v)
+        return v if _INT_LOW <= v < _INT_HIGH else orjson.Fragment(str(v).encode())
     if t is dict:
-        return {k: _wide_ints_as_text(x) for k, x in v.items()}
+        return {k: _wide_ints_exact(x) for k, x in v.items()}
     if t is list or t is tuple:
-        return [_wide_ints_as_text(x) for x in v]
+        return [_wide_ints_exact(x) for x in v]
     return v
 
 

@@ -208,6 +208,23 @@ def test_ranges() -> None:
     assert p("n:[1 TO 5}^2") == "n:[1 TO 5}"
 
 
+def test_one_sided_ranges_as_elasticsearch_writes_them() -> None:
+    # age:>10 is {10 TO *] (Elasticsearch's query string); classic Lucene would search the term 10
+    assert compile_query("n:>4") == compile_query("n:{4 TO *]") == RangeNode("n", "number", 4, None, False, True)
+    assert compile_query("n:>=4") == compile_query("n:[4 TO *]")
+    assert compile_query("n:<4.5") == compile_query("n:[* TO 4.5}")
+    assert compile_query("n:<=-1e3") == compile_query("n:[* TO -1e3]")
+    assert c("n:(>=4 AND <10)") == c("+n:[4 TO *] +n:[* TO 10}")
+    assert compile_query('d:>"2003-01-01"') == compile_query("d:{2003-01-01 TO *]")  # from the 2nd
+    assert compile_query("t:>=mango") == RangeNode("t", "term", "mango", None, True, True)
+    assert compile_query(r"\<html") == compile_query("html")  # escaped: a term
+    assert p("a>b") == "a>b"  # only at a term's start
+    for bad, at in (("n:>", 2), ("n:>= x", 2), ("n:(< )", 3)):
+        with pytest.raises(CepSyntaxError, match="expected a value right after") as e:
+            compile_query(bad)
+        assert e.value.position == at
+
+
 def test_number_and_date_helpers() -> None:
     assert parse_number(" 7 ") == 7 and parse_number("1.") == 1.0 and parse_number(".5") == 0.5
     assert parse_number("nan") is None and parse_number("inf") is None and parse_number("") is None
