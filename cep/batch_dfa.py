@@ -371,8 +371,10 @@ class BatchDFA:
             return True
         if col.dtype.kind not in "iuf":
             return False
-        # (as float64 larger integers would round: the caller's lists keep them exact)
-        return not (col.dtype.kind in "iu" and len(col) and max(int(col.max()), -int(col.min())) > 2**53)
+        # (as float64 larger integers would round: the caller's lists keep them exact); only the
+        # rows held count (the store's room past them is as large as a batch)
+        held = col[: self.s_used]
+        return not (col.dtype.kind in "iu" and max(int(held.max()), -int(held.min())) > 2**53)
 
     def fills(self, ci: int, lag: int, seg_len: np.ndarray) -> list[list]:
         """PREV(col, lag) of each segment's first ``lag`` rows, read from the key's earlier rows:
