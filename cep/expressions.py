@@ -907,10 +907,19 @@ def _compare(op: str, lv, rv, nulls):
 
 
 def _kleene(result, nulls) -> np.ndarray:
+    """A comparison's result as three-valued logic in int8: 1 true, -1 false, 0 unknown (NULL)."""
     res = np.asarray(result, dtype=bool)
-    k = np.where(res, 1, -1).astype(np.int8)
     if nulls is True:
-        return np.zeros_like(k)
+        return np.zeros(res.shape, dtype=np.int8)
+    # in int8 from the start, in place: np.where(res, 1, -1) made int64 first (four times slower
+    # over a batch, and every rule's every condition goes through here)
+    k = res.astype(np.int8)
+    k *= 2
+    k -= 1
     if nulls is False or nulls is None:
         return k
-    return np.where(np.asarray(nulls, dtype=bool), np.int8(0), k)
+    known = ~np.asarray(nulls, dtype=bool)
+    if known.shape != k.shape:  # (a scalar result against per-row NULLs: broadcast)
+        return np.where(known, k, np.int8(0))
+    k *= known.view(np.int8)
+    return k

@@ -655,7 +655,7 @@ class PatternOperator:
             else:
                 rel = p.ts <= watermark if watermark is not None else np.zeros(len(p), dtype=bool)
             if rel is None or rel.any():
-                idx = np.arange(len(p)) if rel is None else np.flatnonzero(rel)
+                idx = _positions(len(p)) if rel is None else np.flatnonzero(rel)
                 if self.join is not None:
                     idx = self.join.enrich(self, idx, out)
                 if len(idx):
@@ -1678,8 +1678,29 @@ class _BadKey:
 _BAD = _BadKey()
 
 
+_EMPTY: dict[np.dtype, np.ndarray] = {}
+
+
 def _empty(a: np.ndarray) -> np.ndarray:
-    return np.empty(0, dtype=a.dtype)
+    """An empty array of ``a``'s type: one per type, read only (every rule empties its pending rows
+    at every batch; nothing writes into an empty array, it is replaced)."""
+    got = _EMPTY.get(a.dtype)
+    if got is None:
+        got = _EMPTY[a.dtype] = np.empty(0, dtype=a.dtype)
+        got.flags.writeable = False
+    return got
+
+
+_POSITIONS = np.arange(0, dtype=np.int64)
+
+
+def _positions(n: int) -> np.ndarray:
+    """``np.arange(n)``, read only, shared by the rules that release a whole batch of ``n`` rows."""
+    global _POSITIONS
+    if len(_POSITIONS) < n:
+        _POSITIONS = np.arange(max(n, 2 * len(_POSITIONS)), dtype=np.int64)
+        _POSITIONS.flags.writeable = False
+    return _POSITIONS[:n]
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
