@@ -541,9 +541,17 @@ class _Lexer:
         if t[i] == '"':
             tok = self._quoted()
             return tok.text, tok.offset, tok.end
-        j = i
+        text = self._bare("]}")
+        raw = t[i : self.i]
+        if not raw:
+            return "", i, i
+        return (None if raw == "*" else text), i, self.i
+
+    def _bare(self, stops: str) -> str:
+        """The unquoted text from here up to whitespace or one of ``stops`` (escapes resolved)."""
+        t, j = self.text, self.i
         buf = []
-        while j < self.n and t[j] not in _WS and t[j] not in "]}":
+        while j < self.n and t[j] not in _WS and t[j] not in stops:
             if t[j] == "\\" and j + 1 < self.n:
                 buf.append(t[j + 1])
                 j += 2
@@ -551,10 +559,7 @@ class _Lexer:
             buf.append(t[j])
             j += 1
         self.i = j
-        raw = t[i:j]
-        if not raw:
-            return "", i, i
-        return (None if raw == "*" else "".join(buf)), i, j
+        return "".join(buf)
 
     def _range(self) -> _Tok:
         t, start = self.text, self.i
@@ -598,17 +603,7 @@ class _Lexer:
         if self.i < self.n and t[self.i] == '"':
             bound = self._quoted().text
         else:
-            j = self.i
-            buf = []
-            while j < self.n and t[j] not in _WS and t[j] not in "()":
-                if t[j] == "\\" and j + 1 < self.n:
-                    buf.append(t[j + 1])
-                    j += 2
-                    continue
-                buf.append(t[j])
-                j += 1
-            self.i = j
-            bound = "".join(buf)
+            bound = self._bare("()")
         if not bound:
             raise _error(f"expected a value right after {op!r} (a one-sided range such as 'age:{op}10')",
                          t, start, len(op))
