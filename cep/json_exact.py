@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS", "ORJSON_DEPTH"]
+__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS", "ORJSON_DEPTH",
+           "dumps_exact", "wide_ints_exact"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
@@ -203,3 +204,35 @@ def holds_rounded(obj: Any) -> bool:
         elif type(v) is list:
             stack.extend(v)
     return False
+
+
+_INT_LOW, _INT_HIGH = -(2**63), 2**64  # orjson writes the integers in [low, high)
+
+
+def wide_ints_exact(v: Any) -> Any:
+    """``v`` with every integer orjson cannot write (beyond -2**63..2**64-1) replaced by its exact
+    decimal digits as a JSON number (an ``orjson.Fragment``), at any depth (tuples become lists,
+    as orjson writes them)."""
+    t = type(v)
+    if t is int:
+        return v if _INT_LOW <= v < _INT_HIGH else orjson.Fragment(str(v).encode())
+    if t is dict:
+        return {k: wide_ints_exact(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [wide_ints_exact(x) for x in v]
+    return v
+
+
+def dumps_exact(v: Any, default: Any = None, option: int | None = None) -> bytes:
+    """``orjson.dumps(v, default, option)``, with integers past 64 bits written as their exact
+    digits (orjson raises for them, before asking ``default``), so that text made of values read
+    exactly (row ids, output lines) reads back as the same integers.
+
+    Example:
+        >>> dumps_exact([2**64 + 1, "k", 3])
+        b'[18446744073709551617,"k",3]'
+    """
+    try:
+        return orjson.dumps(v, default=default, option=option)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(wide_ints_exact(v), default=default, option=option)
