@@ -45,3 +45,22 @@ def test_percolate_writes_a_wide_int_id_exactly(tmp_path: Path, capsys: pytest.C
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [o["id"] for o in out] == [2**64 + 1, 2**64]
     assert [type(o["id"]) for o in out] == [int, int]
+
+
+def test_first_seen_tells_wide_int_keys_and_values_apart() -> None:
+    """FIRST_SEEN hashes keys and values; a sketch refuses ints past 64 bits (the run stopped on a
+    wide key, a wide value was taken for NULL and never first seen)."""
+    sql = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.v AS av, A.ts AS at "
+           "PATTERN (A) DEFINE A AS FIRST_SEEN(A.v))")
+    pairs = [(2**64 + 1, 1), (2**64, 1), (2**64 + 1, 1), ("18446744073709551617", 1), (1, 2**64 + 1), (1, 2**64),
+             (1, 2**64 + 1), (1, "18446744073709551617"), (1, -2**63 - 1), (1, -2**63 - 1), (1, 2**64 + 1)]
+    events = [{"k": k, "ts": i, "v": v} for i, (k, v) in enumerate(pairs)]
+    op = PatternOperator(parse_rule_text(sql).compiled, name="r")
+    got = sorted(r["at"] for r in op.process(events[:5]).matches + op.process(events[5:]).matches + op.finish().matches)
+    seen: set = set()
+    expect = []
+    for i, (k, v) in enumerate(pairs):  # exact Python equality, the type kept (an int and its digits differ)
+        if (type(k), k, type(v), v) not in seen:
+            seen.add((type(k), k, type(v), v))
+            expect.append(i)
+    assert got == expect
