@@ -69,5 +69,5 @@ def test_first_seen_tells_wide_int_keys_and_values_apart() -> None:
 def test_explain_shows_a_nested_wide_int_exactly() -> None:
     from cep.explain.render import _event
 
-    text = _event({"id": 2**64 + 1, "tags": [2**64 + 1, "x"], "m": {"n": -2**63 - 1}}, set())
-    assert text == 'id=18446744073709551617 tags=[18446744073709551617,"x"] m={"n":-9223372036854775809}'
+    assert _event({"tags": [2**64 + 1, "x"]}, set()) == 'tags=[18446744073709551617,"x"]'
+    assert _event({"m": {"n": -2**63 - 1}}, set()) == 'm={"n":-9223372036854775809}'
