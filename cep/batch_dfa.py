@@ -33,6 +33,7 @@ import numpy as np
 
 from cep.compiled import numba_allowed
 from cep.expressions import _FUNCS, _compile_common
+from cep.json_exact import dumps_exact
 from cep.sharing import FRESH_HISTORY
 from patterns import ast as A
 from patterns.compiler import OP_MATCH
@@ -685,7 +686,7 @@ class BatchDFA:
         times = self._values(a.time_index, first)
         ids = []
         for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
-            key = orjson.dumps(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+            key = dumps_exact(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
         return _row_builder(len(values), 1, 1)(values + [ids], names + ["rule", "_id"], (rule,), nm)
 

@@ -318,8 +318,7 @@ def _batched(parsed: Iterable[tuple[int, dict] | tuple[int, dict, bytes] | BadLi
 
     def batch() -> EventBatch:
         b = json_batch(records, lines, src, raws) if raws else batch_from_records(records, lines, src)
-        b.bad = bad
-        return b
+        return _with_bad(b, bad)
 
     for item in parsed:
         if item is _FLUSH:
@@ -344,7 +343,9 @@ def _batched(parsed: Iterable[tuple[int, dict] | tuple[int, dict, bytes] | BadLi
 def json_batch(records: list[dict], lines: list[int], src: str | None, raws: list[bytes]) -> EventBatch:
     """The batch of JSON-lines events decoded by :func:`decode_json_line` (``raws``: their lines),
     with every integer exact: the few rows that may hold an integer orjson rounded (a float of
-    magnitude 2**63 or more, see :mod:`cep.json_exact`) are decoded again from their line.
+    magnitude 2**63 or more, see :mod:`cep.json_exact`) are decoded again from their line. A row
+    that cannot be (nested too deep) is left out and named in the batch's ``bad`` (callers add
+    theirs with :func:`_with_bad`).
 
     Example:
         >>> raws = [b'{"id": 1}', b'{"id": 18446744073709551617}']
@@ -371,13 +372,30 @@ def json_batch(records: list[dict], lines: list[int], src: str | None, raws: lis
     if not again:
         return b
     changed: dict[str, None] = {}
+    refused: dict[int, BadLine] = {}
     for i in again:
+        try:
+            exact = loads_exact(strip_bom(raws[i]).strip())
+        except orjson.JSONDecodeError as e:  # nested too deep to read exactly: reported, never rounded
+            refused[i] = BadLine(lines[i], f"malformed JSON: {e}", src, raws[i].decode("utf-8", "replace").rstrip("\n"))
+            continue
         changed.update((k, None) for k, v in records[i].items() if holds_rounded(v))
-        records[i] = loads_exact(strip_bom(raws[i]).strip())
+        records[i] = exact
+    if refused:  # (rare) the batch without those rows, built again whole
+        keep = [i for i in range(n) if i not in refused]
+        b = batch_from_records([records[i] for i in keep], [lines[i] for i in keep], src)
+        b.bad = [refused[i] for i in sorted(refused)]
+        return b
     for k in changed:  # only the columns that held a rounded value are built again
         arr = np.empty(len(records), dtype=object)
         arr[:] = [r.get(k) for r in records]
         b.columns[k] = _narrow(arr)
+    return b
+
+
+def _with_bad(b: EventBatch, bad: list[BadLine]) -> EventBatch:
+    """``b`` with the bad lines met while filling it, besides any :func:`json_batch` found, in line order."""
+    b.bad = sorted(bad + b.bad, key=lambda x: x.line) if b.bad else bad
     return b
 
 
@@ -498,9 +516,7 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
             if not len(ends):
                 break
         if records or bad:
-            b = json_batch(records, nums, src, raws)
-            b.bad = bad
-            yield b
+            yield _with_bad(json_batch(records, nums, src, raws), bad)
 
 
 STDIN = "-"

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS"]
+__all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS", "ORJSON_DEPTH",
+           "dumps_exact", "wide_ints_exact"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
@@ -71,7 +72,9 @@ def loads_exact(raw: bytes) -> Any:
     """``raw`` (one JSON document, UTF-8) decoded as orjson decodes it, but with exact integers.
 
     Raises :class:`orjson.JSONDecodeError` for a document orjson refuses, unless orjson refused
-    it only for an integer past a double's range, which is then read exactly.
+    it only for an integer past a double's range, which is then read exactly; and for a document
+    with a rounded integer nested too deep for the standard library even with its recursion limit
+    raised (never the rounded value).
 
     Example:
         >>> loads_exact(b'{"id": 18446744073709551616, "f": 1e19, "n": [-9223372036854775809]}')
@@ -82,7 +85,34 @@ def loads_exact(raw: bytes) -> Any:
         return obj
     # orjson accepted the document, so it is valid UTF-8 JSON without NaN, Infinity, lone surrogates
     # or numbers past a double (which json would take): json reads the same values, integers exact
-    return json.loads(raw.decode("utf-8"))
+    text = raw.decode("utf-8")
+    try:
+        return _deep_loads(text)
+    except RecursionError:
+        raise orjson.JSONDecodeError(
+            f"an integer past 64 bits nested too deep to be read exactly (orjson reads up to {ORJSON_DEPTH:,} "
+            "levels; Python's json ran out of stack)", text, 0) from None
+
+
+ORJSON_DEPTH = 1024
+"""How deep orjson reads arrays and objects; the standard library's json counts its depth against
+Python's recursion limit (1,000 by default, some of it used by the caller's stack)."""
+
+
+def _deep_loads(text: str, **kw: Any) -> Any:
+    """``json.loads(text)``; a document nested deeper than Python's recursion limit allows is read
+    again with the limit raised by orjson's depth, for this call only (each level of the C decoder
+    counts one against the limit and uses little stack). RecursionError if even that is not enough."""
+    try:
+        return json.loads(text, **kw)
+    except RecursionError:
+        pass
+    old = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(old + ORJSON_DEPTH + 64)
+        return json.loads(text, **kw)
+    finally:
+        sys.setrecursionlimit(old)
 
 
 PLAIN_KINDS = frozenset({"string", "integer", "boolean", "empty", "bytes"})
@@ -115,7 +145,7 @@ def _huge_ints(raw: bytes, refused: orjson.JSONDecodeError) -> Any:
     The standard library accepts more than orjson (NaN, Infinity, decimals past a double, lone
     surrogates): each of those keeps the document refused with orjson's reason."""
     try:
-        obj = json.loads(raw.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
+        obj = _deep_loads(raw.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
     except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError and the digit limit are ValueErrors
         if "digits" in str(e) and "integer" in str(e):
             limit = sys.get_int_max_str_digits()
@@ -174,3 +204,35 @@ def holds_rounded(obj: Any) -> bool:
         elif type(v) is list:
             stack.extend(v)
     return False
+
+
+_INT_LOW, _INT_HIGH = -(2**63), 2**64  # orjson writes the integers in [low, high)
+
+
+def wide_ints_exact(v: Any) -> Any:
+    """``v`` with every integer orjson cannot write (beyond -2**63..2**64-1) replaced by its exact
+    decimal digits as a JSON number (an ``orjson.Fragment``), at any depth (tuples become lists,
+    as orjson writes them)."""
+    t = type(v)
+    if t is int:
+        return v if _INT_LOW <= v < _INT_HIGH else orjson.Fragment(str(v).encode())
+    if t is dict:
+        return {k: wide_ints_exact(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [wide_ints_exact(x) for x in v]
+    return v
+
+
+def dumps_exact(v: Any, default: Any = None, option: int | None = None) -> bytes:
+    """``orjson.dumps(v, default, option)``, with integers past 64 bits written as their exact
+    digits (orjson raises for them, before asking ``default``), so that text made of values read
+    exactly (row ids, output lines) reads back as the same integers.
+
+    Example:
+        >>> dumps_exact([2**64 + 1, "k", 3])
+        b'[18446744073709551617,"k",3]'
+    """
+    try:
+        return orjson.dumps(v, default=default, option=option)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(wide_ints_exact(v), default=default, option=option)

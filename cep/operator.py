@@ -39,6 +39,7 @@ from cep.events import (
     unit_hint,
 )
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
+from cep.json_exact import dumps_exact
 from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
 from cep.safe_pickle import loads as safe_loads
@@ -713,7 +714,7 @@ class PatternOperator:
 
         a = self.automaton
         first = st.rows[best.rno - best.n + 1 - st.base]
-        key = orjson.dumps(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        key = dumps_exact(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
         base = f"{self.name}:{key}:{first[a.time_index]}:{number}"
         if a.all_rows:
             for i, r in enumerate(rows):
@@ -877,7 +878,7 @@ class PatternOperator:
         row["_waiting_for"] = list(waiting)
         row["_deadline"] = self._time_value(t0, attempt.start_ts, deadline)
         if self.row_ids:
-            key = orjson.dumps(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+            key = dumps_exact(list(first[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             row["_id"] = f"{self.name}:{key}:{t0}:timeout:{attempt.start}"
         self.stats.rows_emitted += 1
         return row
@@ -999,7 +1000,7 @@ class PatternOperator:
                             o[k] = v
                 o["rule"] = self.name
                 if self.row_ids:
-                    key = orjson.dumps(list(row[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                    key = dumps_exact(list(row[: a.npartition]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
                     o["_id"] = f"{self.name}:{key}:{row[a.time_index]}:u{r}"
                 rows.append(o)
             self.stats.rows_emitted += len(rows)

@@ -55,7 +55,10 @@ def key_hashes(keys: list[Any]) -> np.ndarray:
 
 
 def _column_hashes(values: list[Any]) -> np.ndarray:
-    hb = hash128(values)
+    try:
+        hb = hash128(values)
+    except SketchTypeError:  # (rare) an int past 64 bits among the keys
+        hb = hash128([_wide_text(v) for v in values])
     if hb.valid is None:
         return hb.h0
     h = np.zeros(len(values), dtype=np.uint64)
@@ -142,10 +145,22 @@ def _value_hashes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if v is None or (isinstance(v, float) and v != v):
             continue
         try:
-            one = hash128([v])
+            one = hash128([_wide_text(v)])
         except (SketchTypeError, TypeError, ValueError):
             continue
         if len(one.h0):
             h[i] = one.h0[0]
             valid[i] = True
     return h, valid
+
+
+_WIDE = "\0int:"  # a text starts with NUL only when the input spells \u0000 on purpose
+
+
+def _wide_text(v: Any) -> Any:
+    """An int past 64 bits (which the sketches' hash refuses) as its digits, tagged so that it
+    never hashes like the string of those digits; any other value as is. Only on the path taken
+    after the hash refused a column (no cost on the usual one)."""
+    if type(v) is int and not -(2**63) <= v < 2**64:
+        return f"{_WIDE}{v}"
+    return v

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import orjson
 
-from cep.json_exact import loads_exact
+from cep.json_exact import dumps_exact, loads_exact
 from cep.percolator import DocumentMatches, Percolator, PercolatorConfig, saved_config
 from patterns.errors import CepError, CepSyntaxError, caret_line, short_repr
 from patterns.files import MAX_QUERIES_FILE_BYTES, FileRefused, check_regular_file, strip_bom
@@ -198,7 +198,7 @@ def _line(doc: dict[str, Any], res: DocumentMatches, highlight: bool) -> bytes:
     if highlight:
         out["spans"] = {str(qid): [list(s) for s in res.spans.get(qid, ())]
                         for qid in out["matches"]}
-    return orjson.dumps(out) + b"\n"
+    return dumps_exact(out) + b"\n"  # a document id past 64 bits: its exact digits
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 
 from cep.durable.errors import DurableError
+from cep.json_exact import wide_ints_exact
 
 __all__ = ["dumps_row", "dumps_rows", "STDOUT"]
 
@@ -50,7 +51,7 @@ def dumps_row(row: dict[str, Any]) -> bytes:
     except orjson.JSONEncodeError:
         pass
     try:  # an integer orjson cannot write (beyond 64 bits): its exact digits, the row kept whole
-        return orjson.dumps(_wide_ints_exact(row), default=_json_default, option=_OPTS)
+        return orjson.dumps(wide_ints_exact(row), default=_json_default, option=_OPTS)
     except (orjson.JSONEncodeError, RecursionError):
         safe = {}
         for k, v in row.items():
@@ -89,27 +90,6 @@ def dumps_rows(rows: list[dict[str, Any]]) -> bytes:
         return b"".join([orjson.dumps(r, default=_json_default, option=_OPTS) for r in rows])
     except orjson.JSONEncodeError:  # a value orjson cannot write: each row on its own
         return b"".join(map(dumps_row, rows))
-
-
-_INT_LOW, _INT_HIGH = -(2**63), 2**64  # orjson writes the integers in [low, high)
-
-
-def _wide_ints_exact(v: Any) -> Any:
-    """``v`` with every integer orjson cannot write replaced by its exact decimal digits as a JSON
-    number (an ``orjson.Fragment``), at any depth.
-
-    A number, not text: the value keeps its type, so ``cep run`` (and Python's ``json``) reads the
-    output back as the same integer, and a rule chained on another's output compares ints with ints.
-    A reader that takes every JSON number as a double (JavaScript, pandas) rounds it: that is the
-    reader's choice, documented in docs/semantics.md."""
-    t = type(v)
-    if t is int:
-        return v if _INT_LOW <= v < _INT_HIGH else orjson.Fragment(str(v).encode())
-    if t is dict:
-        return {k: _wide_ints_exact(x) for k, x in v.items()}
-    if t is list or t is tuple:
-        return [_wide_ints_exact(x) for x in v]
-    return v
 
 
 def _safe_repr(v: Any) -> str:

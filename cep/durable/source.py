@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from cep.events import BadLine, EventBatch, decode_json_line, json_batch
+from cep.events import BadLine, EventBatch, _with_bad, decode_json_line, json_batch
 
 __all__ = ["LogSource", "MAX_LINE_BYTES"]
 
@@ -271,6 +271,4 @@ def _decode(lines: list[tuple[int, bytes | None, int]], src: str, limit: int) ->
             records.append(got)
             nums.append(lineno)
             raws.append(raw)
-    b = json_batch(records, nums, src, raws)
-    b.bad = bad
-    return b
+    return _with_bad(json_batch(records, nums, src, raws), bad)

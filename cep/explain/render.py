@@ -22,6 +22,7 @@ import orjson
 
 from cep.events import format_time
 from cep.explain.model import Explanation, Verdict
+from cep.json_exact import dumps_exact
 
 __all__ = ["render_text", "render_json", "use_color"]
 
@@ -79,7 +80,7 @@ def _value(v: Any) -> str:
     if isinstance(v, str):
         return v if v and " " not in v and len(v) <= 40 else repr(v[:37] + "..." if len(v) > 40 else v)
     if isinstance(v, (dict, list)):
-        return orjson.dumps(v, default=str).decode()
+        return dumps_exact(v, default=str).decode()  # a nested int past 64 bits: its digits
     return str(v)
 
 
