@@ -25,6 +25,7 @@ same inputs); without numba the operator keeps the automaton, which stays the re
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from dataclasses import fields
 from typing import Any, Callable
@@ -821,30 +822,21 @@ def _row_builder(nvary: int, nconst: int, nafter: int) -> Callable[[list[list], 
     """A function making a batch's output rows (dicts) from ``nvary`` value lists, then ``nconst``
     values the same in every row, then ``nafter`` more lists; names in that order.
 
-    A dict display over a row's values costs about half of ``dict(zip(names, row))`` per row,
-    which matters at tens of thousands of matches per batch. The names are passed in (never
-    written into the code). Repeated names behave as in ``dict(zip(...))``: the last value wins.
+    One ``dict(zip(names, row))`` per row over a C-level ``zip`` of the lists (the constants
+    repeated by ``itertools.repeat``), with no code generated: no module evaluates text
+    (``tests/reliability/test_hostile_rules.py``). Repeated names: the last value wins.
 
     Example:
         >>> _row_builder(2, 1, 0)([[1, 2], ["x", None]], ["a", "b", "rule"], ("r",), 2)
         [{'a': 1, 'b': 'x', 'rule': 'r'}, {'a': 2, 'b': None, 'rule': 'r'}]
     """
-    nv = nvary + nafter
-    n = nvary + nconst + nafter
-    keys = [f"v{i}" for i in range(nvary)] + [f"c{i}" for i in range(nconst)] + [f"v{nvary + i}" for i in range(nafter)]
-    body = ", ".join(f"n{i}: {k}" for i, k in enumerate(keys))
-    lines = ["def build(cols, names, consts, nm):"]
-    if n:
-        lines.append(f"    {', '.join(f'n{i}' for i in range(n))}, = names")
-    if nconst:
-        lines.append(f"    {', '.join(f'c{i}' for i in range(nconst))}, = consts")
-    if nv:
-        lines.append(f"    return [{{{body}}} for {', '.join(f'v{i}' for i in range(nv))}, in zip(*cols)]")
-    else:  # (no list to zip: one row per match all the same)
-        lines.append(f"    return [{{{body}}} for _ in range(nm)]")
-    scope: dict[str, Any] = {}
-    exec("\n".join(lines), scope)  # noqa: S102 (our own code text; only names of variables in it)
-    return scope["build"]
+    def build(cols: list[list], names: list[str], consts: tuple, nm: int) -> list[dict[str, Any]]:
+        if not nvary and not nafter:  # (no list to zip: one row per match all the same)
+            return [dict(zip(names, consts)) for _ in range(nm)]
+        parts = (*cols[:nvary], *map(itertools.repeat, consts), *cols[nvary:])
+        return [dict(zip(names, row)) for row in zip(*parts)]
+
+    return build
 
 
 def _grown(x: np.ndarray, n: int, used: int | None = None) -> np.ndarray:
