@@ -4,7 +4,7 @@ The automaton (:class:`PatternAutomaton`) is immutable and shared; every key's r
 (:class:`KeyState`) is separate, small and serialisable. ``step_key`` advances one key's state over
 rows already in event-time order; ``expire`` applies the watermark to it.
 
-One concept over about 1,150 lines, so one module: stepping one key's partial matches. The general
+One concept over about 1,240 lines, so one module: stepping one key's partial matches. The general
 path (each run's matched-row history) and the lazily built DFA path for patterns that need no
 history are two ways of taking the same transitions, and share the automaton's tables, the
 :class:`Attempt` and :class:`KeyState` bookkeeping, skip, ``WITHIN`` and the caps; building the
