@@ -313,6 +313,8 @@ class BatchDFA:
         # rules with the same history share their key ids and PREV values; None: not known (a
         # restored state, or a batch stepped in an order of its own)
         self.history: int | None = FRESH_HISTORY
+        # the history number saved with a snapshot this state was loaded from (see :meth:`load`)
+        self.restored_history: int | None = None
         # the batch being stepped: its first store index and its columns. Its rows get store
         # indices (links and masks) but their column values are copied into the store only for
         # the rows a later batch can read (see _keep_rows); until then matches read them here
@@ -792,6 +794,9 @@ class BatchDFA:
             "cols": [c[:m].copy() for c in self.cols],
             "prev": self.s_prev[:m].copy(),
             "mask": self.s_mask[:m].copy(),
+            # a number of this process: equal in two rules' states when they stepped the same shared
+            # batches since empty (cep.sharing.rejoin_histories checks it after a restore)
+            "history": self.history,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -814,7 +819,21 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
-        self.history = None  # (what it stepped before the snapshot is not known here)
+        # unknown until the engine has checked the rules restored with the same saved number against
+        # each other (cep.sharing.rejoin_histories); a snapshot from before it was saved has none
+        self.history = None
+        saved = state.get("history")
+        self.restored_history = saved if isinstance(saved, int) and not isinstance(saved, bool) else None
+
+    def back_column(self, ci: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Column ``ci`` of each key's row ``depth`` rows back from its last (1: the last), as
+        :meth:`fills` reads it: which keys have that row, and its values (keys in :attr:`key_list` order)."""
+        nk = len(self.key_list)
+        idx = self.k[3, :nk].copy()
+        for _ in range(depth - 1):
+            idx = np.where(idx >= 0, self.s_prev[np.maximum(idx, 0)], -1)
+        have = idx >= 0
+        return have, self.cols[ci][idx[have]]
 
 
 @functools.lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ import numpy as np
 
 from cep.events import Clock, EventBatch, UnitHint, to_batch
 from cep.operator import OperatorOutput, StateVersionError
-from cep.sharing import SharedBatch
+from cep.sharing import SharedBatch, rejoin_histories
 from patterns.errors import CepError
 from patterns.rules import Rule, RuleSet, load_rules
 
@@ -551,9 +551,14 @@ class Engine:
             if name in self.views:
                 self.views[name].restore(saved)
         self._startup = EngineOutput()
+        restored = []
         for name, blob in state["rules"].items():
             if name in self.operators:
                 self.operators[name].restore(blob)
+                restored.append(self.operators[name])
+        # batch-DFA rules that stepped the same shared batches before the snapshot share again
+        # (key ids, PREV values, masks), once checked to hold the same keys and rows
+        rejoin_histories([k for k in (getattr(op, "keyed_state", None) for op in restored) if k is not None])
         self.streams = set(state["streams"])
         self.bad_lines = state["bad_lines"]
 

@@ -1559,6 +1559,11 @@ class PatternOperator:
         }
         return bytes([STATE_VERSION]) + pickle.dumps(state, protocol=5)
 
+    @property
+    def keyed_state(self) -> batch_dfa.BatchDFA | None:
+        """This rule's batch-DFA state (None: its keys step on another path)."""
+        return self._keyed
+
     def restore(self, data: bytes) -> None:
         """Replace this operator's state with a snapshot taken by :meth:`snapshot`."""
         state = load_state(data, STATE_VERSION, self.name)

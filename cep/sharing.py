@@ -32,7 +32,7 @@ from cep.events import EventBatch, UnitHint, parse_times, unit_hint
 from patterns import ast as A
 
 __all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "Judged", "partition_keys", "arrange", "judge", "kernel_key",
-           "FRESH_HISTORY"]
+           "FRESH_HISTORY", "rejoin_histories"]
 
 FRESH_HISTORY = 0
 """The history of a batch-DFA rule's state that has stepped nothing yet (see :meth:`KeyOrder.history_after`)."""
@@ -156,6 +156,85 @@ class KeyOrder:
         if got is None:
             got = self.lists[name] = self.column(batch, name).tolist()
         return got
+
+
+class _Joined:
+    """Batch-DFA states restored with one saved history number that were checked to agree: the
+    keys, their row counts and every (column, rows back) value any of them can read for PREV."""
+
+    def __init__(self, first: Any):
+        self.members = [first]
+        self.keys = first.key_list
+        self.nrows = first.k[0, : len(first.key_list)]
+        self.back: dict[tuple[str, int], tuple] = {}
+        self.admit(first)
+
+    def admit(self, keyed: Any) -> bool:
+        """Whether ``keyed`` holds what every state joined so far holds (then it joins them)."""
+        if len(keyed.key_list) != len(self.keys) or keyed.key_list != self.keys \
+                or not np.array_equal(keyed.k[0, : len(self.keys)], self.nrows):
+            return False
+        mine: dict[tuple[str, int], tuple] = {}
+        for ci, name in enumerate(keyed.a.columns):
+            for depth in range(1, keyed.a.max_back + 1):
+                view = _back_view(*keyed.back_column(ci, depth))
+                known = self.back.get((name, depth))
+                if known is not None and known != view:
+                    return False
+                mine[(name, depth)] = view
+        # (every view is checked before any is kept: a state refused leaves the others' views as they were)
+        for at, view in mine.items():
+            self.back.setdefault(at, view)
+        if keyed is not self.members[0]:
+            self.members.append(keyed)
+        return True
+
+
+def _back_view(have: np.ndarray, values: np.ndarray) -> tuple:
+    """What PREV reads of one column at one depth, comparable with ``==``: equal views are equal
+    values of equal types (NaN equal to NaN; a different dtype is a different view, which only
+    means less sharing)."""
+    if values.dtype == object:
+        got: Any = tuple((type(v), "NaN" if isinstance(v, float) and v != v else v) for v in values.tolist())
+    else:
+        got = values.tobytes()
+    return have.tobytes(), values.dtype.str, got
+
+
+def rejoin_histories(states: list[Any]) -> int:
+    """Give batch-DFA states just restored from one engine snapshot their shared history back.
+
+    Each state saved its history number (:meth:`KeyOrder.history_after`); a restored one starts
+    with none (``history`` None: it shares nothing). States restored with the same saved number
+    get one new number here, but only after checking that they hold the same keys in the same
+    order, the same row counts and the same values for every (column, rows back) that PREV can
+    read in any two of them: a state that differs (a corrupt or hand-made snapshot) keeps no
+    history, so sharing is lost, never wrong. Returns how many states got a history.
+
+    Example:
+        >>> rejoin_histories([])
+        0
+    """
+    groups: dict[int, list[Any]] = {}
+    for keyed in states:
+        saved, keyed.restored_history = keyed.restored_history, None
+        if saved is not None:
+            groups.setdefault(saved, []).append(keyed)
+    joined = 0
+    for members in groups.values():
+        found: list[_Joined] = []
+        for keyed in members:
+            if not any(j.admit(keyed) for j in found):
+                found.append(_Joined(keyed))
+        for j in found:
+            # a history no other state has would share nothing, and would keep that state from
+            # sharing by values (cep.operator.PatternOperator._masks): it stays unknown
+            if len(j.members) > 1:
+                number = next(_HISTORIES)
+                for keyed in j.members:
+                    keyed.history = number
+                joined += len(j.members)
+    return joined
 
 
 def arrange(keys: np.ndarray, ts: np.ndarray, seq: np.ndarray, gap_ms: int | None = None) -> KeyOrder:
