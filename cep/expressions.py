@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cep.json_exact import hashable_exact
 from patterns import ast as A
 from patterns.compiler import is_row_local, split_conjuncts
 from patterns.glob import Glob
@@ -211,7 +212,7 @@ class AggSpec:
             from sketches import HyperLogLog
 
             h = state.copy() if state is not None else HyperLogLog(p=12)
-            h.update(v)
+            h.update(hashable_exact(v))  # (an int past 64 bits: the float it equals, else its digits)
             return h
         if state is None:
             return v

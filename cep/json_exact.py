@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 
 __all__ = ["loads_fast", "after_refusal", "loads_exact", "rounded_rows", "holds_rounded", "ROUNDED_FROM", "PLAIN_KINDS", "ORJSON_DEPTH",
-           "dumps_exact", "wide_ints_exact"]
+           "dumps_exact", "wide_ints_exact", "hashable_exact", "WIDE_TAG"]
 
 ROUNDED_FROM = 2.0 ** 63
 """Magnitude from which a float orjson produced may be a rounded integer literal (floats there are all whole)."""
@@ -236,3 +236,28 @@ def dumps_exact(v: Any, default: Any = None, option: int | None = None) -> bytes
         return orjson.dumps(v, default=default, option=option)
     except orjson.JSONEncodeError:
         return orjson.dumps(wide_ints_exact(v), default=default, option=option)
+
+
+WIDE_TAG = "\0int:"
+"""What :func:`hashable_exact` puts before the digits of an int no float equals (a text starts with
+NUL only when the input spells ``\\u0000`` on purpose)."""
+
+
+def hashable_exact(v: Any) -> Any:
+    """``v`` in a form the sketches' hash (:func:`sketches.hash128`, 64-bit integers only) takes,
+    hashing alike exactly when Python finds the values equal: an integer past 64 bits as the float
+    it equals (floats that large hash by their bits, as the float itself does), else as its
+    digits tagged with :data:`WIDE_TAG`, so that it never hashes like the same digits as text; any
+    other value as is. For distinct counts, "seen before" and sketches over values read exactly.
+
+    Example:
+        >>> hashable_exact(2**64), hashable_exact(2**64 + 1), hashable_exact(-(2**70) - 3), hashable_exact("x")
+        (1.8446744073709552e+19, '\x00int:18446744073709551617', '\x00int:-1180591620717411303427', 'x')
+    """
+    if type(v) is not int or _INT_LOW <= v < _INT_HIGH:
+        return v
+    try:
+        f = float(v)
+    except OverflowError:  # (past a double's range: no float equals it)
+        return f"{WIDE_TAG}{v}"
+    return f if int(f) == v else f"{WIDE_TAG}{v}"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from cep.json_exact import hashable_exact
 from sketches import ScalableBloomFilter, SketchTypeError, hash128
 
 __all__ = ["SeenFilter", "key_hashes"]
@@ -154,13 +155,8 @@ def _value_hashes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h, valid
 
 
-_WIDE = "\0int:"  # a text starts with NUL only when the input spells \u0000 on purpose
-
-
 def _wide_text(v: Any) -> Any:
-    """An int past 64 bits (which the sketches' hash refuses) as its digits, tagged so that it
-    never hashes like the string of those digits; any other value as is. Only on the path taken
-    after the hash refused a column (no cost on the usual one)."""
-    if type(v) is int and not -(2**63) <= v < 2**64:
-        return f"{_WIDE}{v}"
-    return v
+    """An int past 64 bits (which the sketches' hash refuses) in a form it takes
+    (:func:`cep.json_exact.hashable_exact`: the float it equals, else its tagged digits); any other
+    value as is. Only on the path taken after the hash refused a column (no cost on the usual one)."""
+    return hashable_exact(v)

@@ -8,6 +8,7 @@ windows laid side by side) must treat them alike; the array helpers they share l
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import Counter
 from itertools import repeat
@@ -18,6 +19,7 @@ import pandas as pd
 
 from cep.analytics.arrays import _NEG, _POS, _REDUCE, _concat_parts, _Groups, _pair_words, _reduce
 from cep.analytics.context import _Ctx
+from cep.json_exact import WIDE_TAG, hashable_exact
 from patterns.analytics import Aggregate
 from sketches import CountMinSketch, HyperLogLog, SketchTypeError, TopK, hash128
 from sketches.hyperloglog import ADDR_BITS, hll_coupons
@@ -156,8 +158,11 @@ def _range_reduce(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, uf) -> np.ndarr
     return out
 
 
-def _numbers(vals: np.ndarray, what: str) -> tuple[tuple[np.ndarray, ...], dict[int, str]]:
-    """(int values, float values, is-int, is-float) with NULL as neither; bad rows with a reason."""
+def _numbers(vals: np.ndarray, what: str, wide: dict[int, int] | None = None) -> tuple[tuple[np.ndarray, ...], dict[int, str]]:
+    """(int values, float values, is-int, is-float) with NULL as neither; bad rows with a reason.
+
+    ``wide``: where the ints past 64 bits go ({row: value}, the row neither int nor float here),
+    for an aggregate that takes them exactly; without it they are bad rows."""
     n = len(vals)
     ival = np.zeros(n, dtype=np.int64)
     fval = np.zeros(n, dtype=np.float64)
@@ -185,8 +190,10 @@ def _numbers(vals: np.ndarray, what: str) -> tuple[tuple[np.ndarray, ...], dict[
                 if -(2**63) <= v < 2**63:
                     ival[i] = v
                     isint[i] = True
+                elif wide is not None:
+                    wide[i] = v
                 else:
-                    bad[i] = f"{what}: {v!r} does not fit in 64 bits"
+                    bad[i] = f"{what}: {_short(v)} does not fit in 64 bits, expected an integer from -2**63 to 2**63-1 or a float"
             elif isinstance(v, float):
                 if v == v:
                     fval[i] = v
@@ -232,8 +239,16 @@ class _Sum(_Aligned):
     reducers = ("sum", "sum", "sum", "sum", "sum")
 
     def prepare(self, vals):
-        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
-        return (ival >> 32, ival & 0xFFFFFFFF, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+        wide: dict[int, int] = {}
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text, wide)
+        hi, lo = ival >> 32, ival & 0xFFFFFFFF
+        if wide:
+            # an int past 64 bits: its high part as a Python int (the sums of that array are then
+            # Python ints, exact at any size; numpy adds object arrays with Python's +)
+            hi = hi.astype(object)
+            for i, v in wide.items():
+                hi[i], lo[i], isint[i] = v >> 32, v & 0xFFFFFFFF, True
+        return (hi, lo, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
 
     def result(self, state, n, cells, ctx):
         ihi, ilo, fsum, ni, nf = state
@@ -252,7 +267,10 @@ class _Sum(_Aligned):
                 for i in redo.tolist():
                     c = int(nn[i])
                     if c:
-                        out[i] = (int(isum[i]) / c) if nf[i] == 0 else (int(isum[i]) + float(fsum[i])) / c
+                        try:
+                            out[i] = (int(isum[i]) / c) if nf[i] == 0 else (int(isum[i]) + float(fsum[i])) / c
+                        except OverflowError:  # a mean past a double's range: its float is infinite
+                            out[i] = math.inf if int(isum[i]) > 0 else -math.inf
                 return out, nulls
         if not nf.any():
             return isum, nulls
@@ -308,14 +326,28 @@ class _MinMax(_Aligned):
                 else:
                     bad[i] = f"{self.agg.text}: {_short(v)} is a {type(v).__name__}; earlier values were strings"
             return (out,), bad
-        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text)
+        wide: dict[int, int] = {}
+        (ival, fval, isint, isfloat), bad = _numbers(vals, self.agg.text, wide)
         if kind == "number":
             for i, reason in list(bad.items()):
                 if "expected a number" in reason:
                     bad[i] = reason.replace("expected a number", "earlier values were numbers")
-        ival = np.where(isint, ival, self.isent)
+        if wide:
+            ival = ival.astype(object)
+            for i, v in wide.items():
+                ival[i], isint[i] = v, True
+            ival[~isint] = self.fsent
+        else:
+            ival = np.where(isint, ival, self.isent)
         fval = np.where(isfloat, fval, self.fsent)
         return (ival, fval, isint.astype(np.int64), isfloat.astype(np.int64)), bad
+
+    def _wide(self, ival: np.ndarray, has: np.ndarray) -> np.ndarray:
+        """``ival`` as Python ints, no-int places (``has`` 0) holding an infinite float: an int past
+        64 bits lies beyond the int64 placeholder, which would otherwise win a MIN or MAX."""
+        out = ival.astype(object)
+        out[np.asarray(has) == 0] = self.fsent
+        return out
 
     def _strings(self) -> bool:
         return self.kind() == "string"
@@ -325,6 +357,8 @@ class _MinMax(_Aligned):
             # events prepared before the first value fixed the kind (numbers' four arrays) held no
             # value, only NULLs: as strings they are NULL too, never the numbers' sentinel
             parts = [p if len(p) == 1 else (np.full(len(p[0]), None, dtype=object),) for p in parts]
+        elif any(len(p) == 4 and p[0].dtype == object for p in parts):
+            parts = [(self._wide(p[0], p[2]), *p[1:]) for p in parts]
         return super().concat(parts)
 
     def build(self, inputs, g, cells):
@@ -338,6 +372,8 @@ class _MinMax(_Aligned):
             parts = [(st if len(st) == 1 else (np.full(len(c), None, dtype=object),), p, c) for st, p, c in parts]
             vals, pos = _concat_parts(parts, nout, 0)
             return (_object_best(np.concatenate(vals), pos, nout, self.agg.func),)
+        if any(st[0].dtype == object for st, _p, _c in parts):
+            parts = [((self._wide(st[0], st[2]), *st[1:]), p, c) for st, p, c in parts]
         return super().combine(parts, nout)
 
     def result(self, state, n, cells, ctx):
@@ -437,6 +473,9 @@ def _hash(vals: np.ndarray, what: str, skip_empty: bool):
         pass
     clean = vals.astype(object, copy=True)
     for i, v in enumerate(vals.tolist()):
+        # an int past 64 bits is a value like any other: hashed as the float it equals, else as
+        # its tagged digits (equal hashes exactly where Python finds the values equal)
+        clean[i] = v = hashable_exact(v)
         try:
             hash128([v])
         except (SketchTypeError, TypeError, ValueError):
@@ -925,6 +964,13 @@ class _TopK(_Kernel):
                                            cache=self.op._string_hash_cache)
         out = vals.astype(object) if vals.dtype != object else vals.copy()
         out[~valid] = None
+        if vals.dtype == object:
+            # the sketch hashes 64-bit ints only: an int past them is counted as its tagged digits
+            # (never equal to a text) and read back as the int (_unwide)
+            for i in np.flatnonzero(valid).tolist():
+                v = out[i]
+                if type(v) is int and not -(2**63) <= v < 2**64:
+                    out[i] = f"{WIDE_TAG}{v}"
         return (out, valid), bad
 
     sliceable = True
@@ -962,7 +1008,7 @@ class _TopK(_Kernel):
         out = np.empty(len(n), dtype=object)
         for i in range(len(n)):
             t = state.get(i)
-            out[i] = [[v, c] for v, c in t.top(self.k)] if t is not None else []
+            out[i] = [[_unwide(v), c] for v, c in t.top(self.k)] if t is not None else []
         return out, False
 
     def empty(self):
@@ -979,11 +1025,16 @@ class _TopK(_Kernel):
 
         def read(c: Counter, q: int):
             top = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-            return [[first[hv], cnt] for hv, cnt in top]
+            return [[_unwide(first[hv]), cnt] for hv, cnt in top]
 
         out = np.empty(len(lo), dtype=object)
         out[:] = _slide_counter(h, valid, lo, hi, read)
         return out, False
+
+
+def _unwide(v: Any) -> Any:
+    """An int past 64 bits counted by :class:`_TopK` as its tagged digits, as the int again."""
+    return int(v[len(WIDE_TAG):]) if type(v) is str and v.startswith(WIDE_TAG) else v
 
 
 class _CountMin(_Kernel):
