@@ -128,7 +128,7 @@ def _load_queries(path: str, perc: Percolator, skip_header: bool) -> tuple[int, 
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = orjson.loads(raw)
+                row = loads_exact(raw)  # query ids past 64 bits exact, as document ids are
             except orjson.JSONDecodeError as exc:
                 _warn(f"{where}: skipped query line: invalid JSON ({exc})")
                 rejected += 1

@@ -263,3 +263,24 @@ def test_queries_saved_by_the_percolator(files: tuple[Path, Path], tmp_path: Pat
     assert out_lines(captured.out)[0] == {"id": "d1", "matches": ["both", "one"]}
     assert out_lines(captured.out)[2] == {"id": "d3", "matches": []}
     assert captured.err.strip().startswith("cep percolate: 2 queries loaded, 0 rejected;")
+
+
+def test_query_ids_past_64_bits_stay_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Query ids are read as exactly as document ids (cep/json_exact.py): neighbours past 2**64
+    stay two queries, and the output names each by its own digits."""
+    big = 2**64
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes(b"".join(
+        b'{"id": %d, "query": "%s"}\n' % (i, q.encode())
+        for i, q in [(big, "apple"), (big + 1, "pear"), (-(2**70) - 1, "apple AND pie"), (10**400, "fig")]))
+    docs = tmp_path / "d.jsonl"
+    docs.write_bytes(b'{"id": %d, "body": "apple pie with pear and fig"}\n' % (big + 3))
+    assert cli("--queries", str(queries), "--input", str(docs)) == 0
+    out, err = capsys.readouterr()
+    assert "4 queries loaded, 0 rejected" in err and "4 matches" in err, err
+    line = out.strip().encode()
+    assert line.startswith(b'{"id":18446744073709551619,"matches":[')
+    import json
+
+    got = json.loads(line)
+    assert sorted(got["matches"]) == sorted([big, big + 1, -(2**70) - 1, 10**400])
