@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import cep.engine as engine_mod  # noqa: E402
 from bench_many_rules import RESULTS, batch_dfa_rules, load_batches, rule_set  # noqa: E402
+
+import cep.engine as engine_mod  # noqa: E402
 from cep.engine import Engine  # noqa: E402
 
 

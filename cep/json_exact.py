@@ -251,8 +251,10 @@ def hashable_exact(v: Any) -> Any:
     other value as is. For distinct counts, "seen before" and sketches over values read exactly.
 
     Example:
-        >>> hashable_exact(2**64), hashable_exact(2**64 + 1), hashable_exact(-(2**70) - 3), hashable_exact("x")
-        (1.8446744073709552e+19, '\x00int:18446744073709551617', '\x00int:-1180591620717411303427', 'x')
+        >>> hashable_exact(2**64), hashable_exact("x"), hashable_exact(7)
+        (1.8446744073709552e+19, 'x', 7)
+        >>> hashable_exact(2**64 + 1) == WIDE_TAG + "18446744073709551617"
+        True
     """
     if type(v) is not int or _INT_LOW <= v < _INT_HIGH:
         return v
