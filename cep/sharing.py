@@ -160,7 +160,7 @@ class KeyOrder:
 
 class _Joined:
     """Batch-DFA states restored with one saved history number that were checked to agree: the
-    keys, their row counts and every (column, rows back) value any of them can read for PREV."""
+    keys, their row counts and every (column, rows back) value any two of them can read for PREV."""
 
     def __init__(self, first: Any):
         self.members = [first]
@@ -175,7 +175,10 @@ class _Joined:
                 or not np.array_equal(keyed.k[0, : len(self.keys)], self.nrows):
             return False
         mine: dict[tuple[str, int], tuple] = {}
+        reads = _prev_columns(keyed.a)
         for ci, name in enumerate(keyed.a.columns):
+            if name not in reads:
+                continue  # (no condition of this rule reads it from before a batch)
             for depth in range(1, keyed.a.max_back + 1):
                 view = _back_view(*keyed.back_column(ci, depth))
                 known = self.back.get((name, depth))
@@ -188,6 +191,18 @@ class _Joined:
         if keyed is not self.members[0]:
             self.members.append(keyed)
         return True
+
+
+def _prev_columns(automaton: Any) -> frozenset[str]:
+    """The columns inside any ``PREV`` of a rule's row-local conditions: the only values the rules
+    sharing a history read from before a batch (cep.operator.PatternOperator._masks)."""
+    names: set[str] = set()
+    for exprs in automaton.local_exprs:
+        for e in exprs:
+            for x in A.walk_expr(e):
+                if isinstance(x, A.Nav) and x.kind == "PREV":
+                    names.update(c.name for c in A.walk_expr(x) if isinstance(c, A.Column))
+    return frozenset(names)
 
 
 def _back_view(have: np.ndarray, values: np.ndarray) -> tuple:
