@@ -244,22 +244,54 @@ NUL only when the input spells ``\\u0000`` on purpose)."""
 
 
 def hashable_exact(v: Any) -> Any:
-    """``v`` in a form the sketches' hash (:func:`sketches.hash128`, 64-bit integers only) takes,
-    hashing alike exactly when Python finds the values equal: an integer past 64 bits as the float
-    it equals (floats that large hash by their bits, as the float itself does), else as its
-    digits tagged with :data:`WIDE_TAG`, so that it never hashes like the same digits as text; any
-    other value as is. For distinct counts, "seen before" and sketches over values read exactly.
+    """``v`` in a form the sketches' hash (:func:`sketches.hash128`) takes, hashing alike exactly
+    when Python finds the values equal: an integer outside the signed 64-bit range as the float it
+    equals (floats that large hash by their bits, as the float itself does), else as its digits
+    tagged with :data:`WIDE_TAG`, so that it never hashes like the same digits as text; any other
+    value as is. For distinct counts, "seen before" and sketches over values read exactly.
+
+    The sketches' hash takes an unsigned 64-bit integer as its 64-bit image (the DataSketches
+    convention), which is also a negative int64's: ``2**64 - 1`` would be ``-1``. So the integers
+    from 2**63 to 2**64-1 take this form too (see :func:`past_signed_64`).
 
     Example:
-        >>> hashable_exact(2**64), hashable_exact("x"), hashable_exact(7)
-        (1.8446744073709552e+19, 'x', 7)
+        >>> hashable_exact(2**64), hashable_exact("x"), hashable_exact(7), hashable_exact(2**63)
+        (1.8446744073709552e+19, 'x', 7, 9.223372036854776e+18)
         >>> hashable_exact(2**64 + 1) == WIDE_TAG + "18446744073709551617"
         True
+        >>> hashable_exact(2**64 - 1) == WIDE_TAG + "18446744073709551615"
+        True
     """
-    if type(v) is not int or _INT_LOW <= v < _INT_HIGH:
+    if type(v) is not int:
+        if not isinstance(v, np.unsignedinteger) or v < _SIGNED_HIGH:
+            return v
+        v = int(v)
+    elif _INT_LOW <= v < _SIGNED_HIGH:
         return v
     try:
         f = float(v)
     except OverflowError:  # (past a double's range: no float equals it)
         return f"{WIDE_TAG}{v}"
     return f if int(f) == v else f"{WIDE_TAG}{v}"
+
+
+_SIGNED_HIGH = 2**63
+
+
+def past_signed_64(values: np.ndarray | list) -> bool:
+    """Whether a column holds an integer from 2**63 to 2**64-1 (an unsigned column, or Python or
+    numpy ints among objects), which :func:`sketches.hash128` would hash as the negative int64 with
+    the same bits: such a column is hashed value by value through :func:`hashable_exact`.
+
+    Example:
+        >>> past_signed_64(np.array([1, 2**64 - 1], dtype=np.uint64)), past_signed_64([-1, "a"])
+        (True, False)
+    """
+    if isinstance(values, np.ndarray):
+        kind = values.dtype.kind
+        if kind == "u":
+            return values.dtype.itemsize == 8 and bool(len(values)) and int(values.max()) >= _SIGNED_HIGH
+        if kind != "O":
+            return False
+        values = values.tolist()
+    return any(isinstance(v, (int, np.unsignedinteger)) and v >= _SIGNED_HIGH for v in values)

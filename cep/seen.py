@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from cep.json_exact import hashable_exact
+from cep.json_exact import hashable_exact, past_signed_64
 from sketches import ScalableBloomFilter, SketchTypeError, hash128
 
 __all__ = ["SeenFilter", "key_hashes"]
@@ -57,8 +57,10 @@ def key_hashes(keys: list[Any]) -> np.ndarray:
 
 def _column_hashes(values: list[Any]) -> np.ndarray:
     try:
+        if past_signed_64(values):  # (the hash would take 2**64-1 for -1)
+            raise SketchTypeError("unsigned 64-bit keys")
         hb = hash128(values)
-    except SketchTypeError:  # (rare) an int past 64 bits among the keys
+    except SketchTypeError:  # (rare) an int outside the signed 64 bits among the keys
         hb = hash128([_wide_text(v) for v in values])
     if hb.valid is None:
         return hb.h0
@@ -128,7 +130,7 @@ def _value_hashes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h[valid] = hash128(values[valid]).h0
         return h, valid
     try:
-        hb = hash128(values)
+        hb = None if past_signed_64(values) else hash128(values)  # (2**64-1 would hash as -1)
     except (SketchTypeError, TypeError, ValueError):
         hb = None
     if hb is not None:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from cep.analytics.arrays import _NEG, _POS, _REDUCE, _concat_parts, _Groups, _pair_words, _reduce
 from cep.analytics.context import _Ctx
-from cep.json_exact import WIDE_TAG, hashable_exact
+from cep.json_exact import WIDE_TAG, hashable_exact, past_signed_64
 from patterns.analytics import Aggregate
 from sketches import CountMinSketch, HyperLogLog, SketchTypeError, TopK, hash128
 from sketches.hyperloglog import ADDR_BITS, hll_coupons
@@ -467,14 +467,15 @@ class _FirstSeen(_Aligned):
 def _hash(vals: np.ndarray, what: str, skip_empty: bool):
     """hash128 of a column; rows of a type no sketch can hash are reported, not raised."""
     bad: dict[int, str] = {}
-    try:
-        return hash128(vals, skip_empty=skip_empty), bad
-    except (SketchTypeError, TypeError, ValueError):
-        pass
+    if not past_signed_64(vals):  # (else the hash would take 2**64-1 for -1: value by value below)
+        try:
+            return hash128(vals, skip_empty=skip_empty), bad
+        except (SketchTypeError, TypeError, ValueError):
+            pass
     clean = vals.astype(object, copy=True)
     for i, v in enumerate(vals.tolist()):
-        # an int past 64 bits is a value like any other: hashed as the float it equals, else as
-        # its tagged digits (equal hashes exactly where Python finds the values equal)
+        # an int outside the signed 64 bits is a value like any other: hashed as the float it
+        # equals, else as its tagged digits (equal hashes exactly where Python finds the values equal)
         clean[i] = v = hashable_exact(v)
         try:
             hash128([v])

@@ -30,13 +30,14 @@ def _value(rnd: random.Random) -> Any:
     if r < 0.1:
         return None
     if r < 0.3:
-        return rnd.choice([-1, 0, 7, 2**62, -(2**63)])
+        # (2**63 .. 2**64-1: the sketches' hash would take their 64-bit images, -2**63 .. -1)
+        return rnd.choice([-1, 0, 7, 2**62, -(2**63), -(2**63) + 1, 2**63, 2**63 + 1, 2**64 - 1])
     if r < 0.5:
         return rnd.choice([2**64, 2**64 + 1, -(2**64) - 1, 2**70, 2**70 + 3, 3 * 2**80])
     if r < 0.6:
         return rnd.choice([10**400, -(10**400) - 1])  # past a double's range
     if r < 0.75:
-        return rnd.choice([2.0**70, 2.0**64, 0.5, -1.0])  # equal to some of the ints above
+        return rnd.choice([2.0**70, 2.0**64, 2.0**63, 0.5, -1.0])  # equal to some of the ints above
     return rnd.randrange(-(2**100), 2**100)
 
 
@@ -166,3 +167,28 @@ def test_heavy_hitters_report_wide_ints_as_ints_and_an_infinite_mean_is_inf() ->
     assert sorted(x[0] for x in row["t"][1:]) == [-(2**90), 7]
     assert row["a"] == float("inf")  # (the mean of 10**400 and small numbers: past a double's range)
     assert row["av"] == sum(vs) / 4
+
+
+def test_unsigned_64_bit_ints_are_not_their_negative_images() -> None:
+    """2**64-1 and -1 have the same 64 bits (as do 2**63 and -2**63): the sketches' hash alone
+    would count them as one value; and 2**63 equals the float 2.0**63, one value to Python."""
+    for vals, distinct in (([2**64 - 1, -1], 2), ([2**63, -(2**63)], 2), ([2**63, 2.0**63], 1),
+                           ([2**64 - 1, -1, 2**64 - 1, 5], 3)):
+        events = [{"k": "a", "ts": i, "v": v, "w": 1} for i, v in enumerate(vals)]
+        eng = Engine([_rule()])
+        rows = [r for o in (eng.process(events), eng.finish()) for r in o.matches]
+        assert [(r["d"], r["ad"]) for r in rows] == [(distinct, distinct)], vals
+
+
+def test_first_seen_tells_unsigned_64_bit_values_and_keys_from_their_images() -> None:
+    """FIRST_SEEN (cep/seen.py) hashes keys and values: 2**64-1 is not -1 in either."""
+    from cep.seen import SeenFilter, key_hashes
+    import numpy as np
+
+    f = SeenFilter()
+    first, _ = f.first_seen(key_hashes(["a", "a"]), np.array([2**64 - 1, -1], dtype=object))
+    assert first.tolist() == [True, True]
+    first, _ = f.first_seen(key_hashes(["a"]), np.array([2**64 - 1], dtype=np.uint64))
+    assert first.tolist() == [False]
+    keys = key_hashes([2**64 - 1, -1, (2**63, "x"), (-(2**63), "x")])
+    assert len(set(keys.tolist())) == 4
