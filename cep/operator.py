@@ -27,6 +27,7 @@ import numpy as np
 
 import cep.absence as absence_path
 import cep.batch_dfa as batch_dfa
+import cep.lanes as lanes_path
 from cep.events import (
     DEFAULT_MAX_FUTURE_SKEW_MS,
     Clock,
@@ -176,6 +177,7 @@ class PatternOperator:
         self.unit_checked = False  # the first batch's times were looked at for a wrong unit
         self.unit_hint: UnitHint | None = None
         self.states: dict[Any, KeyState] = {}
+        self._lane_pool: Any = None  # the lane arrays of the keys stepped in one call (cep/lanes.py step_batch)
         # keys with live partial matches, in the order they became live (a dict: ordered, so the
         # order of rows emitted at a watermark is the same in every run)
         self.active: dict[Any, None] = {}
@@ -1116,6 +1118,15 @@ class PatternOperator:
         watch = a.within is not None
         max_back = a.max_back
         starts_l, ends_l = starts.tolist(), ends.tolist()
+        batch = None
+        if own_rows and sessions is None and lanes_path.USE_BATCH:
+            # every key on the compiled lane path steps in one call; what each still needs of the
+            # engine (a match to output, the cap) is done below in key order
+            batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, col_lists, masks_list,
+                                     ts_list, states_map.values(), stats)
+            if batch is not None:
+                self._lane_pool = batch.pool
+        where = batch.where if batch is not None else {}
         for i in segs:
             s, e, st, key = starts_l[i], ends_l[i], states[i], seg_keys[i]
             if sessions is not None and sessions[i]:
@@ -1152,7 +1163,11 @@ class PatternOperator:
                 if key in active:
                     del active[key]
                 continue
-            step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
+            x = where.get(i)
+            if x is not None:
+                batch.finish(x, st, emit, stats, e)  # type: ignore[union-attr]
+            else:
+                step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
             if st.deferred:
                 self._emit_deferred(st, emit)
             if st.attempts or st.deferred:
@@ -1572,6 +1587,7 @@ class PatternOperator:
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
         self.states = {}
+        self._lane_pool = None
         for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred, *more in state["keys"]:
             st = KeyState()
             if more:
