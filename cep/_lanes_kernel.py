@@ -1,4 +1,4 @@
-"""The compiled loop of :mod:`cep.lanes` (numba): step one key's live start rows over its rows of a batch.
+"""The compiled loop of :mod:`cep.lanes` (numba): step a key's live start rows over its rows of a batch, or every key's in one call.
 
 Imported only when a rule takes the lane path with numba allowed. The loop mirrors the numpy
 stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and ``B`` conditions
@@ -12,7 +12,8 @@ output, or a start row's runs fork (before anything of that row is changed).
 
 The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
 order; ``io`` carries the scalars in and out (see the ``IO_`` indexes); ``made`` returns the
-fields of the lanes made in the call that are still queued.
+fields of the lanes made in the call that are still queued. ``step_batch`` runs the same loop
+(``_run``) for every key of a batch in one call, over one set of lane arrays shared by the keys.
 """
 
 from __future__ import annotations
