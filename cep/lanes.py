@@ -1062,7 +1062,7 @@ class LaneBatch:
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
                  Q: np.ndarray, made: list, cols, masks, ts, where: dict[int, int]):
         self.a, self.kp, self.pool, self.got = a, kp, pool, got
-        self.keys = keys  # one row per key stepped (_lanes_kernel.K_*), as the call left it
+        self.keys = keys.tolist()  # one row per key stepped (_lanes_kernel.K_*), as the call left it
         self.Q = Q
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
         self.cols, self.masks, self.ts = cols, masks, ts
@@ -1073,7 +1073,7 @@ class LaneBatch:
         and retained rows, then whatever the loop returned for (a match to output, the cap)."""
         a, kp, pool = self.a, self.kp, self.pool
         LK = kp.lk
-        row = self.keys[x].tolist()
+        row = self.keys[x]
         s, n, rno0, _, qoff, qlen, moff = row[:7]
         j, _, qh, qt, _, _, _, _, status, middle, nm = row[7:]
         attempts = st.attempts
