@@ -1,4 +1,4 @@
-"""The compiled loop of :mod:`cep.lanes` (numba): step one key's live start rows over its rows of a batch.
+"""The compiled loop of :mod:`cep.lanes` (numba): step a key's live start rows over its rows of a batch, or every key's in one call.
 
 Imported only when a rule takes the lane path with numba allowed. The loop mirrors the numpy
 stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and ``B`` conditions
@@ -12,7 +12,8 @@ output, or a start row's runs fork (before anything of that row is changed).
 
 The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
 order; ``io`` carries the scalars in and out (see the ``IO_`` indexes); ``made`` returns the
-fields of the lanes made in the call that are still queued.
+fields of the lanes made in the call that are still queued. ``step_batch`` runs the same loop
+(``_run``) for every key of a batch in one call, over one set of lane arrays shared by the keys.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from numba import njit
 
 from cep import _expr_kernel as EK
 
-__all__ = ["step", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
+__all__ = ["step", "step_batch", "K_S", "K_N", "K_RNO", "K_RESUME", "K_QOFF", "K_QLEN", "K_MOFF", "K_SIZE", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
            "IO_STATUS", "IO_MIDDLE", "IO_NMADE", "IO_SIZE", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
@@ -54,22 +55,91 @@ def step(XB, s, n, masks, ts, rno0, io,
          L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
+    cap_q = Q.shape[0]
+    na = agg_x.shape[0]
+    noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
+    _run(XB, s, n, masks, ts, rno0, io, L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best,
+         Q, killed, bested, made, noted, np.empty(cap_q, np.int64), np.zeros(cap_q, np.bool_),
+         np.zeros(cap_q, np.bool_), np.zeros(cap_q, np.bool_), np.empty((depth, cap_q)),
+         np.zeros((3, na), np.int64), np.zeros((3, na)),
+         code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
+         has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap)
+
+
+# keys: one row per key of a batch, its fields at these indexes (in: first batch row, rows, first
+# partition row number, resume row, start of its queue in Q, its queued lanes; out: the io of its
+# last call, its made rows' start in ``made``)
+K_S, K_N, K_RNO, K_RESUME, K_QOFF, K_QLEN, K_MOFF = range(7)
+K_SIZE = 7 + IO_SIZE
+
+
+@njit(cache=_CACHE, error_model="numpy")
+def step_batch(XB, masks, ts, keys, nl, peak,
+               L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
+               code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
+               has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
+    """:func:`step` for every key of a batch in one call, each from its own first row to its
+    first row that needs the engine (or its last); the lanes of all keys share the arrays (one
+    pool), each key its part of ``Q`` (``K_QOFF``), ``killed``/``bested`` are one list for all,
+    ``made`` one list with each key's part from ``K_MOFF``. Returns (lanes used, killed, bested, made)."""
+    nk_all = keys.shape[0]
+    cap_q = 1
+    for x in range(nk_all):
+        c = keys[x, K_QLEN] + keys[x, K_N]
+        if c > cap_q:
+            cap_q = c
+    na = agg_x.shape[0]
+    noted = np.zeros(L_best.shape[0], np.int8)
+    ids = np.empty(cap_q, np.int64)
+    prev_ok = np.zeros(cap_q, np.bool_)
+    out_r = np.zeros(cap_q, np.bool_)
+    out_b = np.zeros(cap_q, np.bool_)
+    stack = np.empty((depth, cap_q))
+    add_cnt = np.zeros((3, na), np.int64)
+    add_sum = np.zeros((3, na))
+    nk = 0
+    nb = 0
+    nm = 0
+    for x in range(nk_all):
+        io = keys[x, 7:]
+        io[IO_NL] = nl
+        io[IO_QT] = keys[x, K_QLEN]
+        io[IO_PEAK] = peak
+        io[IO_RESUME] = keys[x, K_RESUME]
+        io[IO_NKILL] = nk
+        io[IO_NBEST] = nb
+        keys[x, K_MOFF] = nm
+        q0 = keys[x, K_QOFF]
+        nb0 = nb
+        _run(XB, keys[x, K_S], keys[x, K_N], masks, ts, keys[x, K_RNO], io, L_start, L_ts, L_k, L_kb, L_sid, L_bx,
+             L_S, L_SUM, L_CNT, L_alive, L_best, Q[q0: q0 + keys[x, K_QLEN] + keys[x, K_N]], killed, bested,
+             made[nm:], noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
+             code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
+             has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap)
+        nl = io[IO_NL]
+        peak = io[IO_PEAK]
+        nk = io[IO_NKILL]
+        nb = io[IO_NBEST]
+        nm += io[IO_NMADE]
+        for y in range(nb0, nb):  # (``noted`` is per call)
+            noted[bested[y]] = 0
+    return nl, nk, nb, nm
+
+
+@njit(cache=_CACHE, error_model="numpy")
+def _run(XB, s, n, masks, ts, rno0, io,
+         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
+         noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
+         code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
+         has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap):  # pragma: no cover - compiled
     na = agg_x.shape[0]
     nlc = lx.shape[0]
     keep_rb = False  # whether a kept value is set by an R or B row (else only at the start)
     for q in range(nlc):
         if lvar[q] != 0:
             keep_rb = True
-    cap_q = Q.shape[0]
-    ids = np.empty(cap_q, np.int64)  # the live start rows of the row being stepped
-    prev_ok = np.zeros(cap_q, np.bool_)  # (no PREV operand on this path: kept values instead)
-    out_r = np.zeros(cap_q, np.bool_)
-    out_b = np.zeros(cap_q, np.bool_)
-    stack = np.empty((depth, cap_q))
     cond_r = code_r.shape[0] > 0
     cond_b = code_b.shape[0] > 0
-    add_cnt = np.zeros((3, na), np.int64)  # the row's part of each aggregate, taken as S, R, B
-    add_sum = np.zeros((3, na))
     j = io[IO_J]
     nl = io[IO_NL]
     qh = io[IO_QH]
@@ -80,7 +150,6 @@ def step(XB, s, n, masks, ts, rno0, io,
     resume = io[IO_RESUME]
     nl0 = nl
     io[IO_STATUS] = 0
-    noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
     while j < n:
         rno = rno0 + j
         m = masks[s + j]

@@ -18,7 +18,7 @@ are the general path's: start rows are still :class:`cep.nfa.Attempt` objects in
 match becomes a node chain (the general path's form) whenever something needs one: a snapshot,
 ``cep state``, a row whose values are not numbers, a fork, or a match to output.
 
-About 1,400 lines in one module because the plan, the numpy stepping and the handover to and from
+About 1,600 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
 compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
 :mod:`cep._expr_kernel`.
@@ -46,7 +46,7 @@ KeyState = Any
 PatternAutomaton = Any
 StepStats = Any
 
-__all__ = ["LanePlan", "LaneRun", "lane_plan", "step_key_lanes", "lane_threads", "USE_LANES"]
+__all__ = ["LanePlan", "LaneRun", "LaneBatch", "lane_plan", "step_key_lanes", "step_batch", "lane_threads", "USE_LANES"]
 
 # The switch: CEP_LANES=0 in the environment (or this set False before an engine is built) keeps
 # every rule on the general path, so tests and benchmarks can compare both.
@@ -54,6 +54,10 @@ USE_LANES = os.environ.get("CEP_LANES", "1") != "0"
 # The compiled stepping (numba, cep/_lanes_kernel.py) for rules it takes; False (or CEP_NO_NUMBA=1)
 # keeps the numpy stepping, the reference it is tested against. Read when an engine is built.
 USE_KERNEL = True
+
+# Whether the keys of a batch on the compiled stepping step in one call (step_batch); CEP_LANES_BATCH=0
+# (or this set False) steps each key by its own call, the form the batch is tested against.
+USE_BATCH = os.environ.get("CEP_LANES_BATCH", "1") != "0"
 
 # the most automaton states a plan may have (R{n,}: about n); longer chains stay general
 _MAX_CHAIN = 4096
@@ -698,6 +702,7 @@ class _Lanes:
         # ending a start row outside the loop leaves its lane alive here, and the loop ends it
         # at its next row by the same test, before reading it
         self.qcache: tuple | None = None
+        self.shared = False  # the arrays of all keys an operator steps in one call (step_batch)
         self._alloc(max(cap, 16))
 
     def _alloc(self, cap: int) -> None:
@@ -866,6 +871,31 @@ def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
     return q
 
 
+def _kernel_module(kp: _KernelPlan, plan: LanePlan, a: PatternAutomaton) -> Any:
+    """The compiled loop's module, imported on first use, with the loop's constant arguments."""
+    LK = kp.lk
+    if LK is None:
+        from cep import _lanes_kernel as LK
+
+        kp.lk = LK
+        kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
+        pr, pb = kp.prog_r, kp.prog_b
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
+                     plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
+                     kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
+                     max(pr.depth, pb.depth, 1))
+    return LK
+
+
+def _scratch(kp: _KernelPlan, cap_q: int) -> None:
+    """Room for ``cap_q`` queued lanes in the per-key loop's scratch (shared by the rule's keys)."""
+    if len(kp.Q) < cap_q:
+        kp.Q = np.empty(2 * cap_q, np.int64)
+        kp.killed = np.empty(2 * cap_q, np.int64)
+        kp.bested = np.empty(2 * cap_q, np.int64)
+        kp.made = np.empty((2 * cap_q, 6), np.int64)
+
+
 def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: int, e: int, masks, ts, emit,
                  stats: StepStats, rows_all, materialised: bool) -> int | None:
     """:func:`step_key_lanes` by the compiled loop: the rows it took (all of them, or those before a
@@ -879,15 +909,15 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     got = _batch_values(kp, cols, masks, ts)
     if got is None:
         return None
-    xb, mb, tb = got
     attempts = st.attempts
     lanes = st.lanes
     if lanes is None or lanes.plan is not plan:
         if attempts:
             return None  # start rows on the general path (a restored snapshot): numpy converts them
         lanes = _Lanes(plan, n)
+    pooled = lanes.shared  # (the batch's arrays: never compacted for one key, no queue cache)
     c = lanes.qcache
-    if c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
+    if not pooled and c is not None and c[0] is attempts and len(c[1]) == len(attempts) \
             and (not attempts or (attempts[0] is c[2] and attempts[-1] is c[3])):
         # nothing took or added a start row since the last call (see _KernelPlan.qcache)
         q = c[1]
@@ -895,7 +925,7 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         q = _queue(lanes, attempts)
         if q is None:
             return None
-    if lanes.n + n > len(lanes.start) and 2 * len(q) <= lanes.n:
+    if not pooled and lanes.n + n > len(lanes.start) and 2 * len(q) <= lanes.n:
         # (each row may start a lane: rather than grow, reclaim the dead lanes when they are half,
         # with room for a few more calls, so that a key's arrays are compacted every few batches)
         q = lanes.compact(q)
@@ -907,27 +937,10 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     st.lanes = lanes
     st.nrows += n
     st.last_ts = ts[e - 1]
-    max_back = a.max_back
     lanes.reserve(n)
-    LK = kp.lk
-    if LK is None:
-        from cep import _lanes_kernel as LK
-
-        kp.lk = LK
-        kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
-        pr, pb = kp.prog_r, kp.prog_b
-        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
-                     plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
-                     kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
-                     max(pr.depth, pb.depth, 1))
-    step, consts = LK.step, kp.consts
-    cap_q = len(q) + n
-    if len(kp.Q) < cap_q:  # scratch shared by the rule's keys (one key steps at a time)
-        kp.Q = np.empty(2 * cap_q, np.int64)
-        kp.killed = np.empty(2 * cap_q, np.int64)
-        kp.bested = np.empty(2 * cap_q, np.int64)
-        kp.made = np.empty((2 * cap_q, 6), np.int64)
-    Q, killed, bested, made_rows = kp.Q[:cap_q], kp.killed, kp.bested, kp.made
+    LK = _kernel_module(kp, plan, a)
+    _scratch(kp, len(q) + n)
+    Q = kp.Q
     Q[: len(q)] = q
     io = kp.io
     io[:] = 0
@@ -935,44 +948,66 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
     io[LK.IO_QT] = len(q)
     io[LK.IO_PEAK] = stats.partial_matches_peak
     io[LK.IO_RESUME] = st.resume
+    return _kernel_loop(a, st, kp, lanes, got, cols, s, n, rno0, len(q) + n, emit, stats, rows_all, False)
+
+
+def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lanes, got: tuple, cols, s: int,
+                 n: int, rno0: int, cap_q: int, emit, stats: StepStats, rows_all, stopped: bool) -> int:
+    """Call the compiled loop over a key's rows ``s`` to ``s + n`` (its io in ``kp.io``, its queue
+    in ``kp.Q``) until it has taken them, handling each row that needs the engine in between; with
+    ``stopped`` the loop has already returned at such a row (the batch's call): handle it first."""
+    plan = a.lanes
+    assert plan is not None
+    LK = kp.lk
+    xb, mb, tb = got
+    step, consts = LK.step, kp.consts
+    Q, killed, bested, made_rows = kp.Q[:cap_q], kp.killed, kp.bested, kp.made
+    io = kp.io
+    attempts = st.attempts
+    max_back = a.max_back
     new_attempt = a.attempt_class
     dead = a._dead
     objs = lanes.objs
     while True:
-        step(xb, s, n, mb, tb, rno0, io,
-             lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
-             lanes.alive, lanes.best, Q, killed, bested, made_rows, *consts)
-        # the start rows' objects follow the arrays: made only for the start rows still queued
-        # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
-        j, nl1, qh, qt, peak, nk, nb, _, status, middle, nm = io.tolist()  # (one read of the scalars)
-        nl0 = lanes.n
-        if nk:
-            for i in killed[:nk].tolist():
-                if i < nl0:
-                    objs[i].threads = dead
-        if nb:
-            for i in bested[:nb].tolist():
-                if i < nl0:
-                    att = objs[i]
-                    att.best = int(lanes.best[i])
-                    att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
-        old = len(attempts)
-        if nl1 > nl0:
-            objs.extend([None] * (nl1 - nl0))
-            lanes.n = nl1
-            made = _made(lanes, new_attempt, dead, made_rows, nm)
+        if stopped:
+            stopped = False
+            j, status = int(io[LK.IO_J]), int(io[LK.IO_STATUS])
+            qh, qt = int(io[LK.IO_QH]), int(io[LK.IO_QT])
         else:
-            made = []
-        if middle:
-            attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
-        elif qh <= old:
-            if qh:
-                del attempts[:qh]
-            if made:
-                attempts.extend(made)
-        else:
-            attempts[:] = made
-        stats.partial_matches_peak = peak
+            step(xb, s, n, mb, tb, rno0, io,
+                 lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
+                 lanes.alive, lanes.best, Q, killed, bested, made_rows, *consts)
+            # the start rows' objects follow the arrays: made only for the start rows still queued
+            # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
+            j, nl1, qh, qt, peak, nk, nb, _, status, middle, nm = io.tolist()  # (one read of the scalars)
+            nl0 = lanes.n
+            if nk:
+                for i in killed[:nk].tolist():
+                    if i < nl0:
+                        objs[i].threads = dead
+            if nb:
+                for i in bested[:nb].tolist():
+                    if i < nl0:
+                        att = objs[i]
+                        att.best = int(lanes.best[i])
+                        att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+            old = len(attempts)
+            if nl1 > nl0:
+                objs.extend([None] * (nl1 - nl0))
+                lanes.n = nl1
+                made = _made(lanes, new_attempt, dead, made_rows, nm)
+            else:
+                made = []
+            if middle:
+                attempts[:] = [objs[i] for i in Q[qh:qt].tolist()]
+            elif qh <= old:
+                if qh:
+                    del attempts[:qh]
+                if made:
+                    attempts.extend(made)
+            else:
+                attempts[:] = made
+            stats.partial_matches_peak = peak
         if not status or status == LK.STOP_INEXACT or status == LK.STOP_FORK:
             break
         # a row that needs the engine: the cap's policy, or a match to output
@@ -989,6 +1024,10 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         q = _queue(lanes, attempts)
         assert q is not None
         Q[: len(q)] = q
+        # (_queue may have given an ended start row a lane: new lanes go after it, with room for
+        # one per row left)
+        lanes.reserve(n - j)
+        io[LK.IO_NL] = lanes.n
         io[LK.IO_J] += 1
         io[LK.IO_QH] = 0
         io[LK.IO_QT] = len(q)
@@ -1004,11 +1043,202 @@ def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: in
         _keep_rows(st, cols, s - rno0, rows_all, min(first, rno0 + taken - max_back), rno0 + n)
         st.nrows = rno0 + taken  # (the numpy stepping counts the rest)
         return taken
-    lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None, attempts[-1] if attempts else None)
+    if not lanes.shared:
+        lanes.qcache = (attempts, Q[qh:qt].copy(), attempts[0] if attempts else None,
+                        attempts[-1] if attempts else None)
     _keep_rows(st, cols, s - rno0, rows_all, first, rno0 + n)
     if len(st.rows) > 128:
         a._trim(st)
     return n
+
+
+class LaneBatch:
+    """The keys of one batch that one call of the compiled loop stepped together (:func:`step_batch`):
+    what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
+    that matches leave in the same order as when each key steps alone."""
+
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "cols", "ts", "masks", "where")
+
+    def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
+                 Q: np.ndarray, made: list, cols, masks, ts, where: dict[int, int]):
+        self.a, self.kp, self.pool, self.got = a, kp, pool, got
+        self.keys = keys.tolist()  # one row per key stepped (_lanes_kernel.K_*), as the call left it
+        self.Q = Q
+        self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
+        self.cols, self.masks, self.ts = cols, masks, ts
+        self.where = where  # segment -> its row in ``keys``
+
+    def finish(self, x: int, st: KeyState, emit, stats: StepStats, e: int) -> None:
+        """The rest of key row ``x``'s step (state ``st``, batch rows up to ``e``): its start rows
+        and retained rows, then whatever the loop returned for (a match to output, the cap)."""
+        a, kp, pool = self.a, self.kp, self.pool
+        LK = kp.lk
+        row = self.keys[x]
+        s, n, rno0, _, qoff, qlen, moff = row[:7]
+        j, _, qh, qt, _, _, _, _, status, middle, nm = row[7:]
+        attempts = st.attempts
+        if middle:
+            objs = pool.objs
+            attempts[:] = [objs[i] for i in self.Q[qoff + qh: qoff + qt].tolist()]
+        elif qh <= len(attempts):
+            if qh:
+                del attempts[:qh]
+            if nm:
+                attempts.extend(self.made[moff: moff + nm])
+        else:
+            attempts[:] = self.made[moff: moff + nm]
+        st.lanes = pool
+        st.nrows = rno0 + n
+        st.last_ts = self.ts[e - 1]
+        cols = self.cols
+        if not status:
+            _keep_rows(st, cols, s - rno0, None, (attempts[0].start if attempts else rno0 + n) - a.max_back,
+                       rno0 + n)
+            if len(st.rows) > 128:
+                a._trim(st)
+            return
+        # the loop returned at row j of this key: go on as the key's own call would
+        pool.reserve(n)
+        _scratch(kp, qlen + n)
+        io = kp.io
+        io[:] = row[7:]
+        io[LK.IO_NL] = pool.n  # (lanes made after it, for later keys, are the pool's too)
+        taken = _kernel_loop(a, st, kp, pool, self.got, cols, s, n, rno0, qlen + n, emit, stats, None, True)
+        if taken < n:
+            step_key_lanes(a, st, cols, s + taken, s + n, self.masks, self.ts, emit, stats, None, None, True)
+
+
+def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, starts: list[int], ends: list[int],
+               cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats) -> LaneBatch | None:
+    """Step every key of segments ``segs`` whose start rows are all on the compiled lane path (or
+    that has none) in one call of the compiled loop; the rest of each key's step is
+    :meth:`LaneBatch.finish`, in key order (None: no key taken, each steps alone).
+
+    The keys' lanes share one set of arrays per operator (``pool``, made here when None; the
+    operator keeps :attr:`LaneBatch.pool`): a key's start rows are :class:`LaneRun` objects into
+    it as before, so snapshots, ``cep state``, matches and caps read them unchanged.
+    ``all_states`` (every key state of the operator) tells which lanes are still queued when the
+    arrays are compacted.
+    """
+    plan = a.lanes
+    kp = plan.kernel if plan is not None else None
+    if kp is None:
+        return None
+    got = _batch_values(kp, cols, masks, ts)
+    if got is None:
+        return None
+    if pool is None or pool.plan is not plan:
+        pool = _Lanes(plan, 1024)
+        pool.shared = True
+    if pool.n + int(sum(ends[i] - starts[i] for i in segs)) > len(pool.start):
+        # reclaim the lanes no key queues any more, when they are at least half (before the
+        # queues below are read: compacting renumbers lanes)
+        keep = []
+        for st in all_states:
+            if st.lanes is pool:
+                for att in st.attempts:
+                    th = att.threads
+                    if type(th) is LaneRun and th.lanes is pool:
+                        keep.append(th.i)
+        if 2 * len(keep) <= pool.n:
+            pool.compact(keep)
+    LK = _kernel_module(kp, plan, a)
+    took: list[int] = []
+    rows = 0
+    qflat: list[int] = []
+    qlens: list[int] = []
+    live: list[int] = []
+    dead: list[int] = []
+    ids, objs = pool.ids, pool.objs
+    for i in segs:
+        st = states[i]
+        attempts = st.attempts
+        if st.deferred or (not attempts and cuts[i] == cuts[i + 1]):
+            continue  # (held matches; or the operator's quiet key: nothing to start, nothing alive)
+        if attempts:
+            if st.lanes is not pool:
+                continue  # start rows of its own arrays or node chains: the key steps alone
+            q: list[int] = []
+            for att in attempts:
+                th = att.threads
+                if type(th) is LaneRun and th.lanes is pool:
+                    q.append(th.i)
+                elif th:
+                    break  # (a start row on node chains, after a fork: the key steps alone)
+                else:  # (an ended start row waiting at the head for its match to be output)
+                    li = ids.get(att.start)
+                    if li is None or objs[li] is not att:
+                        li = pool.add_dead(att)
+                    q.append(-1 - li)
+            else:
+                for li in q:
+                    if li >= 0:
+                        live.append(li)
+                    else:
+                        li = -1 - li
+                        dead.append(li)
+                    qflat.append(li)
+                qlens.append(len(q))
+                took.append(i)
+                rows += ends[i] - starts[i]
+            continue
+        qlens.append(0)
+        took.append(i)
+        rows += ends[i] - starts[i]
+    if not took:
+        return None
+    K = len(took)
+    keys = np.zeros((K, LK.K_SIZE), np.int64)
+    if live:
+        pool.alive[live] = 1
+    if dead:
+        pool.alive[dead] = 0
+    pool.reserve(rows)
+    took_a = np.array(took, np.int64)
+    st_a = np.array(starts, np.int64)[took_a]
+    n_a = np.array(ends, np.int64)[took_a] - st_a
+    ql = np.array(qlens, np.int64)
+    room = ql + n_a
+    qoff = np.zeros(K, np.int64)
+    np.cumsum(room[:-1], out=qoff[1:])
+    keys[:, LK.K_S] = st_a
+    keys[:, LK.K_N] = n_a
+    keys[:, LK.K_RNO] = [states[i].nrows for i in took]
+    keys[:, LK.K_RESUME] = [states[i].resume for i in took]
+    keys[:, LK.K_QOFF] = qoff
+    keys[:, LK.K_QLEN] = ql
+    total = int(room.sum())
+    Q = np.empty(total, np.int64)
+    if qflat:
+        Q[np.repeat(qoff, ql) + (np.arange(len(qflat)) - np.repeat(np.cumsum(ql) - ql, ql))] = qflat
+    killed = np.empty(total, np.int64)
+    bested = np.empty(total, np.int64)
+    made_rows = np.empty((total, 6), np.int64)
+    nl0 = pool.n
+    xb, mb, tb = got
+    nl, nk, nb, nm = LK.step_batch(xb, mb, tb, keys, nl0, stats.partial_matches_peak,
+                                   pool.start, pool.start_ts, pool.k, pool.kb, pool.sid, pool.bx, pool.S, pool.SUM,
+                                   pool.CNT, pool.alive, pool.best, Q, killed, bested, made_rows, *kp.consts)
+    # what the call did to start rows that existed before it: each key's own, so in any order
+    dead_th = a._dead
+    if nk:
+        for i in killed[:nk].tolist():
+            if i < nl0:
+                objs[i].threads = dead_th
+    if nb:
+        for i in bested[:nb].tolist():
+            if i < nl0:
+                att = objs[i]
+                att.best = int(pool.best[i])
+                att.path = int(pool.bx[i])  # (its R rows: see lane_match)
+    if nl > nl0:
+        objs.extend([None] * (nl - nl0))
+        pool.n = nl
+    made = _made(pool, a.attempt_class, dead_th, made_rows, nm)
+    peak = int(keys[:, 7 + LK.IO_PEAK].max())
+    if peak > stats.partial_matches_peak:
+        stats.partial_matches_peak = peak
+    return LaneBatch(a, kp, pool, got, keys, Q, made, cols, masks, ts, dict(zip(took, range(K))))
 
 
 def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:

@@ -17,9 +17,12 @@ in :mod:`cep.nfa` (every key of a batch at once in :mod:`cep.batch_dfa`), the co
 
 from __future__ import annotations
 
+import gc
 import heapq
 import pickle
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +30,7 @@ import numpy as np
 
 import cep.absence as absence_path
 import cep.batch_dfa as batch_dfa
+import cep.lanes as lanes_path
 from cep.events import (
     DEFAULT_MAX_FUTURE_SKEW_MS,
     Clock,
@@ -176,6 +180,7 @@ class PatternOperator:
         self.unit_checked = False  # the first batch's times were looked at for a wrong unit
         self.unit_hint: UnitHint | None = None
         self.states: dict[Any, KeyState] = {}
+        self._lane_pool: Any = None  # the lane arrays of the keys stepped in one call (cep/lanes.py step_batch)
         # keys with live partial matches, in the order they became live (a dict: ordered, so the
         # order of rows emitted at a watermark is the same in every run)
         self.active: dict[Any, None] = {}
@@ -214,6 +219,10 @@ class PatternOperator:
     def _bind(self, a: PatternAutomaton) -> None:
         """Step with automaton ``a``: set what this operator reads from it."""
         self.automaton = a
+        # the compiled lane path makes a start-row object per queued lane and a tuple per kept row,
+        # thousands a batch, none of them garbage in a cycle: the collector's passes over them
+        # (a sixth of xetra_v_shape's CPU) wait until the batch is stepped
+        self._pause_gc = a.lanes is not None and a.lanes.kernel is not None
         self.time_col = a.mr.order_by
         self.key_cols = list(a.mr.partition_by)
         self.columns = a.columns
@@ -660,7 +669,11 @@ class PatternOperator:
                 if self.join is not None:
                     idx = self.join.enrich(self, idx, out)
                 if len(idx):
-                    self._match(idx, out)
+                    if self._pause_gc:
+                        with _gc_paused():
+                            self._match(idx, out)
+                    else:
+                        self._match(idx, out)
                 if len(idx) == len(p) and self.join is None:
                     # everything released (the usual case at lateness 0): empty, of the same types
                     # (new arrays, not views that would keep the batch's alive)
@@ -1116,6 +1129,15 @@ class PatternOperator:
         watch = a.within is not None
         max_back = a.max_back
         starts_l, ends_l = starts.tolist(), ends.tolist()
+        batch = None
+        if own_rows and sessions is None and lanes_path.USE_BATCH:
+            # every key on the compiled lane path steps in one call; what each still needs of the
+            # engine (a match to output, the cap) is done below in key order
+            batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, col_lists, masks_list,
+                                     ts_list, states_map.values(), stats)
+            if batch is not None:
+                self._lane_pool = batch.pool
+        where = batch.where if batch is not None else {}
         for i in segs:
             s, e, st, key = starts_l[i], ends_l[i], states[i], seg_keys[i]
             if sessions is not None and sessions[i]:
@@ -1152,7 +1174,11 @@ class PatternOperator:
                 if key in active:
                     del active[key]
                 continue
-            step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
+            x = where.get(i)
+            if x is not None:
+                batch.finish(x, st, emit, stats, e)  # type: ignore[union-attr]
+            else:
+                step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
             if st.deferred:
                 self._emit_deferred(st, emit)
             if st.attempts or st.deferred:
@@ -1577,6 +1603,7 @@ class PatternOperator:
         for rno, vid, parent, n, last, first, aggs, excl in state["nodes"]:
             nodes.append(Node(rno, vid, nodes[parent] if parent >= 0 else None, n, last, first, aggs, excl))
         self.states = {}
+        self._lane_pool = None
         for k, rows, base, nrows, attempts, resume, mnum, last_ts, deferred, *more in state["keys"]:
             st = KeyState()
             if more:
@@ -1698,6 +1725,25 @@ def _empty(a: np.ndarray) -> np.ndarray:
 
 
 _POSITIONS = np.arange(0, dtype=np.int64)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Suspend the cyclic garbage collector while the block runs (when it runs), then turn it back on.
+
+    Example:
+        >>> with _gc_paused():
+        ...     gc.isenabled()
+        False
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _positions(n: int) -> np.ndarray:

@@ -90,9 +90,11 @@ def _engine_rows(rules: list[str], events: list[dict], cuts: list[int], use: boo
             if check:
                 for op in ops:
                     _check_retained(op)
-        if use and numba_allowed():  # (the compiled loop stepped keys: it leaves its queue behind)
-            assert all(any(x.lanes is not None and x.lanes.qcache is not None for x in op.states.values())
-                       for op in ops)
+        if use and numba_allowed():
+            # the compiled loop stepped keys: all of a batch's in one call (their lanes in the
+            # operator's shared arrays), or each by its own call (which leaves its queue behind)
+            assert all(any(x.lanes is not None and (x.lanes.shared if lanes.USE_BATCH else x.lanes.qcache is not None)
+                           for x in op.states.values()) for op in ops)
         rows += eng.finish().matches
     finally:
         lanes.USE_LANES = old
