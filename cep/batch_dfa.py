@@ -698,7 +698,8 @@ class BatchDFA:
         Every row a match reads lies at or after its first row in the store (a key's rows take
         increasing store indices, and compaction keeps their order): when the first rows are all
         the batch's own, so are the others, and each column is read from the batch with one index
-        for all its measures. Otherwise each is read by :meth:`_values`, batch and store mixed.
+        for all its measures. Otherwise each column is read by :meth:`_values` (batch and store
+        mixed), also once for all the measures that read it.
         """
         npart = self.a.npartition
         slots, groups = self._gather_plan
@@ -707,33 +708,33 @@ class BatchDFA:
             return out
         at = np.empty((len(slots), nm), dtype=np.int64)
         at[:npart] = first
+        none = missing = None
         if len(slots) > npart:
-            at[npart:] = o_meas[:nm, self._gather_meas].T
-            missing = at[npart:] < 0
-            none = np.nonzero(missing) if missing.any() else None
-        else:
-            none = None
+            meas = at[npart:]
+            meas[:] = o_meas[:nm, self._gather_meas].T
+            if int(meas.min()) < 0:  # a variable that matched no row: None there (read at index 0)
+                missing = meas < 0
+                none = np.nonzero(missing)
         b = self._batch
-        src = self.cols
+        src: list[np.ndarray] | None = self.cols
         if b is not None:
             base, cols = b
             if int(first.min()) < base:
-                for j, slot in enumerate(slots):
-                    out[slot] = self._values(slot if slot < npart else self.measures[slot - npart][2],
-                                             np.maximum(at[j], 0))
-                if none is not None:
-                    for j, i in zip(*(x.tolist() for x in none)):
-                        out[slots[npart + j]][i] = None
-                return out
-            at -= base
-            src = cols
-        if none is not None:
+                src = None  # some match started before the batch: read batch and store mixed
+            else:
+                at -= base
+                src = cols
+        if missing is not None:
             at[npart:][missing] = 0
         for ci, js in groups:
             if len(js) == 1:
-                out[slots[js[0]]] = src[ci][at[js[0]]].tolist()
+                idx = at[js[0]]
+            else:
+                idx = at[js].ravel()
+            got = src[ci][idx].tolist() if src is not None else self._values(ci, idx)
+            if len(js) == 1:
+                out[slots[js[0]]] = got
                 continue
-            got = src[ci][at[js].ravel()].tolist()
             for q, j in enumerate(js):
                 out[slots[j]] = got[q * nm : (q + 1) * nm]
         if none is not None:
