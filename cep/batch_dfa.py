@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 from dataclasses import fields
 from typing import Any, Callable
 
@@ -512,10 +513,11 @@ class BatchDFA:
         return vals
 
     def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
-        """The kernels' output buffers for ``nout`` matches: uninitialised (every slot a match uses is
-        written, and only those pages are touched), not kept between batches (a rule would hold a
-        batch's worth of them)."""
-        return np.empty((4, nout), dtype=np.int64), np.empty((nout, max(1, len(self.kinds))), dtype=np.int64)
+        """The kernels' output buffers for at least ``nout`` matches: uninitialised (every slot a match
+        uses is written before it is read), and the same for every rule of the thread (see
+        :func:`_scratch`): a rule's matches are made into rows before its step returns, so no
+        rule holds a batch's worth of them and none allocates (and faults in) new ones per batch."""
+        return _scratch(nout, max(1, len(self.kinds)))
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
@@ -816,6 +818,27 @@ class BatchDFA:
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
         self.history = None  # (what it stepped before the snapshot is not known here)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(nout: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's kernel output buffers: (4, >= ``nout``) and (>= ``nout``, ``width``) int64 arrays,
+    grown by half again when too small. One pair per thread serves every rule in turn (the
+    buffers are read before the step that wrote them returns); a thread of its own per engine
+    keeps engines in threads apart."""
+    got = getattr(_SCRATCH, "bufs", None)
+    if got is None:
+        got = _SCRATCH.bufs = {}
+    o_int = got.get(0)
+    if o_int is None or o_int.shape[1] < nout:
+        o_int = got[0] = np.empty((4, max(nout, 4096, 0 if o_int is None else o_int.shape[1] * 3 // 2)), dtype=np.int64)
+    o_meas = got.get(width)
+    if o_meas is None or o_meas.shape[0] < nout:
+        o_meas = got[width] = np.empty((max(nout, 4096, 0 if o_meas is None else o_meas.shape[0] * 3 // 2), width),
+                                       dtype=np.int64)
+    return o_int, o_meas
 
 
 @functools.lru_cache(maxsize=None)
