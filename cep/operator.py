@@ -579,7 +579,11 @@ class PatternOperator:
             return
         p = self.pending
         self._fresh = idx if shared is not None and len(p) == 0 else None
-        seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
+        if shared is not None and m == n:
+            # rules that accepted every row and counted the same rows before share one (never written to)
+            seq = shared.seq(self.seq, m)
+        else:
+            seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
         # nothing pending: the accepted times themselves (shared with other rules: never written to)
         p.ts = kept_ts if len(p) == 0 and self.join is None and kept_ts.dtype == p.ts.dtype \
