@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cep.batch_dfa as batch_dfa
 import cep.operator as operator_mod
 from cep.engine import Engine
 from patterns.rules import parse_rule_text
@@ -80,18 +81,23 @@ def test_masks_by_signature_equal_the_evaluated_masks(seed: int) -> None:
             assert got.dtype == ref.dtype and np.array_equal(got, ref), self.name
         return got
 
-    def run(by_signature: bool) -> tuple[list, dict]:
+    def run(by_signature: bool, use_batch_dfa: bool = True) -> tuple[list, dict]:
         operator_mod.PatternOperator._masks_by_history = checked if by_signature else (lambda self, ko, cols: None)
+        old = batch_dfa.USE_BATCH_DFA
+        batch_dfa.USE_BATCH_DFA = use_batch_dfa  # (whatever CEP_BATCH_DFA says for the process)
         try:
             eng = Engine(rules)
             rows = [m for evs in batches for m in eng.process(evs).matches] + eng.finish().matches
             return rows, {n: vars(c) for n, c in eng.counts().items()}
         finally:
             operator_mod.PatternOperator._masks_by_history = fast
+            batch_dfa.USE_BATCH_DFA = old
 
     got = run(True)
     assert hits[0] >= 2 * len(batches)  # (the path was taken: the test compares something)
     assert got == run(False)
+    assert got == run(False, use_batch_dfa=False)  # the per-key automaton, the reference
+    assert any(got[0])
 
 
 def test_engines_in_threads_give_each_its_own_rows() -> None:
