@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 from dataclasses import fields
 from typing import Any, Callable
 
@@ -514,10 +515,11 @@ class BatchDFA:
         return vals
 
     def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
-        """The kernels' output buffers for ``nout`` matches: uninitialised (every slot a match uses is
-        written, and only those pages are touched), not kept between batches (a rule would hold a
-        batch's worth of them)."""
-        return np.empty((4, nout), dtype=np.int64), np.empty((nout, max(1, len(self.kinds))), dtype=np.int64)
+        """The kernels' output buffers for at least ``nout`` matches: uninitialised (every slot a match
+        uses is written before it is read), and the same for every rule of the thread (see
+        :func:`_scratch`): a rule's matches are made into rows before its step returns, so no
+        rule holds a batch's worth of them and none allocates (and faults in) new ones per batch."""
+        return _scratch(nout, max(1, len(self.kinds)))
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
@@ -700,7 +702,8 @@ class BatchDFA:
         Every row a match reads lies at or after its first row in the store (a key's rows take
         increasing store indices, and compaction keeps their order): when the first rows are all
         the batch's own, so are the others, and each column is read from the batch with one index
-        for all its measures. Otherwise each is read by :meth:`_values`, batch and store mixed.
+        for all its measures. Otherwise each column is read by :meth:`_values` (batch and store
+        mixed), also once for all the measures that read it.
         """
         npart = self.a.npartition
         slots, groups = self._gather_plan
@@ -709,33 +712,33 @@ class BatchDFA:
             return out
         at = np.empty((len(slots), nm), dtype=np.int64)
         at[:npart] = first
+        none = missing = None
         if len(slots) > npart:
-            at[npart:] = o_meas[:nm, self._gather_meas].T
-            missing = at[npart:] < 0
-            none = np.nonzero(missing) if missing.any() else None
-        else:
-            none = None
+            meas = at[npart:]
+            meas[:] = o_meas[:nm, self._gather_meas].T
+            if int(meas.min()) < 0:  # a variable that matched no row: None there (read at index 0)
+                missing = meas < 0
+                none = np.nonzero(missing)
         b = self._batch
-        src = self.cols
+        src: list[np.ndarray] | None = self.cols
         if b is not None:
             base, cols = b
             if int(first.min()) < base:
-                for j, slot in enumerate(slots):
-                    out[slot] = self._values(slot if slot < npart else self.measures[slot - npart][2],
-                                             np.maximum(at[j], 0))
-                if none is not None:
-                    for j, i in zip(*(x.tolist() for x in none)):
-                        out[slots[npart + j]][i] = None
-                return out
-            at -= base
-            src = cols
-        if none is not None:
+                src = None  # some match started before the batch: read batch and store mixed
+            else:
+                at -= base
+                src = cols
+        if missing is not None:
             at[npart:][missing] = 0
         for ci, js in groups:
             if len(js) == 1:
-                out[slots[js[0]]] = src[ci][at[js[0]]].tolist()
+                idx = at[js[0]]
+            else:
+                idx = at[js].ravel()
+            got = src[ci][idx].tolist() if src is not None else self._values(ci, idx)
+            if len(js) == 1:
+                out[slots[js[0]]] = got
                 continue
-            got = src[ci][at[js].ravel()].tolist()
             for q, j in enumerate(js):
                 out[slots[j]] = got[q * nm : (q + 1) * nm]
         if none is not None:
@@ -834,6 +837,27 @@ class BatchDFA:
             idx = np.where(idx >= 0, self.s_prev[np.maximum(idx, 0)], -1)
         have = idx >= 0
         return have, self.cols[ci][idx[have]]
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(nout: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's kernel output buffers: (4, >= ``nout``) and (>= ``nout``, ``width``) int64 arrays,
+    grown by half again when too small. One pair per thread serves every rule in turn (the
+    buffers are read before the step that wrote them returns); a thread of its own per engine
+    keeps engines in threads apart."""
+    got = getattr(_SCRATCH, "bufs", None)
+    if got is None:
+        got = _SCRATCH.bufs = {}
+    o_int = got.get(0)
+    if o_int is None or o_int.shape[1] < nout:
+        o_int = got[0] = np.empty((4, max(nout, 4096, 0 if o_int is None else o_int.shape[1] * 3 // 2)), dtype=np.int64)
+    o_meas = got.get(width)
+    if o_meas is None or o_meas.shape[0] < nout:
+        o_meas = got[width] = np.empty((max(nout, 4096, 0 if o_meas is None else o_meas.shape[0] * 3 // 2), width),
+                                       dtype=np.int64)
+    return o_int, o_meas
 
 
 @functools.lru_cache(maxsize=None)

@@ -588,7 +588,11 @@ class PatternOperator:
             return
         p = self.pending
         self._fresh = idx if shared is not None and len(p) == 0 else None
-        seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
+        if shared is not None and m == n:
+            # rules that accepted every row and counted the same rows before share one (never written to)
+            seq = shared.seq(self.seq, m)
+        else:
+            seq = np.arange(self.seq, self.seq + m, dtype=np.int64)
         self.seq += m
         # nothing pending: the accepted times themselves (shared with other rules: never written to)
         p.ts = kept_ts if len(p) == 0 and self.join is None and kept_ts.dtype == p.ts.dtype \
@@ -1279,6 +1283,11 @@ class PatternOperator:
         its canonical text and by what it read from before the batch (PREV of each key's first
         rows), which is this rule's own history.
         """
+        if ko is not None and ko.rows is not None and self._keyed is not None and self._keyed.history is not None \
+                and not states and not self.demoted and self._masks_key is not None and not self.seen and not self.searches:
+            got = self._masks_by_history(ko, cols)
+            if got is not None:
+                return got
         a = self.automaton
         n = len(cols[0]) if cols else 0
         masks = np.zeros(n, dtype=np.int64)
@@ -1458,6 +1467,90 @@ class PatternOperator:
                 if entry is None or entry[0] != reads:
                     entry = shared_masks[whole] = (reads, {})  # type: ignore[index]
                 entry[1][sig] = masks
+        return masks
+
+    def _masks_by_history(self, ko: KeyOrder, cols: list[np.ndarray]) -> np.ndarray | None:
+        """:meth:`_masks` from the masks other rules left in ``ko``'s cache, without evaluating or
+        reading anything but the signatures; None when one is missing (then :meth:`_masks` runs).
+
+        A batch-DFA rule with a known stepped history signs every value ``PREV`` reads from before
+        the batch by that history (see :meth:`_masks`' ``get``), so each conjunct's and the whole
+        column's cache keys follow from its reads alone: for a rule whose conjuncts another rule
+        of its history evaluated already, the mask column is one dictionary look-up per conjunct
+        and a few array operations, not a call of ``get`` per value read and conjunct."""
+        keyed = self._keyed
+        assert keyed is not None
+        shared_masks, values = ko.masks, ko.values
+        col_index = self.automaton.layout.col_index
+        read_sigs: dict[tuple[str, int], Any] = {}
+
+        def sig_of(reads: tuple) -> tuple | None:
+            out = []
+            for r in reads:
+                got = read_sigs.get(r)
+                if got is None:
+                    name, lag = r
+                    ci = col_index.get(name)
+                    if ci is None:
+                        return None
+                    if not lag:
+                        got = ()  # (what get() signs a row's own value with)
+                    else:
+                        base = cols[ci]
+                        if base.dtype.kind not in "iu" or not len(base):
+                            exact_nums = True
+                        else:
+                            exact_nums = values.get(("\0exact", name))
+                            if exact_nums is None:
+                                exact_nums = values[("\0exact", name)] = max(int(base.max()), -int(base.min())) <= 2**53
+                        numbers = base.dtype.kind in "iuf" and exact_nums and keyed.numbers_ok(ci)
+                        got = ("history", keyed.history, numbers, keyed.cols[ci].dtype.str)
+                    read_sigs[r] = got
+                out.append(got)
+            return tuple(out)
+
+        whole = shared_masks.get(self._masks_key)  # type: ignore[arg-type]
+        if whole is not None:
+            sig = sig_of(whole[0])
+            if sig is not None:
+                got = whole[1].get(sig)
+                if got is not None:
+                    return got  # (shared: never written to)
+        n = len(cols[0]) if cols else 0
+        masks: Any = None
+        reads_all: list[tuple[str, int]] = []
+        for vid, kkeys in enumerate(self._kernel_keys):
+            ok: Any = None
+            for kkey in kkeys:
+                entry = shared_masks.get(kkey)  # type: ignore[arg-type]
+                if entry is None:
+                    return None
+                sig = sig_of(entry[0])
+                got = entry[1].get(sig) if sig is not None else None
+                if got is None:
+                    return None
+                reads_all += entry[0]
+                ok = got if ok is None else ok & got
+            if vid == 0:
+                if ok is None:
+                    masks = np.ones(n, dtype=np.int64)
+                else:
+                    masks = np.array(ok, dtype=np.int64)  # (a copy: ok is a shared mask)
+                    if masks.shape != (n,):
+                        masks = np.broadcast_to(masks, (n,)).copy()
+            elif ok is None:
+                masks |= 1 << vid
+            else:
+                masks |= np.asarray(ok).astype(np.int64) << vid
+        if masks is None:  # (no variable: never the case for a pattern)
+            return None
+        # kept for the rules with the same conditions, as _masks keeps it
+        reads = tuple(dict.fromkeys(reads_all))
+        sig = sig_of(reads)
+        if sig is not None:
+            if whole is None or whole[0] != reads:
+                whole = shared_masks[self._masks_key] = (reads, {})  # type: ignore[index]
+            whole[1][sig] = masks
         return masks
 
     @staticmethod

@@ -365,6 +365,7 @@ class SharedBatch:
         self._hints: dict[tuple[str, str], UnitHint | None] = {}
         self._judged: dict[tuple, Judged] = {}
         self._latest: dict[tuple[str, str], tuple[int | None, bool]] = {}
+        self._seqs: dict[tuple[int, int], np.ndarray] = {}
         # a pattern rule's (keys, usable rows) by its partition columns, time field and unit, for
         # rules that refuse no time of their own (cep.operator.PatternOperator._keys); do not change
         self.usable: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -405,6 +406,15 @@ class SharedBatch:
         if got is None:
             ms = self.times(field_name, unit)[0]
             got = self._judged[key] = judge(ms, np.arange(len(ms)), max_ts, lateness, floor)
+        return got
+
+    def seq(self, first: int, m: int) -> np.ndarray:
+        """The arrival numbers ``first`` to ``first + m - 1`` of a rule's accepted rows (rules that
+        counted the same rows before share them); do not change them."""
+        key = (first, m)
+        got = self._seqs.get(key)
+        if got is None:
+            got = self._seqs[key] = np.arange(first, first + m, dtype=np.int64)
         return got
 
     def keys(self, key_cols: list[str]) -> PartitionKeys:
