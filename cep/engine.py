@@ -25,6 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from cep.events import Clock, EventBatch, UnitHint, to_batch
+from cep.gc_pause import gc_paused
 from cep.operator import OperatorOutput, StateVersionError
 from cep.sharing import SharedBatch, rejoin_histories
 from patterns.errors import CepError
@@ -345,6 +346,10 @@ class Engine:
 
     def process(self, events: Any, stream: str | None = None) -> EngineOutput:
         """Push a batch (EventBatch, dict, list of dicts, pandas or Arrow) through every rule."""
+        with gc_paused():  # (cep/gc_pause.py: a batch's rows are not cyclic garbage)
+            return self._process(events, stream)
+
+    def _process(self, events: Any, stream: str | None) -> EngineOutput:
         batch = to_batch(events)
         out = EngineOutput()
         if self._startup.errors:
@@ -425,8 +430,9 @@ class Engine:
             self._startup = EngineOutput()
         if self.views:
             self._advance_views(out, final=True)
-        for rule in self.rules:
-            out.extend(self.operators[rule.name].finish())
+        with gc_paused():
+            for rule in self.rules:
+                out.extend(self.operators[rule.name].finish())
         return out
 
     def table_stats(self) -> dict[str, dict[str, Any]]:

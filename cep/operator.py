@@ -17,12 +17,9 @@ in :mod:`cep.nfa` (every key of a batch at once in :mod:`cep.batch_dfa`), the co
 
 from __future__ import annotations
 
-import gc
 import heapq
 import pickle
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +40,7 @@ from cep.events import (
     unit_hint,
 )
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
+from cep.gc_pause import gc_paused
 from cep.json_exact import dumps_exact
 from cep.lanes import LaneRun, lane_match, lane_threads
 from cep.nfa import Attempt, KeyState, PatternAutomaton, StepStats
@@ -222,7 +220,6 @@ class PatternOperator:
         # the compiled lane path makes a start-row object per queued lane and a tuple per kept row,
         # thousands a batch, none of them garbage in a cycle: the collector's passes over them
         # (a sixth of xetra_v_shape's CPU) wait until the batch is stepped
-        self._pause_gc = a.lanes is not None and a.lanes.kernel is not None
         self.time_col = a.mr.order_by
         self.key_cols = list(a.mr.partition_by)
         self.columns = a.columns
@@ -673,10 +670,7 @@ class PatternOperator:
                 if self.join is not None:
                     idx = self.join.enrich(self, idx, out)
                 if len(idx):
-                    if self._pause_gc:
-                        with _gc_paused():
-                            self._match(idx, out)
-                    else:
+                    with gc_paused():  # (the rows, start rows and row tuples made here are not cyclic garbage)
                         self._match(idx, out)
                 if len(idx) == len(p) and self.join is None:
                     # everything released (the usual case at lateness 0): empty, of the same types
@@ -1818,25 +1812,6 @@ def _empty(a: np.ndarray) -> np.ndarray:
 
 
 _POSITIONS = np.arange(0, dtype=np.int64)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Suspend the cyclic garbage collector while the block runs (when it runs), then turn it back on.
-
-    Example:
-        >>> with _gc_paused():
-        ...     gc.isenabled()
-        False
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _positions(n: int) -> np.ndarray:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cep.gc_pause import gc_paused
 from patterns.lucene import QueryConfig
 
 __all__ = ["PercolatorConfig", "_gc_paused"]
@@ -68,22 +67,4 @@ class PercolatorConfig:
         object.__setattr__(self, "exclude_fields", tuple(self.exclude_fields))
 
 
-@contextmanager
-def _gc_paused(pause: bool = True) -> Iterator[None]:
-    """Suspend the cyclic garbage collector (when ``pause`` and it runs), then turn it back on.
-
-    Example:
-        >>> with _gc_paused():
-        ...     gc.isenabled()
-        False
-        >>> gc.isenabled()
-        True
-    """
-    if not (pause and gc.isenabled()):
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+_gc_paused = gc_paused  # (the name the percolator's modules import)
