@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
     PRIOR_COL,
@@ -136,7 +137,9 @@ class KeySetCore:
             pdf = pdf.sort_values(by, kind="stable", ignore_index=True)
         prior = prior_times(pdf, f"{PRIOR_COL}_{ks}") if self.judged.get(ks) else None
         batch, src = core._batch(pdf)  # once for every rule of the key set
-        frames = [f for f in (core.replay(name, bucket, batch, src, prior) for name in self.rules_of.get(ks, []))
+        # and its times, keys and key order once too (the rules of a key set read the same rows)
+        shared = SharedBatch(batch)
+        frames = [f for f in (core.replay(name, bucket, batch, src, prior, shared) for name in self.rules_of.get(ks, []))
                   if f is not None]
         if not frames:
             return core._empty()
