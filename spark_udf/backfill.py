@@ -7,7 +7,8 @@ pass over the input. A backfill of pattern rules only needs neither in the commo
 * rules with the same ``PARTITION BY`` columns hash a row to the same bucket, so one group
   ``(key set, bucket)`` serves all of them: a row is shuffled and converted once per key set,
   not once per rule, and the group's events become one :class:`~cep.events.EventBatch` that
-  each rule's operator ingests;
+  each rule's operator ingests, with one :class:`~cep.sharing.SharedBatch` (times parsed, keys
+  built, rows ordered once for every rule, as the embedded engine's rules share a batch);
 * lateness needs the arrival watermark only when some row *is* late. The first arrival pass
   (:func:`segment_stats`) also gathers, per input segment, its smallest valid event time and how
   far a row falls behind the running maximum of earlier rows of the segment; from those
