@@ -9,7 +9,8 @@ Both engines read that file and must give the same rows (compared row by row).
 
 * **embedded**: ``cep run rules/trading.yaml --input FILE`` in a subprocess: wall time and CPU
   time of the whole process (Python start, JSON decoding, both rules, writing the rows).
-* **Spark** (``local[2]``, 4 shuffle partitions, 64 buckets, the schema given as a production
+* **Spark** (``local[2]``, the JVM options ``cep spark backfill`` starts with, or Java's defaults with
+  ``--jvm default``; 4 shuffle partitions, 64 buckets, the schema given as a production
   backfill gives it): ``apply_rules`` then ``CepResult.write`` of JSON files partitioned like
   ``cep spark backfill``'s, in a subprocess that starts the session once and runs both backfill
   forms on a warm session: ``rule`` groups (the general path: one group per rule and bucket,
