@@ -9,7 +9,8 @@ Both engines read that file and must give the same rows (compared row by row).
 
 * **embedded**: ``cep run rules/trading.yaml --input FILE`` in a subprocess: wall time and CPU
   time of the whole process (Python start, JSON decoding, both rules, writing the rows).
-* **Spark** (``local[2]``, 4 shuffle partitions, 64 buckets, the schema given as a production
+* **Spark** (``local[2]``, the JVM options ``cep spark backfill`` starts with, or Java's defaults with
+  ``--jvm default``; 4 shuffle partitions, 64 buckets, the schema given as a production
   backfill gives it): ``apply_rules`` then ``CepResult.write`` of JSON files partitioned like
   ``cep spark backfill``'s, in a subprocess that starts the session once and runs both backfill
   forms on a warm session: ``rule`` groups (the general path: one group per rule and bucket,
@@ -110,7 +111,13 @@ def spark_child(args: argparse.Namespace) -> None:
     t, c = time.monotonic(), tree_cpu(me)
     from spark_udf.session import local_session
 
-    spark = local_session("local[2]", shuffle_partitions=4)
+    # as cep spark backfill starts it (a batch job's JVM options), or with Java's defaults
+    conf = None
+    if args.jvm == "default":
+        from spark_udf.session import _log4j_file, driver_java_options
+
+        conf = {"spark.driver.extraJavaOptions": driver_java_options(_log4j_file())}
+    spark = local_session("local[2]", shuffle_partitions=4, conf=conf, batch=True)
     report: dict[str, Any] = {"start": {"wall_s": round(time.monotonic() - t, 2), "cpu_s": round(tree_cpu(me) - c, 2)}}
     from pyspark.sql import functions as F
 
@@ -148,6 +155,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=None, help="only the first N bars by date (a quick run)")
     ap.add_argument("--forms", default="rule,key-set", help="Spark backfill forms to run, in this order")
+    ap.add_argument("--jvm", default="batch",
+                    help="JVM options of the Spark session, comma-separated runs in this order, one session each: "
+                         "'batch' (cep spark backfill's, spark_udf.session.BATCH_JVM_OPTIONS), 'default' (Java's)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--warm", help=argparse.SUPPRESS)
@@ -164,10 +174,12 @@ def main() -> None:
         load_before = os.getloadavg()
         emb = run_embedded(work / "in" / "bars.jsonl", work / "embedded.jsonl")
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        subprocess.run([sys.executable, __file__, "--child", "--input", str(work / "in"), "--warm", str(work / "warm"),
-                        "--out", str(work / "spark"), "--report", str(work / "spark.json"), "--forms", args.forms],
-                       check=True, env=env)
-        spark = json.loads((work / "spark.json").read_text())
+        sessions = {}
+        for jvm in args.jvm.split(","):
+            subprocess.run([sys.executable, __file__, "--child", "--input", str(work / "in"), "--warm", str(work / "warm"),
+                            "--out", str(work / "spark"), "--report", str(work / "spark.json"), "--forms", args.forms,
+                            "--jvm", jvm], check=True, env=env)
+            sessions[jvm] = json.loads((work / "spark.json").read_text())
         load_after = os.getloadavg()
     finally:
         pass
@@ -178,16 +190,20 @@ def main() -> None:
                                  "load_after": [round(x, 2) for x in load_after]},
         "embedded": {"wall_s": emb["wall_s"], "cpu_s": emb["cpu_s"], "events_per_s": round(n / emb["wall_s"]),
                      "events_per_cpu_s": round(n / emb["cpu_s"]), "matches": sum(emb["rows"].values())},
-        "spark_start": spark["start"], "spark_stop_wall_s": spark["stop_wall_s"],
     }
-    for form in args.forms.split(","):
-        s = spark[form]
-        rows = Counter(tuple(map(tuple, r)) for r in s.pop("rows"))
-        s.update({"events_per_s": round(n / s["wall_s"]), "events_per_cpu_s": round(n / s["cpu_s"]),
-                  "vs_embedded_wall": round(emb["wall_s"] / s["wall_s"], 2),
-                  "whole_process_wall_s": round(spark["start"]["wall_s"] + s["wall_s"] + spark["stop_wall_s"], 2),
-                  "same_rows_as_embedded": rows == emb["rows"] and s["counts"]["late"] == 0})
-        result[form] = s
+    for jvm, spark in sessions.items():
+        tag = "" if jvm == "batch" else f" (jvm {jvm})"
+        result["spark_start" + tag] = spark["start"]
+        result["spark_stop_wall_s" + tag] = spark["stop_wall_s"]
+        for form in args.forms.split(","):
+            s = spark[form]
+            rows = Counter(tuple(map(tuple, r)) for r in s.pop("rows"))
+            s.update({"events_per_s": round(n / s["wall_s"]), "events_per_cpu_s": round(n / s["cpu_s"]),
+                      "vs_embedded_wall": round(emb["wall_s"] / s["wall_s"], 2),
+                      "vs_embedded_cpu": round(emb["cpu_s"] / s["cpu_s"], 2),
+                      "whole_process_wall_s": round(spark["start"]["wall_s"] + s["wall_s"] + spark["stop_wall_s"], 2),
+                      "same_rows_as_embedded": rows == emb["rows"] and s["counts"]["late"] == 0})
+            result[form + tag] = s
     if "rule" in result and "key-set" in result:
         result["key_set_vs_rule_wall"] = round(result["rule"]["wall_s"] / result["key-set"]["wall_s"], 2)
         result["key_set_vs_rule_cpu"] = round(result["rule"]["cpu_s"] / result["key-set"]["cpu_s"], 2)

@@ -834,8 +834,11 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
         hashed = [F.col(_q(c)) for c in ks]
         bucket = F.pmod(F.xxhash64(*hashed), F.lit(cfg.buckets)).cast("int") if hashed else F.lit(0)
         entries.append(F.struct(F.lit(i).alias("r"), bucket.alias("b")))
-    if len(entries) == 1 and not corrupt:
-        x = x.withColumn("_cep_g", entries[0])
+    if len(entries) == 1:
+        # one key set: a row goes to one group, so no array to explode (a Generate per row)
+        bad = F.struct(F.lit(0).alias("r"), F.lit(CORRUPT_BUCKET).alias("b"))
+        x = x.withColumn("_cep_g", F.when(F.col(CORRUPT_COL).isNotNull(), bad).otherwise(entries[0]) if corrupt
+                         else entries[0])
     else:
         groups = F.array(*entries)
         if corrupt:

@@ -7,7 +7,8 @@ pass over the input. A backfill of pattern rules only needs neither in the commo
 * rules with the same ``PARTITION BY`` columns hash a row to the same bucket, so one group
   ``(key set, bucket)`` serves all of them: a row is shuffled and converted once per key set,
   not once per rule, and the group's events become one :class:`~cep.events.EventBatch` that
-  each rule's operator ingests;
+  each rule's operator ingests, with one :class:`~cep.sharing.SharedBatch` (times parsed, keys
+  built, rows ordered once for every rule, as the embedded engine's rules share a batch);
 * lateness needs the arrival watermark only when some row *is* late. The first arrival pass
   (:func:`segment_stats`) also gathers, per input segment, its smallest valid event time and how
   far a row falls behind the running maximum of earlier rows of the segment; from those
@@ -30,6 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
     PRIOR_COL,
@@ -136,7 +138,9 @@ class KeySetCore:
             pdf = pdf.sort_values(by, kind="stable", ignore_index=True)
         prior = prior_times(pdf, f"{PRIOR_COL}_{ks}") if self.judged.get(ks) else None
         batch, src = core._batch(pdf)  # once for every rule of the key set
-        frames = [f for f in (core.replay(name, bucket, batch, src, prior) for name in self.rules_of.get(ks, []))
+        # and its times, keys and key order once too (the rules of a key set read the same rows)
+        shared = SharedBatch(batch)
+        frames = [f for f in (core.replay(name, bucket, batch, src, prior, shared) for name in self.rules_of.get(ks, []))
                   if f is not None]
         if not frames:
             return core._empty()

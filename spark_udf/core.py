@@ -301,15 +301,29 @@ class GroupCore:
         return frame if frame is not None else self._empty()
 
     def replay(self, rule: str, bucket: int, batch: EventBatch, src: np.ndarray | None,
-               prior: np.ndarray | None) -> pd.DataFrame | None:
+               prior: np.ndarray | None, shared: Any = None) -> pd.DataFrame | None:
         """One rule over a whole group's rows, in arrival order, then the final watermark: its frame.
 
         ``prior`` is each row's arrival watermark before the rule's lateness (:func:`prior_times`;
-        None: no row can be late). The operator is reset before and after, so the next group starts
-        empty. Shared by :meth:`static_group` and the key-set groups of :mod:`spark_udf.backfill`.
+        None: no row can be late). ``shared`` (a :class:`cep.sharing.SharedBatch` of ``batch``)
+        lets the rules of one key-set group parse the times, build the keys and order the rows
+        once, as the embedded engine's rules over one batch do. The operator is reset before and
+        after, so the next group starts empty. Shared by :meth:`static_group` and the key-set
+        groups of :mod:`spark_udf.backfill`.
         """
         spec, op, _ = self._operator(rule)
         op.reset()
+        # a joined rule's rows gain the table's columns at release: it works alone (as in cep run)
+        if shared is not None and hasattr(op, "shared") and getattr(op, "join", None) is None:
+            op.shared = shared  # type: ignore[attr-defined]
+            try:
+                return self._replay(spec, op, bucket, batch, src, prior)
+            finally:
+                op.shared = None  # type: ignore[attr-defined]
+        return self._replay(spec, op, bucket, batch, src, prior)
+
+    def _replay(self, spec: RuleSpec, op: KeyedOperator, bucket: int, batch: EventBatch, src: np.ndarray | None,
+                prior: np.ndarray | None) -> pd.DataFrame | None:
         out = OperatorOutput()
         if spec.table is not None:  # each change's late or error row is written by one group
             op.reporting = spec.table.reporter and (spec.table.keyed or bucket == 0)  # type: ignore[attr-defined]

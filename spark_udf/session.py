@@ -11,11 +11,21 @@ from typing import Any
 
 from spark_udf.shipping import ENGINE_ZIP_NAME, engine_zip, is_local_master, worker_python
 
-__all__ = ["local_session", "private_dir", "DEFAULT_SHUFFLE_PARTITIONS"]
+__all__ = ["local_session", "private_dir", "DEFAULT_SHUFFLE_PARTITIONS", "BATCH_JVM_OPTIONS", "driver_java_options"]
 
 DEFAULT_SHUFFLE_PARTITIONS = 4
 """Spark's default of 200 makes every micro-batch schedule 200 tasks per stateful stage (an empty
 batch then costs seconds); a checkpoint fixes the count at its first run, so it is chosen here."""
+
+BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC",)
+"""JVM options of a session started for a batch job (``cep spark backfill``), added to the driver's
+(which in local mode runs the whole job). The serial collector does its work on the thread that
+needs memory, with no concurrent or parallel collector threads: on a short job over a small heap
+and 2 cores this cost about a fifth less CPU than Java's default (G1) in interleaved runs of
+``benchmarks/bench_spark_backfill.py`` (docs/spark.md, "Backfill against cep run"). What it trades:
+every collection stops the job, and pauses grow with the heap, which is why a stream (``cep spark
+run``, long-lived, latency-bound) keeps G1. The user's own ``spark.driver.extraJavaOptions``
+replaces these (``--conf spark.driver.extraJavaOptions=-XX:+UseG1GC``)."""
 
 _LOG4J = """\
 rootLogger.level = {root}
@@ -70,6 +80,17 @@ def _log4j_file(verbose: bool = False) -> str:
     return str(path)
 
 
+def driver_java_options(log4j_file: str, batch: bool = False) -> str:
+    """The driver JVM's options the session sets when the caller's conf sets none: the log
+    configuration, and for a batch job :data:`BATCH_JVM_OPTIONS`.
+
+    Example:
+        >>> driver_java_options("/tmp/x/log4j2.properties", batch=True)
+        '-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties -XX:+UseSerialGC'
+    """
+    return " ".join((f"-Dlog4j2.configurationFile=file:{log4j_file}", *(BATCH_JVM_OPTIONS if batch else ())))
+
+
 def local_session(
     master: str = "local[*]",
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
@@ -78,6 +99,7 @@ def local_session(
     conf: dict[str, str] | None = None,
     ship_engine: bool | None = None,
     verbose: bool = False,
+    batch: bool = False,
 ) -> Any:
     """Get or create the Spark session the ``cep spark`` commands use, local or on a cluster.
 
@@ -92,6 +114,10 @@ def local_session(
     on unless the master is local) adds the engine's own packages as a zip of Python files
     (``SparkContext.addPyFile``), so executors need only its dependencies.
 
+    ``batch`` (``cep spark backfill``): a job with an end; the driver's JVM starts with
+    :data:`BATCH_JVM_OPTIONS` unless ``conf`` sets ``spark.driver.extraJavaOptions`` (which then
+    replaces every option set here, the log configuration's too).
+
     When a session already runs in this process it is reused and only the runtime settings
     (shuffle partitions) and the shipped engine apply.
     """
@@ -105,7 +131,7 @@ def local_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j_file(verbose)}")
+        .config("spark.driver.extraJavaOptions", driver_java_options(_log4j_file(verbose), batch))
     )
     if packages:
         b = b.config("spark.jars.packages", ",".join(packages))

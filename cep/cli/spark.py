@@ -439,7 +439,7 @@ def run(args: Any) -> int:
         ours = SparkContext._active_spark_context is None  # a session this command starts, it stops
         spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
                               packages=args.packages, conf=conf, ship_engine=args.ship_engine,
-                              verbose=args.verbose)
+                              verbose=args.verbose, batch=(cmd == "backfill"))
     except Exception as e:  # noqa: BLE001 - a JVM that does not start, a refused setting
         return _fail(cmd, "starting Spark", e, args.verbose)
     clock.lap("Spark start")

@@ -89,8 +89,13 @@ def _files(seed: int, late: bool) -> list[list[Any]]:
     return out
 
 
-def _embedded(paths: list[Path]) -> Any:
-    eng = Engine(parse_rules(RULES_YAML))
+def _rules(names: tuple[str, ...] | None = None) -> Any:
+    rules = parse_rules(RULES_YAML)
+    return rules if names is None else [r for r in rules if r.name in names]
+
+
+def _embedded(paths: list[Path], names: tuple[str, ...] | None = None) -> Any:
+    eng = Engine(_rules(names))
     out = eng.process([])
     for p in paths:
         for b in read_events(p):
@@ -99,7 +104,7 @@ def _embedded(paths: list[Path]) -> Any:
     return out
 
 
-def _backfill(spark: Any, folder: Path, **config: Any) -> Any:
+def _backfill(spark: Any, folder: Path, names: tuple[str, ...] | None = None, **config: Any) -> Any:
     from pyspark.sql import functions as F
 
     from spark_udf.api import SparkRunConfig, apply_rules
@@ -107,7 +112,7 @@ def _backfill(spark: Any, folder: Path, **config: Any) -> Any:
     frame = (spark.read.schema(SCHEMA).json(str(folder))
              .withColumn("_cep_source", F.col("_metadata.file_path"))
              .withColumn("_cep_block", F.col("_metadata.file_block_start")))
-    return apply_rules(frame, parse_rules(RULES_YAML), SparkRunConfig(
+    return apply_rules(frame, _rules(names), SparkRunConfig(
         buckets=5, source_column="_cep_source", arrival_columns=("_cep_source", "_cep_block"), **config))
 
 
@@ -129,7 +134,7 @@ def _expected(records: list[dict[str, Any]]) -> Counter:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("seed,late", [(1, False), (2, True), (3, True)])
-def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int, late: bool) -> None:
+def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int, late: bool, capsys: Any) -> None:
     paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(seed, late))]
     exp = _embedded(paths)
     result = _backfill(spark, tmp_path / "in")
@@ -144,6 +149,19 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
         [e for e in exp.errors if e.get("rule") is not None])
     assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
     assert bool(exp.late) == late  # the late seeds take the second arrival pass; without late rows it is skipped
+    if seed == 1:
+        # one key set (k): a row goes to one group without an array to explode, a malformed line to bucket -1
+        one = _backfill(spark, tmp_path / "in", names=("lanes", "abc"))
+        capsys.readouterr()
+        one.envelope.explain()
+        assert "Generate" not in capsys.readouterr().out
+        exp_one = _embedded(paths, ("lanes", "abc"))
+        got = [r.asDict() for r in one.envelope.collect()]
+        assert counted(got, "match") == Counter(match_key(m) for m in exp_one.matches)
+        assert {m["rule"] for m in exp_one.matches} == {"lanes", "abc"}
+        assert _problems(got, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
+            [e for e in exp_one.errors if e.get("rule") is not None])
+        assert sum(1 for r in got if r["output"] == "error" and r["reason"] == MALFORMED) == 1
     if seed != 2:
         return
     # and the general path (one group per rule) agrees row for row (one seed: each run is a Spark job)

@@ -109,3 +109,27 @@ def test_a_jvm_that_does_not_start_is_one_line_and_exit_3(tmp_path: Path) -> Non
                     "before sending its port number.; Spark's JVM did not start: Spark needs Java 17 (java on PATH, "
                     "or JAVA_HOME); the lines above are the JVM's own"], done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("cmd,batch", [("backfill", True), ("run", False)])
+def test_a_backfill_starts_its_jvm_with_the_batch_options_a_stream_with_javas(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cmd: str, batch: bool) -> None:
+    """`cep spark backfill` asks for the batch JVM options (docs/spark.md), `cep spark run` does not;
+    a user's own spark.driver.extraJavaOptions reaches the session and replaces them."""
+    import spark_udf.session as session
+
+    seen: list[dict] = []
+
+    def fake(*args, **kwargs):  # record what the command asks for, then fail as a JVM that does not start
+        seen.append(kwargs)
+        raise RuntimeError("no JVM in this test")
+
+    monkeypatch.setattr(session, "local_session", fake)
+    (tmp_path / "in.jsonl").write_text('{"symbol": "A", "date": "2017-01-02", "close": 1.0}\n')
+    extra = ["--checkpoint", str(tmp_path / "ck")] if cmd == "run" else []
+    code = cep_main(["spark", cmd, str(REPO / "rules" / "trading.yaml"), "--input", str(tmp_path / "in.jsonl"),
+                     "--output", str(tmp_path / "out"), *extra, "--conf", "spark.driver.extraJavaOptions=-XX:+UseG1GC"])
+    assert code == 3 and "no JVM in this test" in capsys.readouterr().err
+    assert seen[0]["batch"] is batch
+    assert seen[0]["conf"] == {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}
+    assert session.driver_java_options("/l.properties", batch=batch).endswith("-XX:+UseSerialGC") is batch
