@@ -31,14 +31,14 @@ def _batches(nkeys: int, nbatches: int, per: int) -> list[list[dict]]:
 
 
 def test_pool_is_reclaimed_not_grown_when_ended_start_rows_take_lanes() -> None:
-    """range_breakout over 100 keys, 60 batches of 500 rows: every batch, start rows that ended
+    """range_breakout over 100 keys, 40 batches of 500 rows: every batch, start rows that ended
     and wait at a key's head for their match get a lane before the call (a start row's number
     is other keys' too). Those lanes once pushed the pool past its room after the reclaim test
     had passed, so it grew fourfold each time it filled (65,536 lanes after 12,000 rows, a
     million after 766,000, for about a thousand live start rows). Rows stay each key's own
     call's."""
     sql = SHAPES["range_breakout"][0]
-    batches = _batches(100, 60, 500)
+    batches = _batches(100, 40, 500)
     old = lanes.USE_BATCH
     got: dict[bool, list] = {}
     try:
