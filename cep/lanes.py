@@ -1149,9 +1149,9 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                         keep.append(th.i)
         if 2 * len(keep) <= pool.n:
             pool.compact(keep)
-            # room for a few batches more before the next reclaim (its cost is the kept lanes'
-            # and every key's start rows': paid once per as many new lanes at least)
-            pool.reserve(pool.n + 2 * need)
+            # room for this batch and twice the kept lanes more before the next reclaim (its cost
+            # is the kept lanes' and every key's start rows': paid once per as many new lanes)
+            pool.reserve(2 * pool.n + need)
     LK = _kernel_module(kp, plan, a)
     took: list[int] = []
     rows = 0
