@@ -1130,7 +1130,14 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     if pool is None or pool.plan is not plan:
         pool = _Lanes(plan, 1024)
         pool.shared = True
-    if pool.n + int(sum(ends[i] - starts[i] for i in segs)) > len(pool.start):
+    # the lanes this batch may add: one per row in the call, one per row again when a key that
+    # stopped there goes on in LaneBatch.finish (it reserves its rows anew), and one per queued
+    # start row that ended (add_dead below, _queue in finish); leaving any out lets the pool grow
+    # fourfold each time it fills rather than be reclaimed
+    need = 0
+    for i in segs:
+        need += 2 * (ends[i] - starts[i]) + len(states[i].attempts)
+    if pool.n + need > len(pool.start):
         # reclaim the lanes no key queues any more, when they are at least half (before the
         # queues below are read: compacting renumbers lanes)
         keep = []
@@ -1142,6 +1149,9 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                         keep.append(th.i)
         if 2 * len(keep) <= pool.n:
             pool.compact(keep)
+            # room for this batch and twice the kept lanes more before the next reclaim (its cost
+            # is the kept lanes' and every key's start rows': paid once per as many new lanes)
+            pool.reserve(2 * pool.n + need)
     LK = _kernel_module(kp, plan, a)
     took: list[int] = []
     rows = 0
