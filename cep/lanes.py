@@ -671,6 +671,23 @@ def _to_lane(a: PatternAutomaton, st: KeyState, att: Attempt) -> tuple[tuple, in
     return tuple(vals), k, kb, sid, tuple(sums), tuple(cnts)
 
 
+def _follow(objs: list, nl0: int, lanes: _Lanes, killed: np.ndarray, nk: int, bested: np.ndarray, nb: int,
+            dead: Any) -> None:
+    """Make the objects of the ``nl0`` start rows that existed before a compiled call follow what
+    it did to their lanes: the ``nk`` it killed lose their threads, the ``nb`` whose best path
+    moved take the new one (lanes made by the call have no object yet)."""
+    if nk:
+        for i in killed[:nk].tolist():
+            if i < nl0:
+                objs[i].threads = dead
+    if nb:
+        for i in bested[:nb].tolist():
+            if i < nl0:
+                att = objs[i]
+                att.best = int(lanes.best[i])
+                att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+
+
 def _start_vals(row: tuple, plan: LanePlan) -> tuple:
     """The kept values of a start row's lane after its S row (the S columns; NULL for the rest)."""
     return tuple(_num(row[c] if c < len(row) else None) if v == plan.s else np.nan for v, c in plan.lcols)
@@ -981,16 +998,7 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
             # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
             j, nl1, qh, qt, peak, nk, nb, _, status, middle, nm = io.tolist()  # (one read of the scalars)
             nl0 = lanes.n
-            if nk:
-                for i in killed[:nk].tolist():
-                    if i < nl0:
-                        objs[i].threads = dead
-            if nb:
-                for i in bested[:nb].tolist():
-                    if i < nl0:
-                        att = objs[i]
-                        att.best = int(lanes.best[i])
-                        att.path = int(lanes.bx[i])  # (its R rows: see lane_match)
+            _follow(objs, nl0, lanes, killed, nk, bested, nb, dead)
             old = len(attempts)
             if nl1 > nl0:
                 objs.extend([None] * (nl1 - nl0))
@@ -1231,16 +1239,7 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                                    pool.CNT, pool.alive, pool.best, Q, killed, bested, made_rows, *kp.consts)
     # what the call did to start rows that existed before it: each key's own, so in any order
     dead_th = a._dead
-    if nk:
-        for i in killed[:nk].tolist():
-            if i < nl0:
-                objs[i].threads = dead_th
-    if nb:
-        for i in bested[:nb].tolist():
-            if i < nl0:
-                att = objs[i]
-                att.best = int(pool.best[i])
-                att.path = int(pool.bx[i])  # (its R rows: see lane_match)
+    _follow(objs, nl0, pool, killed, nk, bested, nb, dead_th)
     if nl > nl0:
         objs.extend([None] * (nl - nl0))
         pool.n = nl
