@@ -56,11 +56,11 @@ def key_hashes(keys: list[Any]) -> np.ndarray:
 
 
 def _column_hashes(values: list[Any]) -> np.ndarray:
+    if past_signed_64(values):  # (the hash would take 2**64-1 for -1)
+        values = [_wide_text(v) for v in values]
     try:
-        if past_signed_64(values):  # (the hash would take 2**64-1 for -1)
-            raise SketchTypeError("unsigned 64-bit keys")
         hb = hash128(values)
-    except SketchTypeError:  # (rare) an int outside the signed 64 bits among the keys
+    except SketchTypeError:  # (rare) an int past 64 bits among the keys
         hb = hash128([_wide_text(v) for v in values])
     if hb.valid is None:
         return hb.h0

@@ -1,6 +1,6 @@
 """Aggregate kernels: how each aggregate is prepared from events, reduced into a partial, merged and read.
 
-One concept over about 1,120 lines, so one module: every kernel answers the same four questions
+One concept over about 1,170 lines, so one module: every kernel answers the same four questions
 (prepare, reduce, merge, read) and the batched paths (panes cut with one search per kernel,
 windows laid side by side) must treat them alike; the array helpers they share live apart in
 :mod:`cep.analytics.arrays`.

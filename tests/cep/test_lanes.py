@@ -216,6 +216,17 @@ def _counters(op: PatternOperator) -> tuple:
             s.eval_errors, op.counts.processed)
 
 
+def _three_paths_agree(sql: str, events: list[dict], cuts: list[int], snap_at: int | None) -> list:
+    """The compiled loop, the numpy stepping (both restored at ``snap_at``) and the general path
+    give the same rows in the same order and the same counters; those rows."""
+    fast, op_fast = _run(sql, events, cuts, snap_at, True)
+    numpy_rows, op_numpy = _run(sql, events, cuts, snap_at, True, kernel=False)
+    slow, op_slow = _run(sql, events, cuts, None, False)
+    assert fast == slow
+    assert numpy_rows == slow
+    assert _counters(op_fast) == _counters(op_slow) == _counters(op_numpy)
+    return fast
+
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(sorted(SHAPES)), seed=st.integers(0, 10_000), keys=st.integers(1, 3),
        n=st.integers(200, 700), ncuts=st.integers(0, 10), snap=st.booleans(), trend=st.booleans())
@@ -228,12 +239,7 @@ def test_same_rows_as_the_general_path_and_the_brute_force(shape, seed, keys, n,
     events = _events(rnd, n, keys, trend)
     cuts = [rnd.randrange(1, n) for _ in range(ncuts)]
     snap_at = rnd.randrange(0, ncuts + 1) if snap else None
-    fast, op_fast = _run(sql, events, cuts, snap_at, True)
-    numpy_rows, op_numpy = _run(sql, events, cuts, snap_at, True, kernel=False)
-    slow, op_slow = _run(sql, events, cuts, None, False)
-    assert fast == slow
-    assert numpy_rows == slow
-    assert _counters(op_fast) == _counters(op_slow) == _counters(op_numpy)
+    fast = _three_paths_agree(sql, events, cuts, snap_at)
     stmt = parse_statement(sql)
     expected = []
     for key in range(keys):
