@@ -5,10 +5,12 @@ stepping of :func:`cep.lanes.step_key_lanes` row by row: WITHIN, the ``R`` and `
 of every live start row (their bytecode interpreted one instruction at a time over all of them,
 :mod:`cep._expr_kernel`), the state table (``LanePlan.nxt``: next state, match, preference
 between ``R`` and ``B``), counts, kept values and running aggregates, then a new start row, the
-cap check and the part of ``_resolve`` that outputs nothing (dropping dead start rows at the
-head, and the start rows a live head's match rules out). It returns to Python at a row that
-needs the engine: one where the cap is exceeded, the head start row has ended with a match to
-output, or a start row's runs fork (before anything of that row is changed).
+cap check and ``_resolve`` (dropping dead start rows at the head, the start rows a live head's
+match rules out, and a head that ended with a match: the match is recorded in ``rec`` as its
+start row, last row and R rows, for the engine to output after the call, and the loop goes on
+past it). It returns to Python at a row that needs the engine: one where the cap is exceeded, a
+start row's runs fork (before anything of that row is changed), or the head ended with a match
+the engine holds as a node chain (a start row that came from the general path, ``L_bx`` -1).
 
 The start rows of the key (``KeyState.attempts``) are a queue of lane ids ``Q[qh:qt]`` in start
 order; ``io`` carries the scalars in and out (see the ``IO_`` indexes); ``made`` returns the
@@ -27,12 +29,13 @@ from numba import njit
 from cep import _expr_kernel as EK
 
 __all__ = ["step", "step_batch", "K_S", "K_N", "K_RNO", "K_RESUME", "K_QOFF", "K_QLEN", "K_MOFF", "K_SIZE", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
-           "IO_STATUS", "IO_MIDDLE", "IO_NMADE", "IO_SIZE", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
+           "IO_STATUS", "IO_MIDDLE", "IO_NMADE", "IO_NREC", "IO_SIZE", "K_ROFF", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
 
 # io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
-# resume row, status, whether start rows were dropped after the head, rows of ``made``
-IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE, IO_NMADE = range(11)
-IO_SIZE = 11
+# resume row, status, whether start rows were dropped after the head, rows of ``made``, matches
+# recorded in ``rec``
+IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE, IO_NMADE, IO_NREC = range(12)
+IO_SIZE = 12
 STOP_CAP, STOP_MATCH, STOP_FORK, STOP_INEXACT = 1, 2, 3, 4
 FORK = -2  # (cep.lanes.FORK: the runs of a start row fork on the row)
 _EXACT = float(2**53)  # a running sum at or past this may be rounded: stored as inf (see EK.run_many)
@@ -52,14 +55,14 @@ _many = njit(error_model="numpy")(EK.run_many)
 
 @njit(cache=_CACHE, error_model="numpy")
 def step(XB, s, n, masks, ts, rno0, io,
-         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
+         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made, rec,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     cap_q = Q.shape[0]
     na = agg_x.shape[0]
     noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
     _run(XB, s, n, masks, ts, rno0, io, L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best,
-         Q, killed, bested, made, noted, np.empty(cap_q, np.int64), np.zeros(cap_q, np.bool_),
+         Q, killed, bested, made, rec, noted, np.empty(cap_q, np.int64), np.zeros(cap_q, np.bool_),
          np.zeros(cap_q, np.bool_), np.zeros(cap_q, np.bool_), np.empty((depth, cap_q)),
          np.zeros((3, na), np.int64), np.zeros((3, na)),
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
@@ -67,21 +70,23 @@ def step(XB, s, n, masks, ts, rno0, io,
 
 
 # keys: one row per key of a batch, its fields at these indexes (in: first batch row, rows, first
-# partition row number, resume row, start of its queue in Q, its queued lanes; out: the io of its
-# last call, its made rows' start in ``made``)
-K_S, K_N, K_RNO, K_RESUME, K_QOFF, K_QLEN, K_MOFF = range(7)
-K_SIZE = 7 + IO_SIZE
+# partition row number, resume row, start of its queue in Q, its queued lanes; out: its made rows'
+# start in ``made``, its recorded matches' start in ``rec``, then the io of its call from K_IO)
+K_S, K_N, K_RNO, K_RESUME, K_QOFF, K_QLEN, K_MOFF, K_ROFF = range(8)
+K_IO = 8
+K_SIZE = K_IO + IO_SIZE
 
 
 @njit(cache=_CACHE, error_model="numpy")
 def step_batch(XB, masks, ts, keys, nl, peak,
-               L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
+               L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made, rec,
                code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
                has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap, depth):  # pragma: no cover - compiled
     """:func:`step` for every key of a batch in one call, each from its own first row to its
     first row that needs the engine (or its last); the lanes of all keys share the arrays (one
     pool), each key its part of ``Q`` (``K_QOFF``), ``killed``/``bested`` are one list for all,
-    ``made`` one list with each key's part from ``K_MOFF``. Returns (lanes used, killed, bested, made)."""
+    ``made`` and ``rec`` one list each with each key's part from ``K_MOFF`` / ``K_ROFF``. Returns
+    (lanes used, killed, bested, made, recorded matches)."""
     nk_all = keys.shape[0]
     cap_q = 1
     for x in range(nk_all):
@@ -100,8 +105,9 @@ def step_batch(XB, masks, ts, keys, nl, peak,
     nk = 0
     nb = 0
     nm = 0
+    nr = 0
     for x in range(nk_all):
-        io = keys[x, 7:]
+        io = keys[x, K_IO:]
         io[IO_NL] = nl
         io[IO_QT] = keys[x, K_QLEN]
         io[IO_PEAK] = peak
@@ -109,11 +115,12 @@ def step_batch(XB, masks, ts, keys, nl, peak,
         io[IO_NKILL] = nk
         io[IO_NBEST] = nb
         keys[x, K_MOFF] = nm
+        keys[x, K_ROFF] = nr
         q0 = keys[x, K_QOFF]
         nb0 = nb
         _run(XB, keys[x, K_S], keys[x, K_N], masks, ts, keys[x, K_RNO], io, L_start, L_ts, L_k, L_kb, L_sid, L_bx,
              L_S, L_SUM, L_CNT, L_alive, L_best, Q[q0: q0 + keys[x, K_QLEN] + keys[x, K_N]], killed, bested,
-             made[nm:], noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
+             made[nm:], rec[nr:], noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
              code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
              has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap)
         nl = io[IO_NL]
@@ -121,14 +128,15 @@ def step_batch(XB, masks, ts, keys, nl, peak,
         nk = io[IO_NKILL]
         nb = io[IO_NBEST]
         nm += io[IO_NMADE]
+        nr += io[IO_NREC]
         for y in range(nb0, nb):  # (``noted`` is per call)
             noted[bested[y]] = 0
-    return nl, nk, nb, nm
+    return nl, nk, nb, nm, nr
 
 
 @njit(cache=_CACHE, error_model="numpy")
 def _run(XB, s, n, masks, ts, rno0, io,
-         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made,
+         L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made, rec,
          noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap):  # pragma: no cover - compiled
@@ -148,6 +156,7 @@ def _run(XB, s, n, masks, ts, rno0, io,
     nk = io[IO_NKILL]
     nb = io[IO_NBEST]
     resume = io[IO_RESUME]
+    nr = io[IO_NREC]
     nl0 = nl
     io[IO_STATUS] = 0
     while j < n:
@@ -299,7 +308,23 @@ def _run(XB, s, n, masks, ts, rno0, io,
                 if L_best[h] < 0:
                     qh += 1
                     continue
-                stop = True
+                if L_bx[h] >= 0:
+                    # the head ended with a match: recorded (start, last row, its R rows) for the
+                    # engine to output after the call, and the rows it covers skipped past, as
+                    # PatternAutomaton._resolve does with AFTER MATCH SKIP PAST LAST ROW
+                    rec[nr, 0] = L_start[h]
+                    rec[nr, 1] = L_best[h]
+                    rec[nr, 2] = L_bx[h]
+                    nr += 1
+                    resume = L_best[h] + 1
+                    qh += 1
+                    while qh < qt and L_start[Q[qh]] < resume:
+                        i = Q[qh]
+                        if L_alive[i] != 0:
+                            total -= nthreads[L_sid[i]]
+                        qh += 1
+                    continue
+                stop = True  # (a match whose rows the engine holds as a node chain: it outputs it)
                 break
             if stop:
                 io[IO_STATUS] = STOP_MATCH
@@ -314,6 +339,8 @@ def _run(XB, s, n, masks, ts, rno0, io,
     io[IO_PEAK] = peak
     io[IO_NKILL] = nk
     io[IO_NBEST] = nb
+    io[IO_RESUME] = resume
+    io[IO_NREC] = nr
     # the lanes made in this call still queued, in queue order (the engine makes their start-row
     # objects from these rows: one read instead of one per lane and field)
     nm = 0

@@ -485,6 +485,7 @@ class _KernelPlan:
         self.Q = self.killed = self.bested = np.zeros(0, np.int64)
         self.io = np.zeros(0, np.int64)  # the loop's scalars (made with the loop; one key steps at a time)
         self.made = np.zeros((0, 6), np.int64)
+        self.rec = np.zeros((0, 3), np.int64)  # the matches one call recorded (start row, last row, R rows)
 
 
 def _kernel_plan(a: PatternAutomaton, plan: LanePlan) -> _KernelPlan:
@@ -788,9 +789,7 @@ class _Lanes:
         self.kb[i] = kb
         self.sid[i] = sid
         self.alive[i] = 1
-        b = att.best
-        self.best[i] = -1 if b is None else (b if isinstance(b, int) else b.rno)
-        self.bx[i] = att.path if isinstance(att.path, int) else 0
+        self.best[i], self.bx[i] = _best_of(att)
         self.S[i] = vals
         for q in range(len(plan.aggs)):
             self.SUM[i, q] = sums[q]
@@ -832,12 +831,22 @@ class _Lanes:
         self.start[i] = att.start
         self.start_ts[i] = att.start_ts
         self.alive[i] = 0
-        b = att.best
-        self.best[i] = -1 if b is None else (b if isinstance(b, int) else b.rno)
+        self.best[i], self.bx[i] = _best_of(att)
         self.objs.append(att)
         self.ids[att.start] = i
         self.n += 1
         return i
+
+
+def _best_of(att: Attempt) -> tuple[int, int]:
+    """A start row's best match for its lane: (its last row, -1: none; its R rows, or -1 when the
+    match is a node chain, which the engine outputs itself: the compiled loop stops there)."""
+    b = att.best
+    if b is None:
+        return -1, 0
+    if not isinstance(b, int):
+        return b.rno, -1
+    return b, (att.path if isinstance(att.path, int) else b - att.start - 1)  # (as lane_match reads it)
 
 
 def _batch_values(kp: _KernelPlan, cols, masks, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -881,6 +890,8 @@ def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
             i = ids.get(att.start)
             if i is None or objs[i] is not att:
                 i = lanes.add_dead(att)
+            else:  # (its match may have been found off this path since)
+                lanes.best[i], lanes.bx[i] = _best_of(att)
             q.append(i)
             dead.append(i)
     lanes.alive[live] = 1
@@ -911,6 +922,7 @@ def _scratch(kp: _KernelPlan, cap_q: int) -> None:
         kp.killed = np.empty(2 * cap_q, np.int64)
         kp.bested = np.empty(2 * cap_q, np.int64)
         kp.made = np.empty((2 * cap_q, 6), np.int64)
+        kp.rec = np.empty((2 * cap_q, 3), np.int64)
 
 
 def _kernel_step(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, cols, s: int, e: int, masks, ts, emit,
@@ -978,7 +990,7 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
     LK = kp.lk
     xb, mb, tb = got
     step, consts = LK.step, kp.consts
-    Q, killed, bested, made_rows = kp.Q[:cap_q], kp.killed, kp.bested, kp.made
+    Q, killed, bested, made_rows, rec = kp.Q[:cap_q], kp.killed, kp.bested, kp.made, kp.rec
     io = kp.io
     attempts = st.attempts
     max_back = a.max_back
@@ -993,10 +1005,13 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
         else:
             step(xb, s, n, mb, tb, rno0, io,
                  lanes.start, lanes.start_ts, lanes.k, lanes.kb, lanes.sid, lanes.bx, lanes.S, lanes.SUM, lanes.CNT,
-                 lanes.alive, lanes.best, Q, killed, bested, made_rows, *consts)
+                 lanes.alive, lanes.best, Q, killed, bested, made_rows, rec, *consts)
             # the start rows' objects follow the arrays: made only for the start rows still queued
             # (most of a V-shape's start rows end at their next row, at the head, inside the loop)
-            j, nl1, qh, qt, peak, nk, nb, _, status, middle, nm = io.tolist()  # (one read of the scalars)
+            j, nl1, qh, qt, peak, nk, nb, resume, status, middle, nm, nr = io.tolist()  # (one read of the scalars)
+            if nr:  # the matches the call found, before any row it stopped at
+                _emit_rec(a, st, cols, s - rno0, rows_all, rec, nr, emit, stats)
+                st.resume = resume
             nl0 = lanes.n
             _follow(objs, nl0, lanes, killed, nk, bested, nb, dead)
             old = len(attempts)
@@ -1041,7 +1056,7 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
         io[LK.IO_QT] = len(q)
         io[LK.IO_PEAK] = stats.partial_matches_peak
         io[LK.IO_RESUME] = st.resume
-        io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = 0
+        io[LK.IO_NKILL] = io[LK.IO_NBEST] = io[LK.IO_MIDDLE] = io[LK.IO_NREC] = 0
     first = (attempts[0].start if attempts else rno0 + n) - max_back
     if status == LK.STOP_INEXACT or status == LK.STOP_FORK:
         # at row j an intermediate reached 2**53, or a start row's runs fork: the numpy stepping
@@ -1065,11 +1080,12 @@ class LaneBatch:
     what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
     that matches leave in the same order as when each key steps alone."""
 
-    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "cols", "ts", "masks", "where")
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where")
 
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
-                 Q: np.ndarray, made: list, cols, masks, ts, where: dict[int, int]):
+                 Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int]):
         self.a, self.kp, self.pool, self.got = a, kp, pool, got
+        self.rec = rec  # the matches the call recorded for all keys, each key's from its K_ROFF
         self.keys = keys.tolist()  # one row per key stepped (_lanes_kernel.K_*), as the call left it
         self.Q = Q
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
@@ -1082,8 +1098,8 @@ class LaneBatch:
         a, kp, pool = self.a, self.kp, self.pool
         LK = kp.lk
         row = self.keys[x]
-        s, n, rno0, _, qoff, qlen, moff = row[:7]
-        j, _, qh, qt, _, _, _, _, status, middle, nm = row[7:]
+        s, n, rno0, _, qoff, qlen, moff, roff = row[:8]
+        j, _, qh, qt, _, _, _, resume, status, middle, nm, nr = row[8:]
         attempts = st.attempts
         if middle:
             objs = pool.objs
@@ -1099,6 +1115,9 @@ class LaneBatch:
         st.nrows = rno0 + n
         st.last_ts = self.ts[e - 1]
         cols = self.cols
+        if nr:  # the matches the call found (before any row it stopped at), output in order
+            _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
+            st.resume = resume
         if not status:
             _keep_rows(st, cols, s - rno0, None, (attempts[0].start if attempts else rno0 + n) - a.max_back,
                        rno0 + n)
@@ -1109,7 +1128,7 @@ class LaneBatch:
         pool.reserve(n)
         _scratch(kp, qlen + n)
         io = kp.io
-        io[:] = row[7:]
+        io[:] = row[LK.K_IO:]
         io[LK.IO_NL] = pool.n  # (lanes made after it, for later keys, are the pool's too)
         taken = _kernel_loop(a, st, kp, pool, self.got, cols, s, n, rno0, qlen + n, emit, stats, None, True)
         if taken < n:
@@ -1187,6 +1206,8 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                     li = ids.get(att.start)
                     if li is None or objs[li] is not att:
                         li = pool.add_dead(att)
+                    else:  # (its match may have been found off this path since)
+                        pool.best[li], pool.bx[li] = _best_of(att)
                     q.append(-1 - li)
             else:
                 for li in q:
@@ -1232,11 +1253,12 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     killed = np.empty(total, np.int64)
     bested = np.empty(total, np.int64)
     made_rows = np.empty((total, 6), np.int64)
+    rec = np.empty((total, 3), np.int64)  # (at most one match per queued lane)
     nl0 = pool.n
     xb, mb, tb = got
-    nl, nk, nb, nm = LK.step_batch(xb, mb, tb, keys, nl0, stats.partial_matches_peak,
-                                   pool.start, pool.start_ts, pool.k, pool.kb, pool.sid, pool.bx, pool.S, pool.SUM,
-                                   pool.CNT, pool.alive, pool.best, Q, killed, bested, made_rows, *kp.consts)
+    nl, nk, nb, nm, _ = LK.step_batch(xb, mb, tb, keys, nl0, stats.partial_matches_peak,
+                                      pool.start, pool.start_ts, pool.k, pool.kb, pool.sid, pool.bx, pool.S, pool.SUM,
+                                      pool.CNT, pool.alive, pool.best, Q, killed, bested, made_rows, rec, *kp.consts)
     # what the call did to start rows that existed before it: each key's own, so in any order
     dead_th = a._dead
     _follow(objs, nl0, pool, killed, nk, bested, nb, dead_th)
@@ -1244,10 +1266,10 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
         objs.extend([None] * (nl - nl0))
         pool.n = nl
     made = _made(pool, a.attempt_class, dead_th, made_rows, nm)
-    peak = int(keys[:, 7 + LK.IO_PEAK].max())
+    peak = int(keys[:, LK.K_IO + LK.IO_PEAK].max())
     if peak > stats.partial_matches_peak:
         stats.partial_matches_peak = peak
-    return LaneBatch(a, kp, pool, got, keys, Q, made, cols, masks, ts, dict(zip(took, range(K))))
+    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))))
 
 
 def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
@@ -1262,6 +1284,19 @@ def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> 
         j0, j1 = off + have, off + end
         # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
         st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
+
+
+def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: np.ndarray, nr: int, emit,
+              stats: StepStats) -> None:
+    """Output the ``nr`` matches a call of the compiled loop recorded for key ``st`` (rows of ``rec``:
+    start row, last row, R rows), in order, as ``PatternAutomaton._resolve`` outputs a lane match:
+    numbered, counted, its rows retained first (batch row ``off + r`` is partition row r)."""
+    max_back = a.max_back
+    for start, end, k in rec[:nr].tolist():
+        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
+        st.match_number += 1
+        stats.matches += 1
+        emit(st, _chain(a, st, start, k, end - start - k))
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:
