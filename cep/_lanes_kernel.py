@@ -31,7 +31,8 @@ from cep import _expr_kernel as EK
 __all__ = ["step", "step_batch", "K_S", "K_N", "K_RNO", "K_RESUME", "K_QOFF", "K_QLEN", "K_MOFF", "K_SIZE", "IO_J", "IO_NL", "IO_QH", "IO_QT", "IO_PEAK", "IO_NKILL", "IO_NBEST", "IO_RESUME",
            "IO_STATUS", "IO_MIDDLE", "IO_NMADE", "IO_NREC", "IO_SIZE", "K_ROFF", "STOP_CAP", "STOP_MATCH", "STOP_FORK", "STOP_INEXACT"]
 
-# io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported,
+# io: next row, lanes used, queue head and tail, peak, killed and best-set lanes reported (of
+# those made before the call: the others have no object to follow them),
 # resume row, status, whether start rows were dropped after the head, rows of ``made``, matches
 # recorded in ``rec``
 IO_J, IO_NL, IO_QH, IO_QT, IO_PEAK, IO_NKILL, IO_NBEST, IO_RESUME, IO_STATUS, IO_MIDDLE, IO_NMADE, IO_NREC = range(12)
@@ -189,8 +190,9 @@ def _run(XB, s, n, masks, ts, rno0, io,
                 continue
             if within >= 0 and t - L_ts[i] >= within:
                 L_alive[i] = 0
-                killed[nk] = i
-                nk += 1
+                if i < nl0:  # (only start rows with an object made before the call are reported)
+                    killed[nk] = i
+                    nk += 1
                 continue
             ids[nid] = i
             nid += 1
@@ -236,15 +238,16 @@ def _run(XB, s, n, masks, ts, rno0, io,
             if bs != 0:
                 L_best[i] = rno
                 L_bx[i] = L_k[i] + (1 if bs == 2 else 0)
-                if noted[i] == 0:
+                if i < nl0 and noted[i] == 0:
                     noted[i] = 1
                     bested[nb] = i
                     nb += 1
             nx = (d >> 4) - 2
             if nx < 0:
                 L_alive[i] = 0
-                killed[nk] = i
-                nk += 1
+                if i < nl0:
+                    killed[nk] = i
+                    nk += 1
                 continue
             v = (d >> 2) & 3
             if v == 1:

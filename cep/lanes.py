@@ -849,9 +849,11 @@ def _best_of(att: Attempt) -> tuple[int, int]:
     return b, (att.path if isinstance(att.path, int) else b - att.start - 1)  # (as lane_match reads it)
 
 
-def _batch_values(kp: _KernelPlan, cols, masks, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _batch_values(kp: _KernelPlan, cols, masks, ts, masks_np: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The batch's values the conditions read as one float64 matrix (row x value column), its masks
-    and times as arrays; None when a value is not exactly a number. Kept for the batch's keys."""
+    and times as arrays; None when a value is not exactly a number. Kept for the batch's keys.
+    ``masks_np``: the masks as the operator's array, when it has one (not converted back from the list)."""
     got = kp.batch
     if got is not None and got[0] is cols and got[1] is masks and got[2] is ts:
         return got[3]
@@ -865,7 +867,8 @@ def _batch_values(kp: _KernelPlan, cols, masks, ts) -> tuple[np.ndarray, np.ndar
     else:
         xb = np.ascontiguousarray(np.column_stack(vals)) if vals else np.zeros((len(masks), 0))
         tb = _shared(ts, lambda x: np.array(x, dtype=np.int64))
-        out = (xb, np.array(masks, dtype=np.int64), tb)
+        mb = np.asarray(masks_np, dtype=np.int64) if masks_np is not None else np.array(masks, dtype=np.int64)
+        out = (xb, mb, tb)
     kp.batch = (cols, masks, ts, out)  # (holds the lists: their ids stay theirs)
     return out
 
@@ -1136,7 +1139,8 @@ class LaneBatch:
 
 
 def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, starts: list[int], ends: list[int],
-               cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats) -> LaneBatch | None:
+               cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats, masks_np: np.ndarray | None = None
+               ) -> LaneBatch | None:
     """Step every key of segments ``segs`` whose start rows are all on the compiled lane path (or
     that has none) in one call of the compiled loop; the rest of each key's step is
     :meth:`LaneBatch.finish`, in key order (None: no key taken, each steps alone).
@@ -1151,7 +1155,7 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     kp = plan.kernel if plan is not None else None
     if kp is None:
         return None
-    got = _batch_values(kp, cols, masks, ts)
+    got = _batch_values(kp, cols, masks, ts, masks_np)
     if got is None:
         return None
     if pool is None or pool.plan is not plan:

@@ -1132,7 +1132,7 @@ class PatternOperator:
             # every key on the compiled lane path steps in one call; what each still needs of the
             # engine (a match to output, the cap) is done below in key order
             batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, col_lists, masks_list,
-                                     ts_list, states_map.values(), stats)
+                                     ts_list, states_map.values(), stats, masks)
             if batch is not None:
                 self._lane_pool = batch.pool
         where = batch.where if batch is not None else {}
