@@ -172,6 +172,9 @@ class LanePlan:
         self.zero_sums: tuple = ()
         self.zero_cnts: tuple = ()
         self.kernel: _KernelPlan | None = None  # the compiled stepping's data, when it takes the rule
+        # cep.nfa.FastMatch when every measure is a row lookup (PatternAutomaton.row_plan): a match
+        # the compiled loop recorded is output without its node chain
+        self.fast_match: Any = None
 
 
 class _Env:
@@ -300,6 +303,10 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
         if v != s and c not in plan.cur_cols:
             plan.cur_cols.append(c)
     plan.zero_sums, plan.zero_cnts = (0.0,) * len(plan.aggs), (0,) * len(plan.aggs)
+    if getattr(a, "row_plan", None) is not None:
+        from cep.nfa import FastMatch  # (cep.nfa is loaded: its automaton is asking)
+
+        plan.fast_match = FastMatch
     if USE_KERNEL and a.hist[s] is None and numba_allowed():
         try:
             plan.kernel = _kernel_plan(a, plan)
@@ -1296,11 +1303,17 @@ def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: 
     start row, last row, R rows), in order, as ``PatternAutomaton._resolve`` outputs a lane match:
     numbered, counted, its rows retained first (batch row ``off + r`` is partition row r)."""
     max_back = a.max_back
+    plan = a.lanes
+    fast = plan.fast_match
+    s_, r_, b_ = plan.s, plan.r, plan.b
     for start, end, k in rec[:nr].tolist():
         _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
         st.match_number += 1
         stats.matches += 1
-        emit(st, _chain(a, st, start, k, end - start - k))
+        if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
+            emit(st, fast(start, end, [s_] + [r_] * k + [b_] * (end - start - k)))
+        else:
+            emit(st, _chain(a, st, start, k, end - start - k))
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:

@@ -293,7 +293,10 @@ class PatternAutomaton:
         self.all_rows = mr.rows_per_match == "ALL"
         self.time_index = layout.col_index[mr.order_by]
         self._init_dfa()
-        self.fast_plan = self._fast_plan()
+        # measures read by row lookups (None: some measure needs the node chain); the lazy DFA
+        # (fast_plan) and the lane path (cep/lanes.py) output matches by it without a chain
+        self.row_plan = self._fast_plan()
+        self.fast_plan = None if self.track else self.row_plan
         self._fast_cache: dict[tuple[int, ...], list[int]] = {}
         # partial_matches_peak counts the automaton positions of a start row's runs where runs in
         # one position share their future (_peak_count), so that a rule counts the same on every
@@ -1075,13 +1078,13 @@ class PatternAutomaton:
         return consumers
 
     def _fast_plan(self) -> list[tuple[str, str, frozenset[int] | None, int]] | None:
-        """Measures a DFA match can be read by without its node chain, or None.
+        """Measures a match can be read by without its node chain (a :class:`FastMatch`), or None.
 
         Holds for ONE ROW PER MATCH without aggregates or NEXT, skipping past the last row or to
         the next row, when every measure is a column (the last row of its variable), FIRST/LAST of
         one without an offset, CLASSIFIER() or MATCH_NUMBER(): each is then one row lookup.
         """
-        if self.track or self.all_rows or self.max_next or self.aggs or self.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
+        if self.all_rows or self.max_next or self.aggs or self.skip.mode not in ("PAST_LAST_ROW", "TO_NEXT_ROW"):
             return None
         plan: list[tuple[str, str, frozenset[int] | None, int]] = []
         for m in self.mr.measures:
@@ -1108,9 +1111,9 @@ class PatternAutomaton:
         got = self._fast_cache.get(key)
         if got is not None:
             return got
-        assert self.fast_plan is not None
+        assert self.row_plan is not None
         out = []
-        for _, kind, vs, _ci in self.fast_plan:
+        for _, kind, vs, _ci in self.row_plan:
             if kind in ("MN", "CLS"):
                 out.append(-2 if kind == "MN" else -3)
                 continue
@@ -1138,8 +1141,8 @@ class PatternAutomaton:
         at = start - base
         first_row = rows[at]
         out = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
-        assert self.fast_plan is not None
-        for (name, _, _, ci), idx in zip(self.fast_plan, self._fast_rows_of(fm.vids)):
+        assert self.row_plan is not None
+        for (name, _, _, ci), idx in zip(self.row_plan, self._fast_rows_of(fm.vids)):
             if idx >= 0:
                 out[name] = rows[at + idx][ci]
             elif idx == -1:
