@@ -62,8 +62,10 @@ def step(XB, s, n, masks, ts, rno0, io,
     cap_q = Q.shape[0]
     na = agg_x.shape[0]
     noted = np.zeros(L_best.shape[0], np.int8)  # lanes already in ``bested``
+    free = np.empty(n + 1, np.int64)
+    free[0] = 0
     _run(XB, s, n, masks, ts, rno0, io, L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best,
-         Q, killed, bested, made, rec, noted, np.empty(cap_q, np.int64), np.zeros(cap_q, np.bool_),
+         Q, killed, bested, made, rec, io[IO_NL], free, noted, np.empty(cap_q, np.int64), np.zeros(cap_q, np.bool_),
          np.zeros(cap_q, np.bool_), np.zeros(cap_q, np.bool_), np.empty((depth, cap_q)),
          np.zeros((3, na), np.int64), np.zeros((3, na)),
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
@@ -103,6 +105,12 @@ def step_batch(XB, masks, ts, keys, nl, peak,
     stack = np.empty((depth, cap_q))
     add_cnt = np.zeros((3, na), np.int64)
     add_sum = np.zeros((3, na))
+    rows = 0
+    for x in range(nk_all):
+        rows += keys[x, K_N]
+    free = np.empty(rows + 1, np.int64)  # (the lanes made in the call that left their queue: reused)
+    free[0] = 0
+    nl0 = nl
     nk = 0
     nb = 0
     nm = 0
@@ -121,7 +129,7 @@ def step_batch(XB, masks, ts, keys, nl, peak,
         nb0 = nb
         _run(XB, keys[x, K_S], keys[x, K_N], masks, ts, keys[x, K_RNO], io, L_start, L_ts, L_k, L_kb, L_sid, L_bx,
              L_S, L_SUM, L_CNT, L_alive, L_best, Q[q0: q0 + keys[x, K_QLEN] + keys[x, K_N]], killed, bested,
-             made[nm:], rec[nr:], noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
+             made[nm:], rec[nr:], nl0, free, noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
              code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
              has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap)
         nl = io[IO_NL]
@@ -138,7 +146,7 @@ def step_batch(XB, masks, ts, keys, nl, peak,
 @njit(cache=_CACHE, error_model="numpy")
 def _run(XB, s, n, masks, ts, rno0, io,
          L_start, L_ts, L_k, L_kb, L_sid, L_bx, L_S, L_SUM, L_CNT, L_alive, L_best, Q, killed, bested, made, rec,
-         noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
+         nl0, free, noted, ids, prev_ok, out_r, out_b, stack, add_cnt, add_sum,
          code_r, lits_r, code_b, lits_b, bit_r, bit_b, start_bits,
          has_r, has_b, dec, nthreads, can_fork, lvar, lx, agg_x, upd, within, cap):  # pragma: no cover - compiled
     na = agg_x.shape[0]
@@ -158,7 +166,6 @@ def _run(XB, s, n, masks, ts, rno0, io,
     nb = io[IO_NBEST]
     resume = io[IO_RESUME]
     nr = io[IO_NREC]
-    nl0 = nl
     io[IO_STATUS] = 0
     while j < n:
         rno = rno0 + j
@@ -266,8 +273,12 @@ def _run(XB, s, n, masks, ts, rno0, io,
             L_sid[i] = nx
             total += nthreads[nx]
         if starts:
-            i = nl
-            nl += 1
+            if free[0] > 0:  # (a lane this call made and dropped: no object knows it)
+                i = free[free[0]]
+                free[0] -= 1
+            else:
+                i = nl
+                nl += 1
             L_start[i] = rno
             L_ts[i] = t
             L_k[i] = 0
@@ -299,6 +310,9 @@ def _run(XB, s, n, masks, ts, rno0, io,
                             i = Q[r]
                             if L_alive[i] != 0:
                                 total -= nthreads[L_sid[i]]
+                            if i >= nl0:
+                                free[0] += 1
+                                free[free[0]] = i
                             r += 1
                         if r > qh + 1:
                             w = qh + 1
@@ -309,9 +323,15 @@ def _run(XB, s, n, masks, ts, rno0, io,
                             io[IO_MIDDLE] = 1
                     break
                 if L_best[h] < 0:
+                    if h >= nl0:  # (made in this call, no object: its lane is free again)
+                        free[0] += 1
+                        free[free[0]] = h
                     qh += 1
                     continue
                 if L_bx[h] >= 0:
+                    if h >= nl0:
+                        free[0] += 1
+                        free[free[0]] = h
                     # the head ended with a match: recorded (start, last row, its R rows) for the
                     # engine to output after the call, and the rows it covers skipped past, as
                     # PatternAutomaton._resolve does with AFTER MATCH SKIP PAST LAST ROW
@@ -325,6 +345,9 @@ def _run(XB, s, n, masks, ts, rno0, io,
                         i = Q[qh]
                         if L_alive[i] != 0:
                             total -= nthreads[L_sid[i]]
+                        if i >= nl0:
+                            free[0] += 1
+                            free[free[0]] = i
                         qh += 1
                     continue
                 stop = True  # (a match whose rows the engine holds as a node chain: it outputs it)
