@@ -1,0 +1,126 @@
+"""Matches the compiled lane loop records and the engine outputs after the call: the rows, order and counters of every other path."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cep.lanes as lanes
+from cep.compiled import numba_allowed
+from cep.operator import PatternOperator
+from patterns.rules import parse_rule_text
+from tests.cep.test_lanes import SHAPES, _counters
+from tests.cep.test_lanes_batch import _run
+from tests.cep.test_lanes_many_keys import _brute, _mixed_events
+
+pytestmark = pytest.mark.skipif(not numba_allowed(), reason="matches are recorded by the compiled loop (numba)")
+
+_V_DEFINE = """PATTERN (S D{2,} U+)
+           DEFINE D AS D.x < PREV(D.x),
+                  U AS U.x > PREV(U.x) AND LAST(U.x) >= S.x)"""
+
+# (statement, brute-force conditions): measures that are row lookups (the match leaves without a
+# node chain), measures that need the chain (an aggregate), and a bounded reluctant shape
+CASES: dict[str, tuple[str, dict]] = {
+    "lookups": (
+        """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+           MEASURES FIRST(S.ts) AS t0, LAST(D.ts) AS bottom_t, LAST(U.ts) AS t1, S.x AS sx,
+                    LAST(D.x) AS bottom, FIRST(U.v) AS uv, LAST(ts) AS last_t, MATCH_NUMBER() AS mn,
+                    CLASSIFIER() AS cls
+           AFTER MATCH SKIP PAST LAST ROW
+           """ + _V_DEFINE,
+        SHAPES["v_shape"][1],
+    ),
+    "chain": SHAPES["v_shape"],
+    "reluctant_b_reads_r": SHAPES["reluctant_b_reads_r"],
+}
+
+
+def _recorded(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, mode: str,
+              row_ids: bool = False) -> tuple[list, PatternOperator, int, int]:
+    """:func:`tests.cep.test_lanes_batch._run`, also counting the matches output from the loop's
+    records and the rows output at the end of input (matches still growing there)."""
+    seen = [0, 0]
+    real, real_init, real_finish = lanes._emit_rec, PatternOperator.__init__, PatternOperator.finish
+
+    def counting(a: Any, st_: Any, cols: Any, off: int, rows_all: Any, rec: Any, nr: int, *rest: Any) -> None:
+        seen[0] += nr
+        real(a, st_, cols, off, rows_all, rec, nr, *rest)
+
+    def init(self: PatternOperator, *args: Any, **kw: Any) -> None:
+        real_init(self, *args, **kw)
+        self.row_ids = row_ids
+
+    def finish(self: PatternOperator, *args: Any, **kw: Any) -> Any:
+        out = real_finish(self, *args, **kw)
+        seen[1] += len(out.matches)
+        return out
+
+    lanes._emit_rec = counting  # type: ignore[assignment]
+    PatternOperator.__init__, PatternOperator.finish = init, finish  # type: ignore[method-assign]
+    try:
+        rows, op, _ = _run(sql, events, cuts, snap_at, mode, check=mode == "batch")
+    finally:
+        lanes._emit_rec = real  # type: ignore[assignment]
+        PatternOperator.__init__, PatternOperator.finish = real_init, real_finish  # type: ignore[method-assign]
+    return rows, op, seen[0], seen[1]
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(sorted(CASES)), seed=st.integers(0, 10_000), light=st.integers(20, 120),
+       heavy=st.integers(1, 3), heavy_rows=st.integers(150, 300), ncuts=st.integers(1, 10), snap=st.booleans(),
+       row_ids=st.booleans())
+def test_recorded_matches_agree_with_every_path(case, seed, light, heavy, heavy_rows, ncuts, snap, row_ids):
+    """Keys of a few rows beside keys of hundreds with many matches each, batches that cut runs
+    and matches, a restore in the middle: all keys in one call, each key in its own calls
+    (CEP_LANES_BATCH=0) and the general path (CEP_LANES=0) give the same rows in the same order
+    (with ``_id``s when asked) and the same counters, and per key the brute force's matches.
+    Without a restore every match leaves from the loop's records (no row goes back to Python)."""
+    sql, cond = CASES[case]
+    rnd = random.Random(seed)
+    events = _mixed_events(rnd, light, heavy, heavy_rows)
+    cuts = [rnd.randrange(1, len(events)) for _ in range(ncuts)]
+    snap_at = rnd.randrange(0, ncuts + 1) if snap else None
+    batch, op_batch, rec_batch, last = _recorded(sql, events, cuts, snap_at, "batch", row_ids)
+    keys, op_keys, rec_keys, _ = _recorded(sql, events, cuts, snap_at, "keys", row_ids)
+    slow, op_slow, rec_slow, _ = _recorded(sql, events, cuts, None, "general", row_ids)
+    assert batch == keys == slow
+    assert _counters(op_batch) == _counters(op_keys) == _counters(op_slow)
+    assert sorted((r["k"], r["t0"], r["t1"]) for r in batch) == _brute(sql, cond, events)
+    assert rec_slow == 0
+    if snap_at is None:  # (the end of input ends the matches still growing: the engine outputs those)
+        assert rec_batch == rec_keys == len(batch) - last
+    else:  # (a start row restored with its match as a node chain leaves through the engine)
+        assert rec_batch <= len(batch) - last and rec_keys <= len(batch) - last
+    if row_ids:
+        assert len({r["_id"] for r in batch}) == len(batch)
+
+
+def test_lookup_measures_leave_without_a_node_chain():
+    """The row-lookup measures take the chain-free output (a FastMatch), the aggregate one the
+    chain; both agree with the general path on a key whose matches fill a batch, cut mid-match."""
+    a = PatternOperator(parse_rule_text(CASES["lookups"][0]).compiled, name="r").automaton
+    assert a.lanes is not None and a.lanes.fast_match is not None and a.fast_plan is None
+    b = PatternOperator(parse_rule_text(CASES["chain"][0]).compiled, name="r").automaton
+    assert b.lanes is not None and b.lanes.fast_match is None
+    # one key: three falls, then two rises past the start, so a match every 6 rows; batches of 7 cut matches
+    xs = [10, 9, 8, 7, 11, 12] * 60
+    events = [{"k": 1, "ts": i, "x": x, "v": i % 7} for i, x in enumerate(xs)]
+    cuts = list(range(7, len(events), 7))
+    got = {}
+    for case in ("lookups", "chain"):
+        sql, cond = CASES[case]
+        batch, op_batch, rec, last = _recorded(sql, events, cuts, None, "batch")
+        slow, op_slow, _, _ = _recorded(sql, events, cuts, None, "general")
+        assert batch == slow and len(batch) > 50 and rec == len(batch) - last
+        assert _counters(op_batch) == _counters(op_slow)
+        assert sorted((r["k"], r["t0"], r["t1"]) for r in batch) == _brute(sql, cond, events)
+        got[case] = batch
+    rows = got["lookups"]
+    assert [r["mn"] for r in rows] == list(range(1, len(rows) + 1))
+    assert {r["cls"] for r in rows} == {"U"} and all(r["bottom_t"] < r["t1"] == r["last_t"] for r in rows)
+    assert [(r["t0"], r["t1"]) for r in rows] == [(r["t0"], r["t1"]) for r in got["chain"]]
