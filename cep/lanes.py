@@ -304,9 +304,7 @@ def lane_plan(a: PatternAutomaton) -> LanePlan | None:
             plan.cur_cols.append(c)
     plan.zero_sums, plan.zero_cnts = (0.0,) * len(plan.aggs), (0,) * len(plan.aggs)
     if getattr(a, "row_plan", None) is not None:
-        from cep.nfa import FastMatch  # (cep.nfa is loaded: its automaton is asking)
-
-        plan.fast_match = FastMatch
+        plan.fast_match = a.fast_match_class
     if USE_KERNEL and a.hist[s] is None and numba_allowed():
         try:
             plan.kernel = _kernel_plan(a, plan)

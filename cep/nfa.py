@@ -131,6 +131,7 @@ class PatternAutomaton:
     """The compiled, immutable runtime form of one MATCH_RECOGNIZE rule."""
 
     attempt_class = Attempt  # (cep/lanes.py builds attempts without importing this module)
+    fast_match_class = FastMatch  # (and matches whose measures are row lookups)
     rewrite = True  # apply patterns/rewrite.py (a tracing subclass shows the conditions as written)
 
     def __init__(
