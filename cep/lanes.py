@@ -16,7 +16,8 @@ the general path's preference exactly. Rows, preference, skip, caps, ``WITHIN`` 
 are the general path's: start rows are still :class:`cep.nfa.Attempt` objects in
 ``KeyState.attempts`` (their ``threads`` a :class:`LaneRun` while on this path), and a partial
 match becomes a node chain (the general path's form) whenever something needs one: a snapshot,
-``cep state``, a row whose values are not numbers, a fork, or a match to output.
+``cep state``, a row whose values are not numbers, a fork, or a match to output whose measures
+are more than row lookups (the compiled loop records its matches: :func:`_emit_rec`).
 
 About 1,600 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
