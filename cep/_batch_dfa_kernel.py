@@ -160,11 +160,14 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
         t = na
         start_rno = k[_NROWS, key] - s
         k[_NROWS, key] += e - s
-        # the segment's rows are consecutive in the store: each links to the one before it
+        # the segment's rows are consecutive in the store: each links to the one before it (and
+        # takes its mask, which a match's replay reads)
         if e > s:
             s_prev[base + s] = k[_LAST, key]
+            s_mask[base + s] = masks[s]
             for j in range(s + 1, e):
                 s_prev[base + j] = base + j - 1
+                s_mask[base + j] = masks[j]
             k[_LAST, key] = base + e - 1
         j = s - 1
         while True:

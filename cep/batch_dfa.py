@@ -465,10 +465,9 @@ class BatchDFA:
         self.alen = alen
 
     # ------------------------------------------------------------------ the column store
-    def _append_rows(self, masks: np.ndarray) -> int:
-        """Give a batch's rows store indices and their masks (links are set while stepping, column
+    def _append_rows(self, n: int) -> int:
+        """Give a batch's ``n`` rows store indices (links and masks are set while stepping, column
         values by :meth:`_keep_rows` after it); their first index."""
-        n = len(masks)
         base = self.s_used
         need = base + n
         cap = len(self.s_mask)
@@ -478,7 +477,6 @@ class BatchDFA:
             new = max(need + need // 4, 4096)
             self.s_prev = _grown(self.s_prev, new, base)
             self.s_mask = _grown(self.s_mask, new, base)
-        self.s_mask[base:need] = masks
         self.s_used = need
         return base
 
@@ -601,7 +599,7 @@ class BatchDFA:
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]), self.pool_used)
-        base = self._append_rows(masks)
+        base = self._append_rows(n)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
         o_int, o_meas = self._out(self.live_attempts + n + 1)
