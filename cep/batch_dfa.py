@@ -336,6 +336,9 @@ class BatchDFA:
         self.s_prev = np.zeros(16, dtype=np.int64)
         self.s_mask = np.zeros(16, dtype=np.int64)
         self.s_used = 0
+        # numbers_ok of the integer columns for the rows held: kept up to date as rows are kept
+        # (a check of the new rows only), forgotten when rows are dropped (compaction, load)
+        self._num_ok: dict[int, bool] = {}
         self._ids_now = np.zeros(0, dtype=np.int64)
         # which rows this state has stepped since it was empty (cep.sharing.KeyOrder.history_after):
         # rules with the same history share their key ids and PREV values; None: not known (a
@@ -405,8 +408,13 @@ class BatchDFA:
             return False
         # (as float64 larger integers would round: the caller's lists keep them exact); only the
         # rows held count (the store's room past them is as large as a batch)
-        held = col[: self.s_used]
-        return not (col.dtype.kind in "iu" and max(int(held.max()), -int(held.min())) > 2**53)
+        if col.dtype.kind == "f":
+            return True
+        got = self._num_ok.get(ci)
+        if got is None:
+            held = col[: self.s_used]
+            got = self._num_ok[ci] = max(int(held.max()), -int(held.min())) <= 2**53
+        return got
 
     def fills(self, ci: int, lag: int, seg_len: np.ndarray) -> list[list]:
         """PREV(col, lag) of each segment's first ``lag`` rows, read from the key's earlier rows:
@@ -516,6 +524,16 @@ class BatchDFA:
                 store = self.cols[i] = obj
             part = c[sel]
             store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=m)
+        if base == 0:
+            self._num_ok.clear()  # (the columns may have taken the batch's types)
+        elif m:
+            for ci, ok in list(self._num_ok.items()):
+                col = self.cols[ci]
+                if ok and col.dtype.kind in "iu":
+                    part = col[base:used]
+                    self._num_ok[ci] = max(int(part.max()), -int(part.min())) <= 2**53
+                elif ok:
+                    del self._num_ok[ci]  # (another type now: numbers_ok looks again)
 
     def _values(self, ci: int, idx: np.ndarray) -> list:
         """Column ``ci`` at store indices ``idx`` (each >= 0) as Python values: rows of the batch being
@@ -581,6 +599,7 @@ class BatchDFA:
         self.k[3, :nk] = remap[self.k[3, :nk]]
         self.pool[4, :used] = remap[self.pool[4, :used]]
         self.s_used = m
+        self._num_ok.clear()
 
     # ------------------------------------------------------------------ stepping
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
@@ -853,6 +872,7 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
+        self._num_ok = {}
         # unknown until the engine has checked the rules restored with the same saved number against
         # each other (cep.sharing.rejoin_histories); a snapshot from before it was saved has none
         self.history = None
