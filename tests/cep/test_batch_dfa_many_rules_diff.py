@@ -141,7 +141,8 @@ def test_many_rules_added_removed_restored_match_every_reference(seed: int, snap
 
     got = _engine_run(plan, batches, snap_at, True, True)
     on_dfa = [name for name, op in got[4].operators.items() if op.keyed_state is not None]
-    assert len(on_dfa) >= 8, on_dfa  # (most rules take the batch DFA: the path under test)
+    if batch_dfa._numba_ok():  # (with CEP_NO_NUMBA=1 every run is the automaton's: the pure path)
+        assert len(on_dfa) >= 8, on_dfa  # (most rules take the batch DFA: the path under test)
     # the same rows in the same order, late rows, errors and counters: without sharing and on the
     # per-key automaton
     for share, use in ((False, True), (True, False)):
