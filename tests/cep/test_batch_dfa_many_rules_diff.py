@@ -161,3 +161,17 @@ def test_many_rules_added_removed_restored_match_every_reference(seed: int, snap
         assert per_rule.get(rule.name, []) == _operator_alone(rule, batches), rule.name
     assert per_rule.get("added", []) == _operator_alone(added, batches[add_at:])
     assert sum(map(len, per_rule.values())) > 20  # (a run that matched little would prove little)
+
+
+def test_rules_with_one_compiled_program_share_one_table() -> None:
+    """Rules that differ only in their constants step on one DFA table (built once), equal to the
+    one built for each alone; another pattern gets its own."""
+    rnd = random.Random(7)
+    a, b = (PatternOperator.from_rule(_rule(rnd, 3, n)).automaton for n in ("a", "b"))
+    other = PatternOperator.from_rule(_rule(rnd, 1, "c")).automaton
+    ta, tb, tc = batch_dfa.DfaTable.build(a), batch_dfa.DfaTable.build(b), batch_dfa.DfaTable.build(other)
+    assert ta is not None and ta is tb
+    assert tc is not None and tc is not ta
+    fresh = batch_dfa.DfaTable._build(b, batch_dfa.MAX_STATES)  # (b's own, not the cache's)
+    assert fresh is not None and fresh.states == ta.states
+    assert (fresh.trans == ta.trans).all() and (fresh.parent == ta.parent).all()
