@@ -106,11 +106,30 @@ def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, paren
 
 
 @njit(cache=True)
+def _summary(o_int, o_meas, no, kinds, counters):  # pragma: no cover - compiled
+    """What the rows of the ``no`` matches need to know before reading columns, found while the
+    outputs are in cache: ``counters[7]`` the smallest first-row store index (-1: no match),
+    ``counters[8]`` 1 when a row measure's variable matched no row (its index is -1)."""
+    lo = -1
+    miss = 0
+    for i in range(no):
+        x = o_int[2, i]
+        if lo < 0 or x < lo:
+            lo = x
+        for q in range(len(kinds)):
+            if kinds[q] <= 1 and o_meas[i, q] < 0:
+                miss = 1
+    counters[7] = lo
+    counters[8] = miss
+
+
+@njit(cache=True)
 def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
          pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
          counters, sizes):  # pragma: no cover - compiled
     """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa
-    (``within`` -1: no WITHIN; ``sizes[s]``: the positions of state s, which the peak counts)."""
+    (``within`` -1: no WITHIN; ``sizes[s]``: the positions of state s, which the peak counts;
+    ``counters`` at least 9 long, see :func:`_summary`)."""
     nseg = len(starts)
     widest = 0
     for v in sizes:
@@ -141,11 +160,14 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
         t = na
         start_rno = k[_NROWS, key] - s
         k[_NROWS, key] += e - s
-        # the segment's rows are consecutive in the store: each links to the one before it
+        # the segment's rows are consecutive in the store: each links to the one before it (and
+        # takes its mask, which a match's replay reads)
         if e > s:
             s_prev[base + s] = k[_LAST, key]
+            s_mask[base + s] = masks[s]
             for j in range(s + 1, e):
                 s_prev[base + j] = base + j - 1
+                s_mask[base + j] = masks[j]
             k[_LAST, key] = base + e - 1
         j = s - 1
         while True:
@@ -242,6 +264,7 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
     counters[1] = act_seq
     counters[2] = peak
     counters[6] = total
+    _summary(o_int, o_meas, no, kinds, counters)
     return no
 
 
@@ -266,6 +289,7 @@ def flush(order, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos, pc
                          start_sid, kinds, bits, o_int, o_meas, no, counters)
         alen[key] = 0
         k[_ACT, key] = -1
+    _summary(o_int, o_meas, no, kinds, counters)
     return no
 
 

@@ -70,7 +70,27 @@ class DfaTable:
 
     @classmethod
     def build(cls, a: Any, max_states: int = MAX_STATES) -> DfaTable | None:
-        """The table of automaton ``a`` (None when it has more than ``max_states`` states)."""
+        """The table of automaton ``a`` (None when it has more than ``max_states`` states).
+
+        Rules whose patterns compile to the same program (instructions, closures, variables) get
+        the same table, built once: many generated rules differ only in their conditions' constants,
+        and the kernels only read the table's arrays."""
+        try:
+            key: Any = (tuple(a.ins), tuple(map(tuple, a.closure)), tuple(a.start_closure), a.nvars, max_states)
+            hash(key)
+        except TypeError:  # (a program with an unhashable part: built for this rule alone)
+            key = None
+        if key is not None and key in _TABLES:
+            return _TABLES[key]
+        got = cls._build(a, max_states)
+        if key is not None:
+            if len(_TABLES) >= 256:  # (a bound on what a long-lived process of reloads keeps)
+                _TABLES.clear()
+            _TABLES[key] = got
+        return got
+
+    @classmethod
+    def _build(cls, a: Any, max_states: int) -> DfaTable | None:
         ins, closure = a.ins, a.closure
         nmask = 1 << a.nvars
         states: list[tuple[int, ...]] = [()]
@@ -127,6 +147,9 @@ class DfaTable:
                 pos[s, pc] = k
         pc_vid = np.array([x[1] if x[0] == 0 else -1 for x in ins], dtype=np.int64)
         return cls(trans, match_pc, parent, pos, pc_vid, start, states)
+
+
+_TABLES: dict[Any, DfaTable | None] = {}
 
 
 def _numba_ok() -> bool:
@@ -299,16 +322,23 @@ class BatchDFA:
         self.k = np.zeros((6, nk), dtype=np.int64)  # nrows, resume, mnum, last, act, aoff
         self.k[3:5] = -1
         self.alen = np.zeros(nk, dtype=np.int64)
-        self.pool = np.zeros((5, 4096), dtype=np.int64)  # start, start_ts, sid, best, best store index
+        # start, start_ts, sid, best, best store index. The pool and the store's links and masks start
+        # small: the first batch sizes them (step grows them to its rows before stepping)
+        self.pool = np.zeros((5, 16), dtype=np.int64)
         self.pool_used = 0
         self.live_attempts = 0
         self.act_seq = 0
         ncols = len(automaton.columns)
-        # never empty: reading index 0 for a missing row (then masked out) is always in bounds
-        self.cols: list[np.ndarray] = [np.zeros(4096, dtype=np.int64) for _ in range(ncols)]
-        self.s_prev = np.zeros(4096, dtype=np.int64)
-        self.s_mask = np.zeros(4096, dtype=np.int64)
+        # never empty: reading index 0 for a missing row (then masked out) is always in bounds. The
+        # columns hold only the rows kept after a batch (store indices below s_used), so they are
+        # sized by those (see _keep_rows), not by the batches the links and masks take in
+        self.cols: list[np.ndarray] = [np.zeros(16, dtype=np.int64) for _ in range(ncols)]
+        self.s_prev = np.zeros(16, dtype=np.int64)
+        self.s_mask = np.zeros(16, dtype=np.int64)
         self.s_used = 0
+        # numbers_ok of the integer columns for the rows held: kept up to date as rows are kept
+        # (a check of the new rows only), forgotten when rows are dropped (compaction, load)
+        self._num_ok: dict[int, bool] = {}
         self._ids_now = np.zeros(0, dtype=np.int64)
         # which rows this state has stepped since it was empty (cep.sharing.KeyOrder.history_after):
         # rules with the same history share their key ids and PREV values; None: not known (a
@@ -378,8 +408,13 @@ class BatchDFA:
             return False
         # (as float64 larger integers would round: the caller's lists keep them exact); only the
         # rows held count (the store's room past them is as large as a batch)
-        held = col[: self.s_used]
-        return not (col.dtype.kind in "iu" and max(int(held.max()), -int(held.min())) > 2**53)
+        if col.dtype.kind == "f":
+            return True
+        got = self._num_ok.get(ci)
+        if got is None:
+            held = col[: self.s_used]
+            got = self._num_ok[ci] = max(int(held.max()), -int(held.min())) <= 2**53
+        return got
 
     def fills(self, ci: int, lag: int, seg_len: np.ndarray) -> list[list]:
         """PREV(col, lag) of each segment's first ``lag`` rows, read from the key's earlier rows:
@@ -438,10 +473,9 @@ class BatchDFA:
         self.alen = alen
 
     # ------------------------------------------------------------------ the column store
-    def _append_rows(self, masks: np.ndarray) -> int:
-        """Give a batch's rows store indices and their masks (links are set while stepping, column
+    def _append_rows(self, n: int) -> int:
+        """Give a batch's ``n`` rows store indices (links and masks are set while stepping, column
         values by :meth:`_keep_rows` after it); their first index."""
-        n = len(masks)
         base = self.s_used
         need = base + n
         cap = len(self.s_mask)
@@ -451,8 +485,6 @@ class BatchDFA:
             new = max(need + need // 4, 4096)
             self.s_prev = _grown(self.s_prev, new, base)
             self.s_mask = _grown(self.s_mask, new, base)
-            self.cols = [_grown(c, new, base) for c in self.cols]
-        self.s_mask[base:need] = masks
         self.s_used = need
         return base
 
@@ -470,13 +502,18 @@ class BatchDFA:
         m = keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
                        self.s_mask, base, n, self.a.max_back, sel)
         sel = sel[:m]
-        self.s_used = base + m
-        at = slice(base, base + m)
+        self.s_used = used = base + m
+        at = slice(base, used)
+        if self.cols and len(self.cols[0]) < used:
+            # room for the rows kept (a few per key and batch) and as many again: the batch's own
+            # rows never go into the columns, so they grow with the kept rows only
+            room = max(2 * used, 64)
+            self.cols = [_grown(c, room, base) for c in self.cols]
         for i, c in enumerate(cols):
             store = self.cols[i]
             if base == 0 and store.dtype != c.dtype:
-                store = self.cols[i] = (np.zeros(len(self.s_mask), dtype=c.dtype) if c.dtype != object
-                                        else np.empty(len(self.s_mask), dtype=object))
+                store = self.cols[i] = (np.zeros(len(store), dtype=c.dtype) if c.dtype != object
+                                        else np.empty(len(store), dtype=object))
             if store.dtype == c.dtype:
                 store[at] = c[sel]
                 continue
@@ -487,6 +524,16 @@ class BatchDFA:
                 store = self.cols[i] = obj
             part = c[sel]
             store[at] = part if c.dtype == object else np.fromiter(part.tolist(), dtype=object, count=m)
+        if base == 0:
+            self._num_ok.clear()  # (the columns may have taken the batch's types)
+        elif m:
+            for ci, ok in list(self._num_ok.items()):
+                col = self.cols[ci]
+                if ok and col.dtype.kind in "iu":
+                    part = col[base:used]
+                    self._num_ok[ci] = max(int(part.max()), -int(part.min())) <= 2**53
+                elif ok:
+                    del self._num_ok[ci]  # (another type now: numbers_ok looks again)
 
     def _values(self, ci: int, idx: np.ndarray) -> list:
         """Column ``ci`` at store indices ``idx`` (each >= 0) as Python values: rows of the batch being
@@ -552,6 +599,7 @@ class BatchDFA:
         self.k[3, :nk] = remap[self.k[3, :nk]]
         self.pool[4, :used] = remap[self.pool[4, :used]]
         self.s_used = m
+        self._num_ok.clear()
 
     # ------------------------------------------------------------------ stepping
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
@@ -570,11 +618,11 @@ class BatchDFA:
             cap = self.pool_used + self.live_attempts + n + 1
         if cap > self.pool.shape[1]:
             self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]), self.pool_used)
-        base = self._append_rows(masks)
+        base = self._append_rows(n)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
         o_int, o_meas = self._out(self.live_attempts + n + 1)
-        counters = np.zeros(8, dtype=np.int64)
+        counters = np.zeros(9, dtype=np.int64)
         pool_from = counters[0] = self.pool_used
         counters[1] = self.act_seq
         counters[2] = stats.partial_matches_peak
@@ -597,7 +645,7 @@ class BatchDFA:
         self.live_attempts = int(counters[6])
         self._batch = (base, cols)
         try:
-            rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+            rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids, counters)
         finally:
             self._batch = None
         self._keep_rows(cols, base, pool_from)
@@ -637,16 +685,16 @@ class BatchDFA:
         order = live[np.argsort(act[live], kind="stable")]
         t = self.table
         o_int, o_meas = self._out(self.live_attempts + 1)
-        counters = np.zeros(8, dtype=np.int64)
+        counters = np.zeros(9, dtype=np.int64)
         nm = flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                    t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
                    self.kinds, self.bits, o_int, o_meas, counters)
         stats.matches += int(counters[3])
         self.live_attempts = 0
-        return self._rows(o_int, o_meas, nm, stats, rule, row_ids)
+        return self._rows(o_int, o_meas, nm, stats, rule, row_ids, counters)
 
     def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, nm: int, stats: Any, rule: str,
-              row_ids: bool = False) -> list[dict[str, Any]]:
+              row_ids: bool = False, counters: np.ndarray | None = None) -> list[dict[str, Any]]:
         """The output rows of ``nm`` matches, as :meth:`cep.nfa.PatternAutomaton._fast_row` writes them
         (with ``row_ids``, the ``_id`` of :meth:`cep.operator.PatternOperator._add_ids`)."""
         if not nm:
@@ -656,7 +704,7 @@ class BatchDFA:
         first = o_int[2, :nm]
         # a batch gives a rule a few dozen matches: the cost is per call, so the values of every
         # partition column and row measure are gathered with one index per column read
-        values: list[list] = self._gathered(first, o_meas, nm)
+        values: list[list] = self._gathered(first, o_meas, nm, counters)
         npart = len(names)
         for k, (name, kind, _, _) in enumerate(self.measures):
             names.append(name)
@@ -695,7 +743,7 @@ class BatchDFA:
             ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
         return _row_builder(len(values), 1, 1)(values + [ids], names + ["rule", "_id"], (rule,), nm)
 
-    def _gathered(self, first: np.ndarray, o_meas: np.ndarray, nm: int) -> list[list]:
+    def _gathered(self, first: np.ndarray, o_meas: np.ndarray, nm: int, counters: np.ndarray | None = None) -> list[list]:
         """The partition columns (at each match's first row) then every measure in place: a row
         measure's values (None where its variable matched no row), an empty list for the others.
 
@@ -716,14 +764,16 @@ class BatchDFA:
         if len(slots) > npart:
             meas = at[npart:]
             meas[:] = o_meas[:nm, self._gather_meas].T
-            if int(meas.min()) < 0:  # a variable that matched no row: None there (read at index 0)
+            # a variable that matched no row: None there (read at index 0); the kernel has looked
+            # (_batch_dfa_kernel._summary) when it gives its counters
+            if (int(meas.min()) < 0) if counters is None else counters[8]:
                 missing = meas < 0
                 none = np.nonzero(missing)
         b = self._batch
         src: list[np.ndarray] | None = self.cols
         if b is not None:
             base, cols = b
-            if int(first.min()) < base:
+            if (int(first.min()) if counters is None else int(counters[7])) < base:
                 src = None  # some match started before the batch: read batch and store mixed
             else:
                 at -= base
@@ -822,6 +872,7 @@ class BatchDFA:
         self.s_prev = _grown(state["prev"], cap)
         self.s_mask = _grown(state["mask"], cap)
         self.cols = [_grown(c, cap) for c in state["cols"]]
+        self._num_ok = {}
         # unknown until the engine has checked the rules restored with the same saved number against
         # each other (cep.sharing.rejoin_histories); a snapshot from before it was saved has none
         self.history = None
