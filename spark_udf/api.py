@@ -26,6 +26,7 @@ workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -804,7 +805,7 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     (see :mod:`spark_udf.backfill`). Rows keep their input segment's columns and Spark's row
     order, by which each group puts them back in arrival order.
     """
-    from spark_udf.backfill import ORDER_COL, KeySetCore, late_free, segment_stats
+    from spark_udf.backfill import ORDER_COL, SEG_RANK_COL, KeySetCore, late_free, segment_stats
     from spark_udf.core import arrival_plan
 
     index = {ks: i for i, ks in enumerate(key_sets)}
@@ -829,6 +830,11 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
             x, _ = arrival_watermarks(frame, time_col, key_sets, seg_cols, False, reading)
     if SEQ_COL not in x.columns:
         x = x.withColumn(ORDER_COL, F.monotonically_increasing_id())
+    order_cols: tuple[str, ...] = (*seg_cols, ORDER_COL)
+    sources: list[Any] | None = None
+    if cfg.arrival_order and seg_cols and _rankable(frame, seg_cols):
+        x, sources = _segment_ranks(x, seg_cols, plan)
+        order_cols = (SEG_RANK_COL, ORDER_COL)
     entries = []
     for ks, i in index.items():
         hashed = [F.col(_q(c)) for c in ks]
@@ -848,13 +854,54 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b")).drop("_cep_g")
     drop = [f"{PRIOR_COL}_{i}" for i in range(len(key_sets)) if not judged.get(i)]
     x = x.drop(*[c for c in drop if c in x.columns])
-    runner = KeySetCore(core, rules_of, judged, (*seg_cols, ORDER_COL))
+    runner = KeySetCore(core, rules_of, judged, order_cols, sources)
     x = _spread_groups(x, cfg, len(rules_of) * cfg.buckets)
 
     def key_set_fn(key, pdf):
         return runner.group(key, pdf)
 
     return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(key_set_fn, schema)
+
+
+def _rankable(frame: DataFrame, seg_cols: tuple[str, ...]) -> bool:
+    """Whether the segment columns' values come back from the arrival plan's keys as they were
+    (texts and integers: the keys are their JSON)."""
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    return all(isinstance(types.get(c), (T.StringType, T.IntegralType)) for c in seg_cols)
+
+
+def _segment_ranks(x: DataFrame, seg_cols: tuple[str, ...], plan: Mapping[str, tuple[int, list[int]]]
+                   ) -> tuple[DataFrame, list[Any] | None]:
+    """Each row's input segment as its rank in arrival order (an int), in place of the segment's
+    reserved columns (the file path and block of ``cep spark backfill``).
+
+    Those columns only order a group's rows and name the source of a late or bad row: a file
+    path on every row went through the shuffle, the sort and the conversion to pandas, about a
+    fifth of the JVM's CPU in a backfill of the S&P daily bars (docs/spark.md, "Backfill against
+    cep run"). The first pass already saw every segment, so the driver ranks them and a small
+    broadcast table gives each row its rank; the group reads the source back from the rank
+    (``sources``, None when the source column is not a segment column and stays on the rows).
+    A segment column outside the reserved names is part of the event and stays too.
+    """
+    from spark_udf.backfill import SEG_RANK_COL
+
+    keys = sorted(plan.items(), key=lambda kv: kv[1][0])
+    types = {f.name: f.dataType for f in x.schema.fields}
+    fields = [T.StructField(c, types[c]) for c in seg_cols] + [T.StructField(SEG_RANK_COL, T.IntegerType())]
+    table = x.sparkSession.createDataFrame([(*json.loads(seg), rank) for seg, (rank, _) in keys],
+                                           T.StructType(fields))
+    tagged = [F.col(_q(c)).alias(f"_cep_seg{i}") for i, c in enumerate(seg_cols)]
+    table = table.select(*tagged, F.col(SEG_RANK_COL))
+    cond = None
+    for i, c in enumerate(seg_cols):
+        eq = F.col(_q(c)).eqNullSafe(F.col(f"_cep_seg{i}"))
+        cond = eq if cond is None else cond & eq
+    x = x.join(F.broadcast(table), cond, "left").drop(*[f"_cep_seg{i}" for i in range(len(seg_cols))])
+    sources = None
+    if SOURCE_COL in seg_cols:
+        at = seg_cols.index(SOURCE_COL)
+        sources = [json.loads(seg)[at] for seg, _ in keys]
+    return x.drop(*[c for c in seg_cols if c.startswith(RESERVED_PREFIX)]), sources
 
 
 def _any_stream(streams: list[str]) -> Column:

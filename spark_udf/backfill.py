@@ -36,15 +36,17 @@ from spark_udf.core import (
     CORRUPT_BUCKET,
     PRIOR_COL,
     SEQ_COL,
+    SOURCE_COL,
     GroupCore,
     TimeReading,
     prior_times,
     segment_times,
 )
 
-__all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL"]
+__all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL", "SEG_RANK_COL"]
 
 ORDER_COL = "_cep_order"  # Spark's monotonically_increasing_id: row order within a partition
+SEG_RANK_COL = "_cep_seg_rank"  # a row's input segment's rank in arrival order (from the first pass)
 _MIN = np.iinfo(np.int64).min
 
 
@@ -118,18 +120,28 @@ class KeySetCore:
     ``rules_of[i]`` names the rules whose ``PARTITION BY`` is the i-th key set (rule file
     order); ``judged[i]`` says whether the group carries arrival watermarks (``_cep_prior_<i>``,
     some row may be late) or none can be late. Rows arrive in any order: they are put back in
-    arrival order by ``order_cols`` (the input segment's columns, then Spark's row order).
+    arrival order by ``order_cols`` (the input segment's columns or its rank, then Spark's row
+    order); ``sources`` gives the source of the rows of each segment rank when the rank stands for
+    the segment's columns (:func:`spark_udf.api._segment_ranks`).
     """
 
     core: GroupCore
     rules_of: dict[int, list[str]]
     judged: dict[int, bool]
     order_cols: tuple[str, ...]
+    sources: list[Any] | None = None  # by segment rank: the source column's value, when the rows carry the rank
 
     def group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:
         """Every rule of one key set over one bucket's rows: arrival order, then the final watermark."""
         ks, bucket = int(key[0]), int(key[1])
         core = self.core
+        if self.sources is not None and SEG_RANK_COL in pdf.columns:
+            # the rows' source as the segment they came from (a few values shared by every row)
+            rank = pdf[SEG_RANK_COL]
+            if rank.isna().any():  # every segment was ranked by the first pass over the same input
+                raise RuntimeError(f"{int(rank.isna().sum())} rows of group {key!r} come from an input segment the "
+                                   "arrival pass did not see: did the input change during the backfill?")
+            pdf[SOURCE_COL] = np.asarray(self.sources, dtype=object)[rank.to_numpy(dtype=np.int64)]
         if bucket == CORRUPT_BUCKET:
             frame = core._malformed([pdf])
             return frame if frame is not None else core._empty()

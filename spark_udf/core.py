@@ -634,8 +634,43 @@ class TimeReading:
     clock: Clock | None = None
 
     def read(self, pdf: pd.DataFrame, time_col: str) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-        batch = EventBatch({time_col: _time_values(pdf[time_col])}, len(pdf))
-        return event_times(batch, time_col, self.unit, self.max_future_skew_ms, self.clock)
+        """``(ms, ok, reasons)`` of the column's rows, as :func:`cep.events.event_times` reads them."""
+        col = pdf[time_col]
+        codes, texts = _distinct_texts(col)
+        if codes is None:
+            batch = EventBatch({time_col: _time_values(col)}, len(pdf))
+            return event_times(batch, time_col, self.unit, self.max_future_skew_ms, self.clock)
+        # Text times repeat (a daily feed has one date per day for hundreds of keys): each
+        # distinct text is parsed once. The reading is a function of the text alone, with one
+        # clock reading for the batch, so the rows get what parsing each of them would give.
+        ms, ok, why = event_times(EventBatch({time_col: texts}, len(texts)), time_col, self.unit,
+                                  self.max_future_skew_ms, self.clock)
+        reasons = [why[c] for c in codes.tolist()] if any(w is not None for w in why) else [None] * len(codes)
+        return ms[codes], ok[codes], reasons
+
+
+def _distinct_texts(col: pd.Series) -> tuple[np.ndarray | None, np.ndarray]:
+    """A column of texts (missing values allowed) as codes into its distinct values, the last of
+    which is None (the missing rows' code); ``(None, ...)`` when some value is not a text.
+
+    Only texts: factorizing mixed values would take ``1``, ``1.0`` and ``True`` for one value,
+    which the time reading tells apart.
+
+    Example:
+        >>> codes, texts = _distinct_texts(pd.Series(["2013-02-08", None, "2013-02-08", "2013-02-11"]))
+        >>> codes.tolist(), texts.tolist()
+        ([0, 2, 0, 1], ['2013-02-08', '2013-02-11', None])
+        >>> _distinct_texts(pd.Series(["1", 1], dtype=object))[0] is None
+        True
+    """
+    if pd.api.types.infer_dtype(col, skipna=True) != "string":
+        return None, np.empty(0, dtype=object)
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    texts = np.empty(len(uniques) + 1, dtype=object)
+    texts[:-1] = np.asarray(uniques, dtype=object)
+    texts[-1] = None
+    codes = np.where(codes < 0, len(uniques), codes)
+    return codes, texts
 
 
 def _time_values(s: pd.Series) -> np.ndarray:
@@ -671,14 +706,30 @@ def segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tup
         return []
     if not seg_cols:
         return [(json.dumps([pid]), 0, n)]
-    vals = list(zip(*[pdf[c].tolist() for c in seg_cols]))
-    runs = []
-    start = 0
-    for i in range(1, n + 1):
-        if i == n or vals[i] != vals[start]:
-            runs.append((json.dumps(list(vals[start]), default=str), start, i))
-            start = i
-    return runs
+    # Compared column against column, not row by row: a batch of the arrival passes holds
+    # thousands of rows of one segment (a file block), and a Python loop over them was the
+    # largest part of the first pass's Python time. Only each run's first row becomes a key.
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in seg_cols:
+        change[1:] |= _differs_from_previous(pdf[c])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    firsts = [pdf[c].take(starts).tolist() for c in seg_cols]
+    return [(json.dumps(list(vals), default=str), int(a), int(b)) for vals, a, b in zip(zip(*firsts), starts, ends)]
+
+
+def _differs_from_previous(s: pd.Series) -> np.ndarray:
+    """For rows 1..n-1: whether the value differs from the row before (two missing values do not)."""
+    cur = s.iloc[1:].reset_index(drop=True)
+    prev = s.iloc[:-1].reset_index(drop=True)
+    cur_na, prev_na = cur.isna().to_numpy(), prev.isna().to_numpy()
+    both = ~cur_na & ~prev_na
+    differs = cur_na != prev_na
+    if both.any():
+        ne = (cur[both] != prev[both]).to_numpy(dtype=bool)
+        differs[np.flatnonzero(both)] = ne
+    return differs
 
 
 def segment_times(

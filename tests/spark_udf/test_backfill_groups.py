@@ -154,7 +154,11 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
         one = _backfill(spark, tmp_path / "in", names=("lanes", "abc"))
         capsys.readouterr()
         one.envelope.explain()
-        assert "Generate" not in capsys.readouterr().out
+        plan = capsys.readouterr().out
+        assert "Generate" not in plan
+        # the rows reach the groups with their segment's rank, not its file path and block
+        (groups,) = [line for line in plan.splitlines() if "FlatMapGroupsInPandas" in line]
+        assert "_cep_seg_rank" in groups and "_cep_block" not in groups and "_cep_source" not in groups, groups
         exp_one = _embedded(paths, ("lanes", "abc"))
         got = [r.asDict() for r in one.envelope.collect()]
         assert counted(got, "match") == Counter(match_key(m) for m in exp_one.matches)
@@ -170,6 +174,17 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     other = [r.asDict() for r in general.envelope.collect()]
     assert counted(other, "match") == counted(rows, "match")
     assert _problems(other, "late") == _problems(rows, "late")
+
+    # a late or bad row names the file it came from, on both paths (the key-set groups read it
+    # back from the segment's rank)
+    def sourced(rs: list[dict[str, Any]]) -> Counter:
+        return Counter((r["output"], r["rule"], r["reason"], _event(r), r["source"]) for r in rs
+                       if r["output"] in ("late", "error"))
+
+    assert sourced(rows) == sourced(other)
+    files = {p.resolve().as_uri().replace("file:///", "file:/") for p in paths} | {p.resolve().as_uri() for p in paths}
+    assert {r["source"] for r in rows if r["output"] in ("late", "error")} <= files
+    assert len({r["source"] for r in rows if r["output"] == "late"}) > 1  # rows of several files were late
 
 
 ANALYTICS = """

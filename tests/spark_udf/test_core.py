@@ -327,3 +327,58 @@ def test_the_views_spark_cannot_hold_are_refused_before_any_work(rules, inputs, 
 
     with pytest.raises(CepError, match=message):
         apply_rules(dict.fromkeys(inputs), parse_rules(_VIEW_FILE + rules))  # type: ignore[arg-type]
+
+
+def _segments_row_by_row(pdf: pd.DataFrame, seg_cols: tuple[str, ...]) -> list[tuple[str, int, int]]:
+    """Reference: runs of equal segment values found row by row (missing values equal each other),
+    keyed by the first row's values as JSON (the key the arrival plan is built on)."""
+    import json
+
+    def same(a, b):
+        return all((pd.isna(x) and pd.isna(y)) or (not pd.isna(x) and not pd.isna(y) and x == y) for x, y in zip(a, b))
+
+    vals = list(zip(*[pdf[c].tolist() for c in seg_cols]))
+    runs, start = [], 0
+    for i in range(1, len(vals) + 1):
+        if i == len(vals) or not same(vals[i], vals[start]):
+            runs.append((json.dumps(list(vals[start]), default=str), start, i))
+            start = i
+    return runs
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(["f/a.json", "f/b.json", None]), st.sampled_from([0, 4096, None])),
+                min_size=1, max_size=40),
+       st.sampled_from(["object", "str", "arrow"]))
+def test_segments_are_the_runs_of_equal_segment_values(rows, dtype) -> None:
+    """Runs found column by column are the runs a row-by-row reading finds, in any string dtype,
+    missing values included (a run of them is one segment)."""
+    from spark_udf.core import segments
+
+    path = pd.Series([r[0] for r in rows], dtype={"object": object, "str": "string", "arrow": "string[pyarrow]"}[dtype])
+    pdf = pd.DataFrame({"path": path, "block": pd.array([r[1] for r in rows], dtype="Int64")})
+    assert segments(pdf, ("path", "block"), 0) == _segments_row_by_row(pdf, ("path", "block"))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["2013-02-08", "2013-02-08T10:00:00Z", "1500", "now", "junk",
+                                                      "2199-12-31", "1899-12-31", "20130208", ""])),
+                min_size=1, max_size=30),
+       st.sampled_from(["ms", "s"]))
+def test_a_text_time_column_is_read_once_per_distinct_text_as_row_by_row(texts, unit) -> None:
+    """Reading each distinct text once gives every row what reading the rows one by one gives:
+    times, which are usable, and the reasons of those that are not (future guard included)."""
+    from cep.events import FixedClock, parse_times
+    from spark_udf.core import TimeReading
+
+    clock = FixedClock(1_700_000_000_000)
+    ms, ok, why = TimeReading(unit, 86_400_000, clock).read(pd.DataFrame({"ts": texts}), "ts")
+    for i, t in enumerate(texts):
+        m1, ok1, why1 = parse_times(np.array([t], dtype=object), unit, now_ms=clock(), max_future_skew_ms=86_400_000)
+        assert (bool(ok[i]), why[i]) == (bool(ok1[0]), why1[0]), t
+        if ok1[0]:
+            assert ms[i] == m1[0], t
