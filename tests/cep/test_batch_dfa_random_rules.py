@@ -82,7 +82,7 @@ def _run(rules: list[Rule], batches: list[list[dict]], snap_at: int | None, use:
         batch_dfa.USE_BATCH_DFA = old
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1))
 def test_random_rules_match_the_automaton(seed: int) -> None:
     """Three to ten random rules in one engine (many share a DFA table: same pattern, other
