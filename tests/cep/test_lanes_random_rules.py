@@ -14,6 +14,7 @@ from cep.operator import PatternOperator
 from patterns.rules import parse_rule_text
 from tests.cep.test_lanes import _counters
 from tests.cep.test_lanes_many_keys import _mixed_events
+from tests.replay import replay
 
 # the parts a rule is drawn from: quantifiers (greedy, reluctant, bounded), conditions reading the
 # start row, PREV, LAST of the other variable and running aggregates, and measures of every kind
@@ -83,17 +84,8 @@ def _run(sql: str, events: list[dict], cuts: list[int], snap_at: int | None, mod
             op.row_ids = row_ids
             return op
 
-        op = new()
-        plan = op.automaton.lanes
-        rows: list = []
-        bounds = [0] + sorted(set(cuts)) + [len(events)]
-        for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            rows += op.process(events[lo:hi]).matches
-            if b == snap_at:
-                data = op.snapshot()
-                op = new()
-                op.restore(data)
-        rows += op.finish().matches
+        plan = new().automaton.lanes
+        rows, op = replay(new, events, sorted(set(cuts)), snap_at)
         return rows, _counters(op), plan
     finally:
         lanes.USE_LANES, lanes.USE_BATCH, lanes.USE_KERNEL = old
