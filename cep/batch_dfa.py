@@ -24,8 +24,10 @@ same inputs); without numba the operator keeps the automaton, which stays the re
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
+import operator
 import os
 import threading
 from dataclasses import fields
@@ -732,7 +734,7 @@ class BatchDFA:
                     values.append(got[m.name])
         stats.rows_emitted += nm
         if not row_ids:
-            return _row_builder(len(values), 1, 0)(values, names + ["rule"], (rule,), nm)
+            return _make_rows(values, names + ["rule"], (rule,), len(values), nm)
         import orjson
 
         npart = a.npartition
@@ -741,7 +743,7 @@ class BatchDFA:
         for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
             key = dumps_exact(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
-        return _row_builder(len(values), 1, 1)(values + [ids], names + ["rule", "_id"], (rule,), nm)
+        return _make_rows(values + [ids], names + ["rule", "_id"], (rule,), len(values), nm)
 
     def _gathered(self, first: np.ndarray, o_meas: np.ndarray, nm: int, counters: np.ndarray | None = None) -> list[list]:
         """The partition columns (at each match's first row) then every measure in place: a row
@@ -911,26 +913,49 @@ def _scratch(nout: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     return o_int, o_meas
 
 
-@functools.lru_cache(maxsize=None)
-def _row_builder(nvary: int, nconst: int, nafter: int) -> Callable[[list[list], list[str], tuple, int], list[dict[str, Any]]]:
-    """A function making a batch's output rows (dicts) from ``nvary`` value lists, then ``nconst``
-    values the same in every row, then ``nafter`` more lists; names in that order.
+@functools.lru_cache(maxsize=1024)
+def _row_plan(names: tuple[str, ...], nvary: int, nconst: int) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...],
+                                                                      tuple[tuple[str, int], ...]]:
+    """How :func:`_make_rows` fills rows named ``names``: every name once, in order of first
+    appearance (the order ``dict(zip())`` gives), then per name the one place its value comes from,
+    the last of its places (the last value wins, as in ``dict(zip())``): the lists' (name, list
+    index) and the constants' (name, constant index)."""
+    last = {name: i for i, name in enumerate(names)}
+    cols = tuple((n, i if i < nvary else i - nconst) for n, i in last.items() if not nvary <= i < nvary + nconst)
+    consts = tuple((n, i - nvary) for n, i in last.items() if nvary <= i < nvary + nconst)
+    return tuple(dict.fromkeys(names)), cols, consts
 
-    One ``dict(zip(names, row))`` per row over a C-level ``zip`` of the lists (the constants
-    repeated by ``itertools.repeat``), with no code generated: no module evaluates text
-    (``tests/reliability/test_hostile_rules.py``). Repeated names: the last value wins.
+
+def _make_rows(cols: list[list], names: list[str], consts: tuple, nvary: int, nm: int) -> list[dict[str, Any]]:
+    """A batch's ``nm`` output rows (dicts): ``names`` names the first ``nvary`` lists of ``cols``,
+    then the values of ``consts`` (the same in every row), then the remaining lists. A repeated
+    name keeps its first place and its last value, as ``dict(zip(names, row))`` does.
+
+    Each row is a copy of one template dict that holds the constants; each list's values then go
+    in with one C-level ``map`` of ``operator.setitem`` over the rows, so no Python code runs per
+    row or value (``dict(zip(names, row))`` per row made a pair tuple per value and cost about
+    four times as much); no code is generated: no module evaluates text
+    (``tests/reliability/test_hostile_rules.py``).
 
     Example:
-        >>> _row_builder(2, 1, 0)([[1, 2], ["x", None]], ["a", "b", "rule"], ("r",), 2)
+        >>> _make_rows([[1, 2], ["x", None]], ["a", "b", "rule"], ("r",), 2, 2)
         [{'a': 1, 'b': 'x', 'rule': 'r'}, {'a': 2, 'b': None, 'rule': 'r'}]
+        >>> _make_rows([[1, 2], ["x", "y"]], ["rule", "rule", "_id"], ("r",), 1, 2)
+        [{'rule': 'r', '_id': 'x'}, {'rule': 'r', '_id': 'y'}]
     """
-    def build(cols: list[list], names: list[str], consts: tuple, nm: int) -> list[dict[str, Any]]:
-        if not nvary and not nafter:  # (no list to zip: one row per match all the same)
-            return [dict(zip(names, consts)) for _ in range(nm)]
-        parts = (*cols[:nvary], *map(itertools.repeat, consts), *cols[nvary:])
-        return [dict(zip(names, row)) for row in zip(*parts)]
+    order, by_col, by_const = _row_plan(tuple(names), nvary, len(consts))
+    template = dict.fromkeys(order)
+    for name, j in by_const:
+        template[name] = consts[j]
+    rows = list(map(dict.copy, itertools.repeat(template, nm)))
+    for name, j in by_col:
+        _drain(map(operator.setitem, rows, itertools.repeat(name), cols[j]))
+    return rows
 
-    return build
+
+def _drain(it: Any) -> None:
+    """Run an iterator to its end, keeping nothing (a ``deque`` of length 0 does it in C)."""
+    collections.deque(it, 0)
 
 
 def _grown(x: np.ndarray, n: int, used: int | None = None) -> np.ndarray:
