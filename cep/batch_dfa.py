@@ -531,7 +531,8 @@ class BatchDFA:
                 store = self.cols[i] = (np.zeros(len(store), dtype=c.dtype) if c.dtype != object
                                         else np.empty(len(store), dtype=object))
             if store.dtype == c.dtype:
-                store[at] = c[sel]
+                # (one gather straight into the store; the indices are in range: clip checks nothing)
+                c.take(sel, out=store[at], mode="clip")
                 continue
             if store.dtype != object:
                 # another type than the rows before: keep Python values, as the automaton's rows do
