@@ -333,14 +333,16 @@ def compact(k, alen, nk, pool, newpool, s_prev, s_used, keep, max_back):  # prag
 
 
 @njit(cache=True)
-def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compiled
-    """The automaton's ``expire`` for the keys in ``keys``: end the attempts whose WITHIN has run
-    out by ``watermark`` and drop the ended ones at the head (the batch path takes WITHIN only for
+def expire(nk, k, alen, pool, watermark, within):  # pragma: no cover - compiled
+    """The automaton's ``expire`` for the key ids below ``nk`` that have attempts: end the attempts
+    whose WITHIN has run out by ``watermark`` and drop the ended ones at the head (the batch path takes WITHIN only for
     patterns whose matches all have one length, where no match waits behind a live attempt, so
     ending attempts emits nothing). Returns how many attempts were dropped."""
     dropped = 0
-    for key in keys:
+    for key in range(nk):
         na = alen[key]
+        if na == 0:
+            continue
         off = k[_AOFF, key]
         for q in range(na):
             if pool[_SID, off + q] != 0 and watermark - pool[_TS, off + q] >= within:

@@ -684,9 +684,8 @@ class BatchDFA:
         :func:`batch_plan`), as the automaton's ``expire`` does for keys that send nothing more."""
         if self.a.within is None or not self.live_attempts:
             return
-        nk = len(self.key_list)
-        keys = np.flatnonzero(self.alen[:nk] > 0)
-        self.live_attempts -= int(self._kernel.expire(keys, self.k, self.alen, self.pool, int(watermark), int(self.a.within)))
+        self.live_attempts -= int(self._kernel.expire(len(self.key_list), self.k, self.alen, self.pool, int(watermark),
+                                                      int(self.a.within)))
 
     def flush(self, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """End of input: every attempt's best match is final; keys in the order they became live."""
