@@ -112,3 +112,19 @@ def test_rows_built_as_dict_zip_builds_them(names, nconst, nm, data):
     got = batch_dfa._make_rows(cols, names, consts, nvary, nm)
     assert [list(r.items()) for r in got] == [list(r.items()) for r in want]
     assert len({id(r) for r in got}) == nm  # (each row its own dict: a caller may change one)
+
+
+def test_a_match_starting_at_the_batchs_first_row_reads_the_batch():
+    """The store keeps a row per key from the batch before (``PREV`` reads it), so the next batch's
+    rows take store indices from 2 on; a match that starts exactly at the batch's first store index
+    reads every value from the batch (the compiled loop's gather index is then relative to the
+    batch): the rows it matched, not the rows two places further."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+       MEASURES A.ts AS a_ts, A.x AS a_x, LAST(B.x) AS b_x
+       PATTERN (A B) DEFINE A AS A.x = 1, B AS B.x > PREV(B.x))"""
+    first = [{"k": k, "ts": t, "x": 5 + t} for t in range(3) for k in ("p", "q")]
+    second = [{"k": "p", "ts": 3 + i, "x": x} for i, x in enumerate([1, 2, 0, 9])]
+    events = first + second
+    fast = _run(sql, events, [len(first)], True, False, None)
+    assert fast == _run(sql, events, [len(first)], False, False, None)
+    assert fast == [[("k", "str", "p"), ("a_ts", "int", 3), ("a_x", "int", 1), ("b_x", "int", 2), ("rule", "str", "r")]]
