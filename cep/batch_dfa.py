@@ -300,6 +300,8 @@ class BatchDFA:
     the store index of its key's previous row.
     """
 
+    _kernel: Any = None  # cep._batch_dfa_kernel, once a rule takes the path
+
     def __init__(self, automaton: Any, plan: tuple):
         self.a = automaton
         self.table, self.kinds, self.bits, self.measures = plan
@@ -327,9 +329,12 @@ class BatchDFA:
         self._nout = npart + len(self.measures)
         # the output names when no measure is an expression (fixed per rule)
         self._names = list(automaton.mr.partition_by) + [m[0] for m in self.measures]
-        from cep import _batch_dfa_kernel  # (a rule on this path has numba: batch_plan checked)
+        if BatchDFA._kernel is None:
+            # the compiled loops, imported at the first rule on this path (it has numba: batch_plan
+            # checked), held by the class: an instance's own attributes stay plain data
+            from cep import _batch_dfa_kernel
 
-        self._kernel = _batch_dfa_kernel
+            BatchDFA._kernel = _batch_dfa_kernel
         # each state's positions: partial_matches_peak counts them (PatternAutomaton._peak_count_dfa)
         self.sizes = np.array([len(p) for p in self.table.states], dtype=np.int64)
         self.ids: dict[Any, int] = {}
