@@ -106,10 +106,14 @@ def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, paren
 
 
 @njit(cache=True)
-def _summary(o_int, o_meas, no, kinds, counters):  # pragma: no cover - compiled
-    """What the rows of the ``no`` matches need to know before reading columns, found while the
-    outputs are in cache: ``counters[7]`` the smallest first-row store index (-1: no match),
-    ``counters[8]`` 1 when a row measure's variable matched no row (its index is -1)."""
+def _summary(o_int, o_meas, no, kinds, counters, gsrc, base, at):  # pragma: no cover - compiled
+    """What the rows of the ``no`` matches need before reading columns, found while the outputs are
+    in cache: ``counters[7]`` the smallest first-row store index (-1: no match), ``counters[8]`` 1
+    when a row measure's variable matched no row (its index is -1); and the rows each output
+    column reads, in ``at``: place ``p`` (one per entry of ``gsrc``: -1 the match's first row,
+    else the row of measure ``gsrc[p]``) at ``at[p * no : (p + 1) * no]``, as an index into the
+    batch's own columns (minus ``base``) when every first row is the batch's, else as a store
+    index; a row that is missing reads index 0 (the caller puts None there)."""
     lo = -1
     miss = 0
     for i in range(no):
@@ -121,15 +125,23 @@ def _summary(o_int, o_meas, no, kinds, counters):  # pragma: no cover - compiled
                 miss = 1
     counters[7] = lo
     counters[8] = miss
+    # every row a match reads lies at or after its first row (see BatchDFA._gathered)
+    rel = base if lo >= base else 0
+    for p in range(len(gsrc)):
+        g = gsrc[p]
+        off = p * no
+        for i in range(no):
+            x = o_int[2, i] if g < 0 else o_meas[i, g]
+            at[off + i] = x - rel if x >= 0 else 0
 
 
 @njit(cache=True)
 def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
          pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
-         counters, sizes):  # pragma: no cover - compiled
+         counters, sizes, gsrc, at):  # pragma: no cover - compiled
     """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa
     (``within`` -1: no WITHIN; ``sizes[s]``: the positions of state s, which the peak counts;
-    ``counters`` at least 9 long, see :func:`_summary`)."""
+    ``counters`` at least 9 long; ``gsrc`` and ``at``: the output columns' rows, see :func:`_summary`)."""
     nseg = len(starts)
     widest = 0
     for v in sizes:
@@ -264,13 +276,13 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
     counters[1] = act_seq
     counters[2] = peak
     counters[6] = total
-    _summary(o_int, o_meas, no, kinds, counters)
+    _summary(o_int, o_meas, no, kinds, counters, gsrc, base, at)
     return no
 
 
 @njit(cache=True)
 def flush(order, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos, pc_vid, start_sid, past_last,
-          kinds, bits, o_int, o_meas, counters):  # pragma: no cover - compiled
+          kinds, bits, o_int, o_meas, counters, gsrc, at):  # pragma: no cover - compiled
     """End of input for the keys in ``order``: every run ends, each attempt's best match is final."""
     width = 2
     for key in order:
@@ -289,7 +301,7 @@ def flush(order, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos, pc
                          start_sid, kinds, bits, o_int, o_meas, no, counters)
         alen[key] = 0
         k[_ACT, key] = -1
-    _summary(o_int, o_meas, no, kinds, counters)
+    _summary(o_int, o_meas, no, kinds, counters, gsrc, 0, at)
     return no
 
 
@@ -321,14 +333,16 @@ def compact(k, alen, nk, pool, newpool, s_prev, s_used, keep, max_back):  # prag
 
 
 @njit(cache=True)
-def expire(keys, k, alen, pool, watermark, within):  # pragma: no cover - compiled
-    """The automaton's ``expire`` for the keys in ``keys``: end the attempts whose WITHIN has run
-    out by ``watermark`` and drop the ended ones at the head (the batch path takes WITHIN only for
+def expire(nk, k, alen, pool, watermark, within):  # pragma: no cover - compiled
+    """The automaton's ``expire`` for the key ids below ``nk`` that have attempts: end the attempts
+    whose WITHIN has run out by ``watermark`` and drop the ended ones at the head (the batch path takes WITHIN only for
     patterns whose matches all have one length, where no match waits behind a live attempt, so
     ending attempts emits nothing). Returns how many attempts were dropped."""
     dropped = 0
-    for key in keys:
+    for key in range(nk):
         na = alen[key]
+        if na == 0:
+            continue
         off = k[_AOFF, key]
         for q in range(na):
             if pool[_SID, off + q] != 0 and watermark - pool[_TS, off + q] >= within:

@@ -24,8 +24,10 @@ same inputs); without numba the operator keeps the automaton, which stays the re
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
+import operator
 import os
 import threading
 from dataclasses import fields
@@ -33,6 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cep import nfa
 from cep.compiled import numba_allowed
 from cep.expressions import _FUNCS, _compile_common
 from cep.json_exact import dumps_exact
@@ -297,6 +300,8 @@ class BatchDFA:
     the store index of its key's previous row.
     """
 
+    _kernel: Any = None  # cep._batch_dfa_kernel, once a rule takes the path
+
     def __init__(self, automaton: Any, plan: tuple):
         self.a = automaton
         self.table, self.kinds, self.bits, self.measures = plan
@@ -312,8 +317,24 @@ class BatchDFA:
         by_col: dict[int, list[int]] = {}
         for j, slot in enumerate(slots):
             by_col.setdefault(slot if slot < npart else self.measures[slot - npart][2], []).append(j)
-        self._gather_plan = (slots, list(by_col.items()))
+        # each column's places laid out one after the other in the kernel's gather index (see
+        # _batch_dfa_kernel._summary): place p reads the match's first row (-1) or measure gsrc[p]'s
+        gsrc: list[int] = []
+        self._gather_groups: list[tuple[int, int, list[int]]] = []  # (column, first place, output slots)
+        for ci, js in by_col.items():
+            self._gather_groups.append((ci, len(gsrc), [slots[j] for j in js]))
+            gsrc += [-1 if slots[j] < npart else slots[j] - npart for j in js]
+        self._gsrc = np.array(gsrc, dtype=np.int64)
         self._gather_meas = np.array(rowm, dtype=np.int64)
+        self._nout = npart + len(self.measures)
+        # the output names when no measure is an expression (fixed per rule)
+        self._names = list(automaton.mr.partition_by) + [m[0] for m in self.measures]
+        if BatchDFA._kernel is None:
+            # the compiled loops, imported at the first rule on this path (it has numba: batch_plan
+            # checked), held by the class: an instance's own attributes stay plain data
+            from cep import _batch_dfa_kernel
+
+            BatchDFA._kernel = _batch_dfa_kernel
         # each state's positions: partial_matches_peak counts them (PatternAutomaton._peak_count_dfa)
         self.sizes = np.array([len(p) for p in self.table.states], dtype=np.int64)
         self.ids: dict[Any, int] = {}
@@ -495,11 +516,9 @@ class BatchDFA:
         order, with their column values; the other rows are dropped (their matches were output from
         the batch's own columns). The store then grows by a few rows per key and batch, and the
         full compaction runs only when it is full."""
-        from cep._batch_dfa_kernel import keep_batch
-
         n = self.s_used - base
         sel = np.empty(n, dtype=np.int64)
-        m = keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
+        m = self._kernel.keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
                        self.s_mask, base, n, self.a.max_back, sel)
         sel = sel[:m]
         self.s_used = used = base + m
@@ -507,7 +526,9 @@ class BatchDFA:
         if self.cols and len(self.cols[0]) < used:
             # room for the rows kept (a few per key and batch) and as many again: the batch's own
             # rows never go into the columns, so they grow with the kept rows only
-            room = max(2 * used, 64)
+            # (at least 1,024 rows: a store of a few rows per key grew at nearly every one of its first
+            # batches, a copy of every column each time, for a few kilobytes)
+            room = max(2 * used, 1024)
             self.cols = [_grown(c, room, base) for c in self.cols]
         for i, c in enumerate(cols):
             store = self.cols[i]
@@ -515,7 +536,8 @@ class BatchDFA:
                 store = self.cols[i] = (np.zeros(len(store), dtype=c.dtype) if c.dtype != object
                                         else np.empty(len(store), dtype=object))
             if store.dtype == c.dtype:
-                store[at] = c[sel]
+                # (one gather straight into the store; the indices are in range: clip checks nothing)
+                c.take(sel, out=store[at], mode="clip")
                 continue
             if store.dtype != object:
                 # another type than the rows before: keep Python values, as the automaton's rows do
@@ -561,24 +583,23 @@ class BatchDFA:
             vals[j] = v
         return vals
 
-    def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray]:
-        """The kernels' output buffers for at least ``nout`` matches: uninitialised (every slot a match
-        uses is written before it is read), and the same for every rule of the thread (see
+    def _out(self, nout: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernels' output buffers for at least ``nout`` matches, and the gather index the kernel
+        writes for their columns (see :func:`_batch_dfa_kernel._summary`): uninitialised (every slot a
+        match uses is written before it is read), and the same for every rule of the thread (see
         :func:`_scratch`): a rule's matches are made into rows before its step returns, so no
         rule holds a batch's worth of them and none allocates (and faults in) new ones per batch."""
-        return _scratch(nout, max(1, len(self.kinds)))
+        return _scratch(nout, max(1, len(self.kinds)), len(self._gsrc))
 
     def _compact(self) -> None:
         """Drop the rows no match and no PREV can read any more, and the pool's dead slots."""
-        from cep._batch_dfa_kernel import compact
-
         nk = len(self.key_list)
         keep = np.zeros(self.s_used, dtype=np.bool_)
         # the live attempts move to a pool of the same size: a smaller one would only grow again at
         # the next batch
         size = max(4096, 2 * self.live_attempts + 16, self.pool.shape[1])
         pool = np.empty((5, size), dtype=np.int64)
-        used = compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
+        used = self._kernel.compact(self.k, self.alen, nk, self.pool, pool, self.s_prev, self.s_used, keep, self.a.max_back)
         self.pool, self.pool_used = pool, used
         idx = np.flatnonzero(keep)
         remap = np.full(self.s_used + 1, -1, dtype=np.int64)
@@ -605,9 +626,6 @@ class BatchDFA:
     def step(self, starts: np.ndarray, ends: np.ndarray, ts: np.ndarray, cols: list[np.ndarray],
              masks: np.ndarray, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """Advance every key of the batch (segments in order, ids from :meth:`bind`); the match rows."""
-        from cep import nfa
-        from cep._batch_dfa_kernel import step
-
         n = len(masks)
         cap = self.pool_used + self.live_attempts + n + 1
         if (self.s_used and self.s_used + n > len(self.s_mask)) or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
@@ -621,7 +639,7 @@ class BatchDFA:
         base = self._append_rows(n)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
-        o_int, o_meas = self._out(self.live_attempts + n + 1)
+        o_int, o_meas, at = self._out(self.live_attempts + n + 1)
         counters = np.zeros(9, dtype=np.int64)
         pool_from = counters[0] = self.pool_used
         counters[1] = self.act_seq
@@ -630,24 +648,26 @@ class BatchDFA:
         within = self.a.within
         merge = self.past_last and within is None and nfa.MERGE_EQUIVALENT_ATTEMPTS
         i64 = np.int64
-        nm = step(self._ids_now, np.asarray(starts, dtype=i64), np.asarray(ends, dtype=i64), np.asarray(ts, dtype=i64),
+        nm = self._kernel.step(self._ids_now, np.asarray(starts, dtype=i64), np.asarray(ends, dtype=i64), np.asarray(ts, dtype=i64),
                   np.asarray(masks, dtype=i64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
-                  self.kinds, self.bits, o_int, o_meas, counters, self.sizes)
-        self.pool_used = int(counters[0])
-        self.act_seq = int(counters[1])
-        stats.partial_matches_peak = int(counters[2])
-        stats.matches += int(counters[3])
-        stats.cap_hits += int(counters[4])
-        stats.partial_matches_dropped += int(counters[5])
-        self.live_attempts = int(counters[6])
-        self._batch = (base, cols)
-        try:
-            rows = self._rows(o_int, o_meas, nm, stats, rule, row_ids, counters)
-        finally:
-            self._batch = None
+                  self.kinds, self.bits, o_int, o_meas, counters, self.sizes, self._gsrc, at)
+        c = counters.tolist()
+        self.pool_used, self.act_seq, stats.partial_matches_peak = c[0], c[1], c[2]
+        stats.matches += c[3]
+        stats.cap_hits += c[4]
+        stats.partial_matches_dropped += c[5]
+        self.live_attempts = c[6]
+        if nm:
+            self._batch = (base, cols)
+            try:
+                rows = self._rows(o_int, o_meas, at, nm, stats, rule, row_ids, c)
+            finally:
+                self._batch = None
+        else:
+            rows = []
         self._keep_rows(cols, base, pool_from)
         return rows
 
@@ -669,45 +689,39 @@ class BatchDFA:
         :func:`batch_plan`), as the automaton's ``expire`` does for keys that send nothing more."""
         if self.a.within is None or not self.live_attempts:
             return
-        from cep._batch_dfa_kernel import expire
-
-        nk = len(self.key_list)
-        keys = np.flatnonzero(self.alen[:nk] > 0)
-        self.live_attempts -= int(expire(keys, self.k, self.alen, self.pool, int(watermark), int(self.a.within)))
+        self.live_attempts -= int(self._kernel.expire(len(self.key_list), self.k, self.alen, self.pool, int(watermark),
+                                                      int(self.a.within)))
 
     def flush(self, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """End of input: every attempt's best match is final; keys in the order they became live."""
-        from cep._batch_dfa_kernel import flush
-
         nk = len(self.key_list)
         act = self.k[4, :nk]
         live = np.flatnonzero(act >= 0)
         order = live[np.argsort(act[live], kind="stable")]
         t = self.table
-        o_int, o_meas = self._out(self.live_attempts + 1)
+        o_int, o_meas, at = self._out(self.live_attempts + 1)
         counters = np.zeros(9, dtype=np.int64)
-        nm = flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
-                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
-                   self.kinds, self.bits, o_int, o_meas, counters)
-        stats.matches += int(counters[3])
+        nm = self._kernel.flush(order.astype(np.int64), self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+                                t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.past_last,
+                                self.kinds, self.bits, o_int, o_meas, counters, self._gsrc, at)
+        c = counters.tolist()
+        stats.matches += c[3]
         self.live_attempts = 0
-        return self._rows(o_int, o_meas, nm, stats, rule, row_ids, counters)
+        return self._rows(o_int, o_meas, at, nm, stats, rule, row_ids, c)
 
-    def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, nm: int, stats: Any, rule: str,
-              row_ids: bool = False, counters: np.ndarray | None = None) -> list[dict[str, Any]]:
+    def _rows(self, o_int: np.ndarray, o_meas: np.ndarray, at: np.ndarray, nm: int, stats: Any, rule: str,
+              row_ids: bool, counters: list[int]) -> list[dict[str, Any]]:
         """The output rows of ``nm`` matches, as :meth:`cep.nfa.PatternAutomaton._fast_row` writes them
-        (with ``row_ids``, the ``_id`` of :meth:`cep.operator.PatternOperator._add_ids`)."""
+        (with ``row_ids``, the ``_id`` of :meth:`cep.operator.PatternOperator._add_ids`); ``at`` and
+        ``counters`` as the kernel left them (:func:`_batch_dfa_kernel._summary`)."""
         if not nm:
             return []
         a = self.a
-        names = list(a.mr.partition_by)
-        first = o_int[2, :nm]
         # a batch gives a rule a few dozen matches: the cost is per call, so the values of every
         # partition column and row measure are gathered with one index per column read
-        values: list[list] = self._gathered(first, o_meas, nm, counters)
-        npart = len(names)
-        for k, (name, kind, _, _) in enumerate(self.measures):
-            names.append(name)
+        values: list[list] = self._gathered(o_meas, at, nm, counters)
+        npart = a.npartition
+        for k, (_, kind, _, _) in enumerate(self.measures):
             if kind == "MN":
                 values[npart + k] = o_int[1, :nm].tolist()
             elif kind == "COUNT":
@@ -716,6 +730,7 @@ class BatchDFA:
                 vn = a.var_names
                 values[npart + k] = [vn[v] for v in o_int[3, :nm].tolist()]
             # (FIRST/LAST rows: in their place already)
+        names = self._names
         if self.exprs:
             # expression measures from their leaves' values, in the measures' order; the
             # leaves themselves are not output
@@ -732,68 +747,50 @@ class BatchDFA:
                     values.append(got[m.name])
         stats.rows_emitted += nm
         if not row_ids:
-            return _row_builder(len(values), 1, 0)(values, names + ["rule"], (rule,), nm)
+            return _make_rows(values, names + ["rule"], (rule,), len(values), nm)
         import orjson
 
-        npart = a.npartition
+        first = o_int[2, :nm]
         times = self._values(a.time_index, first)
         ids = []
         for row in zip(*values[:npart], times, o_int[1, :nm].tolist()):
             key = dumps_exact(list(row[:npart]), default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             ids.append(f"{rule}:{key}:{row[npart]}:{row[npart + 1]}")
-        return _row_builder(len(values), 1, 1)(values + [ids], names + ["rule", "_id"], (rule,), nm)
+        return _make_rows(values + [ids], names + ["rule", "_id"], (rule,), len(values), nm)
 
-    def _gathered(self, first: np.ndarray, o_meas: np.ndarray, nm: int, counters: np.ndarray | None = None) -> list[list]:
+    def _gathered(self, o_meas: np.ndarray, at: np.ndarray, nm: int, counters: list[int]) -> list[list]:
         """The partition columns (at each match's first row) then every measure in place: a row
         measure's values (None where its variable matched no row), an empty list for the others.
 
         Every row a match reads lies at or after its first row in the store (a key's rows take
         increasing store indices, and compaction keeps their order): when the first rows are all
         the batch's own, so are the others, and each column is read from the batch with one index
-        for all its measures. Otherwise each column is read by :meth:`_values` (batch and store
-        mixed), also once for all the measures that read it.
+        for all its measures (the kernel wrote them relative to the batch, one after the other:
+        ``at``). Otherwise each column is read by :meth:`_values` (batch and store mixed, ``at``
+        holds store indices), also once for all the measures that read it.
         """
-        npart = self.a.npartition
-        slots, groups = self._gather_plan
-        out: list[list] = [[] for _ in range(npart + len(self.measures))]
-        if not slots:
+        out: list[list] = [[] for _ in range(self._nout)]
+        groups = self._gather_groups
+        if not groups:
             return out
-        at = np.empty((len(slots), nm), dtype=np.int64)
-        at[:npart] = first
-        none = missing = None
-        if len(slots) > npart:
-            meas = at[npart:]
-            meas[:] = o_meas[:nm, self._gather_meas].T
-            # a variable that matched no row: None there (read at index 0); the kernel has looked
-            # (_batch_dfa_kernel._summary) when it gives its counters
-            if (int(meas.min()) < 0) if counters is None else counters[8]:
-                missing = meas < 0
-                none = np.nonzero(missing)
         b = self._batch
-        src: list[np.ndarray] | None = self.cols
+        src: list[np.ndarray] | None = self.cols  # (flush: store indices, no batch)
         if b is not None:
-            base, cols = b
-            if (int(first.min()) if counters is None else int(counters[7])) < base:
-                src = None  # some match started before the batch: read batch and store mixed
-            else:
-                at -= base
-                src = cols
-        if missing is not None:
-            at[npart:][missing] = 0
-        for ci, js in groups:
-            if len(js) == 1:
-                idx = at[js[0]]
-            else:
-                idx = at[js].ravel()
+            src = b[1] if counters[7] >= b[0] else None  # (None: some match started before the batch)
+        for ci, p0, slots in groups:
+            idx = at[p0 * nm : (p0 + len(slots)) * nm]
             got = src[ci][idx].tolist() if src is not None else self._values(ci, idx)
-            if len(js) == 1:
-                out[slots[js[0]]] = got
+            if len(slots) == 1:
+                out[slots[0]] = got
                 continue
-            for q, j in enumerate(js):
-                out[slots[j]] = got[q * nm : (q + 1) * nm]
-        if none is not None:
-            for j, i in zip(*(x.tolist() for x in none)):
-                out[slots[npart + j]][i] = None
+            for q, slot in enumerate(slots):
+                out[slot] = got[q * nm : (q + 1) * nm]
+        if counters[8]:
+            # a variable that matched no row: None there (the kernel read index 0 for it)
+            npart = self.a.npartition
+            rowm = self._gather_meas
+            for i, j in zip(*(x.tolist() for x in np.nonzero(o_meas[:nm, rowm] < 0))):
+                out[npart + int(rowm[j])][i] = None
         return out
 
     def key_states(self) -> dict[Any, Any]:
@@ -893,11 +890,11 @@ class BatchDFA:
 _SCRATCH = threading.local()
 
 
-def _scratch(nout: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """This thread's kernel output buffers: (4, >= ``nout``) and (>= ``nout``, ``width``) int64 arrays,
-    grown by half again when too small. One pair per thread serves every rule in turn (the
-    buffers are read before the step that wrote them returns); a thread of its own per engine
-    keeps engines in threads apart."""
+def _scratch(nout: int, width: int, nplaces: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's kernel output buffers: (4, >= ``nout``) and (>= ``nout``, ``width``) int64 arrays
+    and a flat one of >= ``nout * nplaces`` (the gather index), grown by half again when too small.
+    One set per thread serves every rule in turn (the buffers are read before the step that wrote
+    them returns); a thread of its own per engine keeps engines in threads apart."""
     got = getattr(_SCRATCH, "bufs", None)
     if got is None:
         got = _SCRATCH.bufs = {}
@@ -908,29 +905,56 @@ def _scratch(nout: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     if o_meas is None or o_meas.shape[0] < nout:
         o_meas = got[width] = np.empty((max(nout, 4096, 0 if o_meas is None else o_meas.shape[0] * 3 // 2), width),
                                        dtype=np.int64)
-    return o_int, o_meas
+    need = nout * nplaces
+    at = got.get(-1)
+    if at is None or len(at) < need:
+        at = got[-1] = np.empty(max(need, 4096, 0 if at is None else len(at) * 3 // 2), dtype=np.int64)
+    return o_int, o_meas, at
 
 
-@functools.lru_cache(maxsize=None)
-def _row_builder(nvary: int, nconst: int, nafter: int) -> Callable[[list[list], list[str], tuple, int], list[dict[str, Any]]]:
-    """A function making a batch's output rows (dicts) from ``nvary`` value lists, then ``nconst``
-    values the same in every row, then ``nafter`` more lists; names in that order.
+@functools.lru_cache(maxsize=1024)
+def _row_plan(names: tuple[str, ...], nvary: int, nconst: int) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...],
+                                                                      tuple[tuple[str, int], ...]]:
+    """How :func:`_make_rows` fills rows named ``names``: every name once, in order of first
+    appearance (the order ``dict(zip())`` gives), then per name the one place its value comes from,
+    the last of its places (the last value wins, as in ``dict(zip())``): the lists' (name, list
+    index) and the constants' (name, constant index)."""
+    last = {name: i for i, name in enumerate(names)}
+    cols = tuple((n, i if i < nvary else i - nconst) for n, i in last.items() if not nvary <= i < nvary + nconst)
+    consts = tuple((n, i - nvary) for n, i in last.items() if nvary <= i < nvary + nconst)
+    return tuple(dict.fromkeys(names)), cols, consts
 
-    One ``dict(zip(names, row))`` per row over a C-level ``zip`` of the lists (the constants
-    repeated by ``itertools.repeat``), with no code generated: no module evaluates text
-    (``tests/reliability/test_hostile_rules.py``). Repeated names: the last value wins.
+
+def _make_rows(cols: list[list], names: list[str], consts: tuple, nvary: int, nm: int) -> list[dict[str, Any]]:
+    """A batch's ``nm`` output rows (dicts): ``names`` names the first ``nvary`` lists of ``cols``,
+    then the values of ``consts`` (the same in every row), then the remaining lists. A repeated
+    name keeps its first place and its last value, as ``dict(zip(names, row))`` does.
+
+    Each row is a copy of one template dict that holds the constants; each list's values then go
+    in with one C-level ``map`` of ``operator.setitem`` over the rows, so no Python code runs per
+    row or value (``dict(zip(names, row))`` per row made a pair tuple per value and cost about
+    four times as much); no code is generated: no module evaluates text
+    (``tests/reliability/test_hostile_rules.py``).
 
     Example:
-        >>> _row_builder(2, 1, 0)([[1, 2], ["x", None]], ["a", "b", "rule"], ("r",), 2)
+        >>> _make_rows([[1, 2], ["x", None]], ["a", "b", "rule"], ("r",), 2, 2)
         [{'a': 1, 'b': 'x', 'rule': 'r'}, {'a': 2, 'b': None, 'rule': 'r'}]
+        >>> _make_rows([[1, 2], ["x", "y"]], ["rule", "rule", "_id"], ("r",), 1, 2)
+        [{'rule': 'r', '_id': 'x'}, {'rule': 'r', '_id': 'y'}]
     """
-    def build(cols: list[list], names: list[str], consts: tuple, nm: int) -> list[dict[str, Any]]:
-        if not nvary and not nafter:  # (no list to zip: one row per match all the same)
-            return [dict(zip(names, consts)) for _ in range(nm)]
-        parts = (*cols[:nvary], *map(itertools.repeat, consts), *cols[nvary:])
-        return [dict(zip(names, row)) for row in zip(*parts)]
+    order, by_col, by_const = _row_plan(tuple(names), nvary, len(consts))
+    template = dict.fromkeys(order)
+    for name, j in by_const:
+        template[name] = consts[j]
+    rows = list(map(dict.copy, itertools.repeat(template, nm)))
+    for name, j in by_col:
+        _drain(map(operator.setitem, rows, itertools.repeat(name), cols[j]))
+    return rows
 
-    return build
+
+def _drain(it: Any) -> None:
+    """Run an iterator to its end, keeping nothing (a ``deque`` of length 0 does it in C)."""
+    collections.deque(it, 0)
 
 
 def _grown(x: np.ndarray, n: int, used: int | None = None) -> np.ndarray:

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = ["gc_paused"]
 
 
-@contextmanager
-def gc_paused(pause: bool = True) -> Iterator[None]:
+class gc_paused:  # noqa: N801 - used as a function: ``with gc_paused():``
     """Suspend the cyclic garbage collector while the block runs (when ``pause`` and it runs), then
     turn it back on.
 
@@ -30,11 +27,22 @@ def gc_paused(pause: bool = True) -> Iterator[None]:
         >>> gc.isenabled()
         True
     """
-    if not (pause and gc.isenabled()):
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+
+    __slots__ = ("_pause", "_off")
+
+    # (a class, not a generator under contextlib.contextmanager: the operator enters it once per
+    # rule and batch, mostly with the collector already off, and the generator's set-up cost
+    # several times the check)
+    def __init__(self, pause: bool = True) -> None:
+        self._pause = pause
+        self._off = False
+
+    def __enter__(self) -> None:
+        if self._pause and gc.isenabled():
+            gc.disable()
+            self._off = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._off:
+            self._off = False
+            gc.enable()

@@ -37,6 +37,7 @@ from cep.events import (
     event_times,
     format_time,
     future_guard,
+    to_batch,
     unit_hint,
 )
 from cep.expressions import ColumnarUnsupported, Node, derived_columns
@@ -298,8 +299,6 @@ class PatternOperator:
 
     def process(self, events: Any) -> OperatorOutput:
         """Take a batch of events (EventBatch, dicts, pandas or Arrow); return what it completes."""
-        from cep.events import to_batch
-
         batch = to_batch(events)
         out = OperatorOutput()
         t0 = time.perf_counter()
@@ -350,8 +349,6 @@ class PatternOperator:
             >>> op.ingest([{"k": 1, "ts": 3, "v": 0}], late_before=9).late[0]["reason"][:40]
             'late: event time 1970-01-01T00:00:00.003'
         """
-        from cep.events import to_batch
-
         batch = to_batch(events)
         out = OperatorOutput()
         t0 = time.perf_counter()

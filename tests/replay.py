@@ -25,11 +25,12 @@ def replay(make: Callable[[], Any], events: Sequence[dict], cuts: Sequence[int],
     return rows + op.finish().matches, op
 
 
-def replay_engine(rules_yaml: str, batches: Sequence[list[dict]], use_batch_dfa: bool,
-                  snap_at: int | None) -> tuple[list[str], dict, dict]:
-    """Every rule of ``rules_yaml`` in one engine over ``batches``, with the batch DFA on or off and
-    the engine's snapshot restored into a fresh one after batch ``snap_at``. Returns the rows (as
-    repr, so types count), each rule's counters and whether each rule took the batch path."""
+def replay_engine_rows(rules: str | Sequence[Any], batches: Sequence[list[dict]], use_batch_dfa: bool,
+                       snap_at: int | None) -> tuple[list[dict], Any]:
+    """Every rule of ``rules`` (rule-file YAML or :class:`patterns.rules.Rule` objects) in one engine
+    over ``batches``, with the batch DFA on or off and the engine's snapshot restored into a fresh
+    one after batch ``snap_at``. Returns the match rows of every batch and of ``finish()`` in
+    order, and the last engine (for its counters and operators)."""
     import cep.batch_dfa as batch_dfa
     from cep.engine import Engine
     from patterns.rules import parse_rules
@@ -37,19 +38,27 @@ def replay_engine(rules_yaml: str, batches: Sequence[list[dict]], use_batch_dfa:
     old = batch_dfa.USE_BATCH_DFA
     batch_dfa.USE_BATCH_DFA = use_batch_dfa
     try:
-        rules = parse_rules(rules_yaml)
-        eng = Engine(rules)
+        parsed = parse_rules(rules) if isinstance(rules, str) else list(rules)
+        eng = Engine(parsed)
         rows: list[dict] = []
         for b, evs in enumerate(batches):
             rows += eng.process(evs).matches
             if b == snap_at:
                 data = eng.snapshot()
-                eng = Engine(rules)
+                eng = Engine(parsed)
                 eng.restore(data)
         rows += eng.finish().matches
-        taken = {name: op._keyed is not None for name, op in eng.operators.items()}
-        counts = {name: (op.stats.matches, op.stats.rows_emitted, op.stats.partial_matches_peak, op.counts.processed)
-                  for name, op in eng.operators.items()}
-        return [repr(sorted(r.items())) for r in rows], counts, taken
+        return rows, eng
     finally:
         batch_dfa.USE_BATCH_DFA = old
+
+
+def replay_engine(rules: str | Sequence[Any], batches: Sequence[list[dict]], use_batch_dfa: bool,
+                  snap_at: int | None) -> tuple[list[str], dict, dict]:
+    """:func:`replay_engine_rows`, summed up: the rows (as repr, so types count), each rule's
+    counters and whether each rule took the batch path."""
+    rows, eng = replay_engine_rows(rules, batches, use_batch_dfa, snap_at)
+    taken = {name: op._keyed is not None for name, op in eng.operators.items()}
+    counts = {name: (op.stats.matches, op.stats.rows_emitted, op.stats.partial_matches_peak, op.counts.processed)
+              for name, op in eng.operators.items()}
+    return [repr(sorted(r.items())) for r in rows], counts, taken

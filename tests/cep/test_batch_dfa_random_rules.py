@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import cep.batch_dfa as batch_dfa
-from cep.engine import Engine
 from patterns.rules import Rule, parse_rule_text
+from tests.replay import replay_engine_rows
 
 # patterns that compile to a few programs (so rules share tables) with conditions that differ;
 # z sometimes holds integers past 2**53, which PREV must read exactly (the per-rule numbers flag):
@@ -61,25 +61,12 @@ def _events(rnd: random.Random) -> list[dict[str, Any]]:
 def _run(rules: list[Rule], batches: list[list[dict]], snap_at: int | None, use: bool) -> tuple[list, dict, dict, int]:
     """Every match row in order, the engine's counts and each rule's counters; how many rules took
     the batch DFA."""
-    old = batch_dfa.USE_BATCH_DFA
-    batch_dfa.USE_BATCH_DFA = use
-    try:
-        eng = Engine(rules)
-        out: list = []
-        for b, evs in enumerate(batches):
-            out += eng.process(evs).matches
-            if b == snap_at:
-                data = eng.snapshot()
-                eng = Engine(rules)
-                eng.restore(data)
-        out += eng.finish().matches
-        counts = {n: tuple(vars(c).values()) for n, c in eng.counts().items()}
-        stats = {n: (op.stats.matches, op.stats.rows_emitted, op.stats.partial_matches_peak, op.stats.cap_hits,
-                     op.stats.partial_matches_dropped) for n, op in eng.operators.items()}
-        on_dfa = sum(op.keyed_state is not None for op in eng.operators.values())
-        return [sorted(r.items()) for r in out], counts, stats, on_dfa
-    finally:
-        batch_dfa.USE_BATCH_DFA = old
+    out, eng = replay_engine_rows(rules, batches, use, snap_at)
+    counts = {n: tuple(vars(c).values()) for n, c in eng.counts().items()}
+    stats = {n: (op.stats.matches, op.stats.rows_emitted, op.stats.partial_matches_peak, op.stats.cap_hits,
+                 op.stats.partial_matches_dropped) for n, op in eng.operators.items()}
+    on_dfa = sum(op.keyed_state is not None for op in eng.operators.values())
+    return [sorted(r.items()) for r in out], counts, stats, on_dfa
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -121,22 +108,9 @@ def _wide_rows(restore_at: int | None, use: bool) -> list[tuple]:
                [{"k": "a", "ts": t, "x": 1, "z": 3} for t in range(5, 10)],
                [{"k": "a", "ts": t, "x": 1, "z": 3} for t in range(10, 14)] + [{"k": "a", "ts": 14, "x": 1, "z": 2**53 + 1}],
                [{"k": "a", "ts": t, "x": 1, "z": 4} for t in range(15, 20)]]
-    old = batch_dfa.USE_BATCH_DFA
-    batch_dfa.USE_BATCH_DFA = use
-    try:
-        eng = Engine(rules)
-        out: list = []
-        for b, evs in enumerate(batches):
-            out += eng.process(evs).matches
-            if b == restore_at:
-                data = eng.snapshot()
-                eng = Engine(rules)
-                eng.restore(data)
-        out += eng.finish().matches
-        assert all((op.keyed_state is not None) == (use and batch_dfa._numba_ok()) for op in eng.operators.values())
-        return [(r["t0"], r["t1"]) for r in out]
-    finally:
-        batch_dfa.USE_BATCH_DFA = old
+    out, eng = replay_engine_rows(rules, batches, use, restore_at)
+    assert all((op.keyed_state is not None) == (use and batch_dfa._numba_ok()) for op in eng.operators.values())
+    return [(r["t0"], r["t1"]) for r in out]
 
 
 def test_an_integer_past_2_53_kept_from_an_earlier_batch_is_read_exactly() -> None:

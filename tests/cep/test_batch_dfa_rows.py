@@ -93,3 +93,38 @@ def test_a_rule_without_measures_or_partition_gives_one_row_per_match():
     fast = _run(sql, events, [3], True, False, None)
     assert fast == _run(sql, events, [3], False, False, None)
     assert fast == [[("rule", "str", "r")]] * 3
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(names=st.lists(st.sampled_from(["k", "a", "b", "rule", "_id", "c"]), min_size=0, max_size=7),
+       nconst=st.integers(0, 2), nm=st.integers(0, 5), data=st.data())
+def test_rows_built_as_dict_zip_builds_them(names, nconst, nm, data):
+    """``_make_rows`` (template copies filled column by column) gives what ``dict(zip(names, row))``
+    gives per row: every name once, at its first place, with its last value; the constants
+    wherever they fall, repeated names among lists and constants alike."""
+    nconst = min(nconst, len(names))
+    nvary = data.draw(st.integers(0, len(names) - nconst))
+    consts = tuple(f"const{i}" for i in range(nconst))
+    nlists = len(names) - nconst
+    cols = [[(j, i) for i in range(nm)] for j in range(nlists)]
+    parts = [*cols[:nvary], *([c] * nm for c in consts), *cols[nvary:]]
+    want = [dict(zip(names, row)) for row in zip(*parts)] if parts else [{} for _ in range(nm)]
+    got = batch_dfa._make_rows(cols, names, consts, nvary, nm)
+    assert [list(r.items()) for r in got] == [list(r.items()) for r in want]
+    assert len({id(r) for r in got}) == nm  # (each row its own dict: a caller may change one)
+
+
+def test_a_match_starting_at_the_batchs_first_row_reads_the_batch():
+    """The store keeps a row per key from the batch before (``PREV`` reads it), so the next batch's
+    rows take store indices from 2 on; a match that starts exactly at the batch's first store index
+    reads every value from the batch (the compiled loop's gather index is then relative to the
+    batch): the rows it matched, not the rows two places further."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+       MEASURES A.ts AS a_ts, A.x AS a_x, LAST(B.x) AS b_x
+       PATTERN (A B) DEFINE A AS A.x = 1, B AS B.x > PREV(B.x))"""
+    first = [{"k": k, "ts": t, "x": 5 + t} for t in range(3) for k in ("p", "q")]
+    second = [{"k": "p", "ts": 3 + i, "x": x} for i, x in enumerate([1, 2, 0, 9])]
+    events = first + second
+    fast = _run(sql, events, [len(first)], True, False, None)
+    assert fast == _run(sql, events, [len(first)], False, False, None)
+    assert fast == [[("k", "str", "p"), ("a_ts", "int", 3), ("a_x", "int", 1), ("b_x", "int", 2), ("rule", "str", "r")]]
