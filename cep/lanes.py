@@ -1119,8 +1119,7 @@ class LaneBatch:
     what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
     that matches leave in the same order as when each key steps alone."""
 
-    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later", "simple",
-                 "sink")
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later")
 
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
                  Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int]):
@@ -1131,14 +1130,9 @@ class LaneBatch:
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
         self.cols, self.masks, self.ts = cols, masks, ts
         self.where = where  # segment -> its row in ``keys``
-        # (state, first row kept, end, batch row of its partition row 0, its recorded matches'
-        # first row in ``rec`` and count) of each key finished without the engine: its rows are
-        # kept by keep_rows, for all such keys at once
-        self.later: list[tuple[KeyState, int, int, int, int, int]] = []
-        # whether every key of the segments stepped here and none returned early: then no key
-        # outputs anything in between, so keep_rows outputs the recorded matches too, in key order
-        self.simple = False
-        self.sink: tuple | None = None  # (emit, stats) of the operator's loop
+        # (state, first row kept, end, batch row of its partition row 0) of each key finished
+        # without the engine: its rows are kept by keep_rows, for all such keys at once
+        self.later: list[tuple[KeyState, int, int, int]] = []
 
     def finish(self, x: int, st: KeyState, emit, stats: StepStats, e: int) -> None:
         """The rest of key row ``x``'s step (state ``st``, batch rows up to ``e``): its start rows
@@ -1164,14 +1158,10 @@ class LaneBatch:
         st.last_ts = self.ts[e - 1]
         cols = self.cols
         if nr:  # the matches the call found (before any row it stopped at), output in order
-            if not self.simple:
-                _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
-                nr = 0
+            _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
             st.resume = resume
         if not status:
-            self.sink = (emit, stats)
-            self.later.append((st, (attempts[0].start if attempts else rno0 + n) - a.max_back, rno0 + n, s - rno0,
-                               roff, nr))
+            self.later.append((st, (attempts[0].start if attempts else rno0 + n) - a.max_back, rno0 + n, s - rno0))
             return
         # the loop returned at row j of this key: go on as the key's own call would
         pool.reserve(n)
@@ -1185,45 +1175,22 @@ class LaneBatch:
 
 
     def keep_rows(self) -> None:
-        """What :func:`_emit_rec` (when :attr:`simple`) and :func:`_keep_rows` do for each key
-        :meth:`finish` left in ``later`` (the engine calls this after the batch's keys, before
-        anything reads their rows): the row tuples of all of them made by one ``zip`` rather than
-        one per key and match (a key keeps a row or two of a batch, from its first start row
-        still queued, and a match's rows while it is output).
-
-        A key's rows are kept as that sequence of calls would keep them (each match's rows, from
-        its start minus PREV's reach, then the rows from the first queued start row on): its
-        matches are output from every row of the batch from the first match's on (each call's
-        rows are among them), then the rows before where the last of those calls began anew are
-        let go, as they would have been."""
+        """What :func:`_keep_rows` does for each key :meth:`finish` left in ``later`` (the engine
+        calls this after the batch's keys, before anything reads their rows): the row tuples of
+        all of them made by one ``zip`` rather than one per key (a key keeps a row or two of a
+        batch, from its first start row still queued)."""
         later = self.later
         if not later:
             return
         cols = self.cols
-        mb = self.a.max_back
         idx: list[int] = []
-        ends: list[int] = []  # the first row each key keeps when its matches are out (-1: as kept)
-        for st, first, end, off, roff, nr in later:
+        for st, first, end, off in later:
             have = st.base + len(st.rows)
-            b = -1
-            if nr:
-                # the base the calls would leave (each starts anew past a gap); from the first
-                # match's rows on, every row is made
-                b, h = st.base, have
-                for s0, e0 in self.rec[roff: roff + nr, :2].tolist():
-                    if s0 - mb > h:
-                        b = h = s0 - mb
-                    if e0 + 1 > h:
-                        h = e0 + 1
-                if first > h:
-                    b = min(first, end)
-                first = int(self.rec[roff, 0]) - mb
             if first > have:
                 st.rows = []
                 st.base = have = min(first, end)
             if end > have:
                 idx.extend(range(off + have, off + end))
-            ends.append(b)
         made: list = []
         if len(idx) == 1:
             made = [tuple(c[idx[0]] for c in cols)]
@@ -1232,17 +1199,11 @@ class LaneBatch:
             made = list(zip(*map(take, cols)))
         p = 0
         a = self.a
-        for (st, first, end, off, roff, nr), b in zip(later, ends):
+        for st, first, end, off in later:
             have = st.base + len(st.rows)
             if end > have:
                 st.rows.extend(made[p: p + end - have])
                 p += end - have
-            if nr:
-                emit, stats = self.sink  # type: ignore[misc]
-                _emit_rec(a, st, cols, off, None, self.rec[roff: roff + nr], nr, emit, stats, False)
-                if b > st.base:
-                    st.rows = st.rows[b - st.base:]
-                    st.base = b
             if len(st.rows) > 128:
                 a._trim(st)
         later.clear()
@@ -1305,16 +1266,13 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     live: list[int] = []
     dead: list[int] = []
     ids, objs = pool.ids, pool.objs
-    alone = 0  # keys of the segments that step by their own calls (they may output in between)
     for i in segs:
         st = states[i]
         attempts = st.attempts
         if st.deferred or (not attempts and cuts[i] == cuts[i + 1]):
-            alone += bool(st.deferred)
             continue  # (held matches; or the operator's quiet key: nothing to start, nothing alive)
         if attempts:
             if st.lanes is not pool:
-                alone += 1
                 continue  # start rows of its own arrays or node chains: the key steps alone
             q: list[int] = []
             for att in attempts:
@@ -1341,8 +1299,6 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                 qlens.append(len(q))
                 took.append(i)
                 rows += ends[i] - starts[i]
-                continue
-            alone += 1
             continue
         qlens.append(0)
         took.append(i)
@@ -1392,9 +1348,7 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     peak = int(keys[:, LK.K_IO + LK.IO_PEAK].max())
     if peak > stats.partial_matches_peak:
         stats.partial_matches_peak = peak
-    out = LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))))
-    out.simple = not alone and not keys[:, LK.K_IO + LK.IO_STATUS].any()
-    return out
+    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))))
 
 
 def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
@@ -1412,18 +1366,16 @@ def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> 
 
 
 def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: np.ndarray, nr: int, emit,
-              stats: StepStats, keep: bool = True) -> None:
+              stats: StepStats) -> None:
     """Output the ``nr`` matches a call of the compiled loop recorded for key ``st`` (rows of ``rec``:
     start row, last row, R rows), in order, as ``PatternAutomaton._resolve`` outputs a lane match:
-    numbered, counted, its rows retained first (batch row ``off + r`` is partition row r; without
-    ``keep`` the caller has retained them)."""
+    numbered, counted, its rows retained first (batch row ``off + r`` is partition row r)."""
     max_back = a.max_back
     plan = a.lanes
     fast = plan.fast_match
     s_, r_, b_ = plan.s, plan.r, plan.b
     for start, end, k in rec[:nr].tolist():
-        if keep:
-            _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
+        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
         st.match_number += 1
         stats.matches += 1
         if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
