@@ -139,7 +139,7 @@ def _kept(op: PatternOperator) -> dict:
        heavy_rows=st.integers(150, 300), ncuts=st.integers(1, 10), snap=st.booleans())
 def test_rows_kept_after_one_call_are_each_keys_own(seed, light, heavy, heavy_rows, ncuts, snap):
     """The rows each key retains after a batch stepped in one call (made for all keys at once,
-    LaneBatch.keep_rows, matches' rows first) are those of each key's own calls, row for row, and
+    LaneBatch.keep_rows) are those of each key's own calls, row for row, and
     so is the rest of its state, after every batch: keys of a few rows beside keys of hundreds
     with many matches, batches that cut runs and matches, a restore in the middle."""
     rnd = random.Random(seed)
