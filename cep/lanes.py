@@ -558,8 +558,8 @@ _CONVERTED: dict[tuple[int, Any], tuple[list, Any]] = {}
 _CONVERTED_MAX = 64
 
 
-def _shared(vals: list, convert: Callable[[list], Any]) -> Any:
-    """``convert(vals)``, made once per list object (and conversion) while it is among the last few."""
+def _shared(vals: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(vals)``, made once per list or array object (and conversion) while it is among the last few."""
     key = (id(vals), convert.__code__)
     got = _CONVERTED.get(key)
     if got is not None and got[0] is vals:
@@ -1199,7 +1199,7 @@ class LaneBatch:
             made = list(zip(*map(take, cols)))
         p = 0
         a = self.a
-        for st, first, end, off in later:
+        for st, _first, end, _off in later:
             have = st.base + len(st.rows)
             if end > have:
                 st.rows.extend(made[p: p + end - have])
