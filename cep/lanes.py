@@ -558,8 +558,8 @@ _CONVERTED: dict[tuple[int, Any], tuple[list, Any]] = {}
 _CONVERTED_MAX = 64
 
 
-def _shared(vals: list, convert: Callable[[list], Any]) -> Any:
-    """``convert(vals)``, made once per list object (and conversion) while it is among the last few."""
+def _shared(vals: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(vals)``, made once per list or array object (and conversion) while it is among the last few."""
     key = (id(vals), convert.__code__)
     got = _CONVERTED.get(key)
     if got is not None and got[0] is vals:
@@ -574,6 +574,17 @@ def _shared(vals: list, convert: Callable[[list], Any]) -> Any:
 def _shared_column(vals: list) -> np.ndarray | None:
     """:func:`_clean_column`, shared by the rules that read the same column list."""
     return _shared(vals, _clean_column)
+
+
+def _clean_array(arr: np.ndarray) -> np.ndarray | None:
+    """:func:`_clean_column` of ``arr.tolist()``, read from the array when its type tells (float64:
+    NaN there is a float NaN, never NULL; int64: exact while below 2**53), else from that list."""
+    if arr.dtype == np.float64:
+        return None if np.isnan(arr).any() else arr
+    if arr.dtype == np.int64:
+        out = arr.astype(np.float64)
+        return out if not len(out) or np.abs(out).max() < _EXACT else None
+    return _clean_column(arr.tolist())
 
 
 def _clean_column(vals: list) -> np.ndarray | None:
@@ -731,6 +742,8 @@ class _Lanes:
 
     def _alloc(self, cap: int) -> None:
         plan = self.plan
+        # (zeros: memory the system hands over zeroed, touched only where lanes are made; a shared
+        # pool has room for two batches' rows, most of which a V-shape's lanes never reach)
         self.start = np.zeros(cap, np.int64)
         self.start_ts = np.zeros(cap, np.int64)
         self.k = np.zeros(cap, np.int64)
@@ -775,7 +788,7 @@ class _Lanes:
         new = max(4 * cap, self.n + more + 64)  # (x4: a key's lanes grow few times while it is busy)
 
         def grow(x: np.ndarray, fill: Any = 0) -> np.ndarray:
-            out = np.full((new,) + x.shape[1:], fill, x.dtype)
+            out = np.zeros((new,) + x.shape[1:], x.dtype) if fill == 0 else np.full((new,) + x.shape[1:], fill, x.dtype)
             out[: len(x)] = x
             return out
 
@@ -855,28 +868,45 @@ def _best_of(att: Attempt) -> tuple[int, int]:
     return b, (att.path if isinstance(att.path, int) else b - att.start - 1)  # (as lane_match reads it)
 
 
-def _batch_values(kp: _KernelPlan, cols, masks, ts, masks_np: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _batch_values(kp: _KernelPlan, cols, masks, ts, masks_np: np.ndarray | None = None,
+                  arrays: tuple[list, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The batch's values the conditions read as one float64 matrix (row x value column), its masks
     and times as arrays; None when a value is not exactly a number. Kept for the batch's keys.
-    ``masks_np``: the masks as the operator's array, when it has one (not converted back from the list)."""
+    ``masks_np``: the masks as the operator's array, when it has one (not converted back from the list);
+    ``arrays``: the operator's arrays of the same columns and times, when it has them (a column is
+    then converted from its array, as :func:`_clean_array` says, not from its list)."""
     got = kp.batch
     if got is not None and got[0] is cols and got[1] is masks and got[2] is ts:
         return got[3]
     out: tuple | None = None
     vals = []
     for c in kp.xcols:
-        v = _shared_column(cols[c]) if c < len(cols) and len(cols[c]) == len(masks) else None
+        if c >= len(cols) or len(cols[c]) != len(masks):
+            v = None
+        elif arrays is not None and c < len(arrays[0]) and len(arrays[0][c]) == len(masks):
+            v = _shared(arrays[0][c], _clean_array)
+        else:
+            v = _shared_column(cols[c])
         if v is None:
             break
         vals.append(v)
     else:
-        xb = np.ascontiguousarray(np.column_stack(vals)) if vals else np.zeros((len(masks), 0))
-        tb = _shared(ts, lambda x: np.array(x, dtype=np.int64))
+        if len(vals) == 1:  # (one column: a view of it, no copy)
+            xb = np.ascontiguousarray(vals[0]).reshape(-1, 1)
+        else:
+            xb = np.ascontiguousarray(np.column_stack(vals)) if vals else np.zeros((len(masks), 0))
+        if arrays is not None and arrays[1].dtype == np.int64 and len(arrays[1]) == len(ts):
+            tb = np.ascontiguousarray(arrays[1])
+        else:
+            tb = _shared(ts, _int_times)
         mb = np.asarray(masks_np, dtype=np.int64) if masks_np is not None else np.array(masks, dtype=np.int64)
         out = (xb, mb, tb)
     kp.batch = (cols, masks, ts, out)  # (holds the lists: their ids stay theirs)
     return out
+
+
+def _int_times(ts: list) -> np.ndarray:
+    return np.array(ts, dtype=np.int64)
 
 
 def _queue(lanes: _Lanes, attempts: list) -> list[int] | None:
@@ -1089,7 +1119,7 @@ class LaneBatch:
     what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
     that matches leave in the same order as when each key steps alone."""
 
-    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where")
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later")
 
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
                  Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int]):
@@ -1100,6 +1130,9 @@ class LaneBatch:
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
         self.cols, self.masks, self.ts = cols, masks, ts
         self.where = where  # segment -> its row in ``keys``
+        # (state, first row kept, end, batch row of its partition row 0) of each key finished
+        # without the engine: its rows are kept by keep_rows, for all such keys at once
+        self.later: list[tuple[KeyState, int, int, int]] = []
 
     def finish(self, x: int, st: KeyState, emit, stats: StepStats, e: int) -> None:
         """The rest of key row ``x``'s step (state ``st``, batch rows up to ``e``): its start rows
@@ -1128,10 +1161,7 @@ class LaneBatch:
             _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
             st.resume = resume
         if not status:
-            _keep_rows(st, cols, s - rno0, None, (attempts[0].start if attempts else rno0 + n) - a.max_back,
-                       rno0 + n)
-            if len(st.rows) > 128:
-                a._trim(st)
+            self.later.append((st, (attempts[0].start if attempts else rno0 + n) - a.max_back, rno0 + n, s - rno0))
             return
         # the loop returned at row j of this key: go on as the key's own call would
         pool.reserve(n)
@@ -1144,9 +1174,44 @@ class LaneBatch:
             step_key_lanes(a, st, cols, s + taken, s + n, self.masks, self.ts, emit, stats, None, None, True)
 
 
+    def keep_rows(self) -> None:
+        """What :func:`_keep_rows` does for each key :meth:`finish` left in ``later`` (the engine
+        calls this after the batch's keys, before anything reads their rows): the row tuples of
+        all of them made by one ``zip`` rather than one per key (a key keeps a row or two of a
+        batch, from its first start row still queued)."""
+        later = self.later
+        if not later:
+            return
+        cols = self.cols
+        idx: list[int] = []
+        for st, first, end, off in later:
+            have = st.base + len(st.rows)
+            if first > have:
+                st.rows = []
+                st.base = have = min(first, end)
+            if end > have:
+                idx.extend(range(off + have, off + end))
+        made: list = []
+        if len(idx) == 1:
+            made = [tuple(c[idx[0]] for c in cols)]
+        elif idx:
+            take = itemgetter(*idx)
+            made = list(zip(*map(take, cols)))
+        p = 0
+        a = self.a
+        for st, _first, end, _off in later:
+            have = st.base + len(st.rows)
+            if end > have:
+                st.rows.extend(made[p: p + end - have])
+                p += end - have
+            if len(st.rows) > 128:
+                a._trim(st)
+        later.clear()
+
+
 def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, starts: list[int], ends: list[int],
-               cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats, masks_np: np.ndarray | None = None
-               ) -> LaneBatch | None:
+               cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats, masks_np: np.ndarray | None = None,
+               arrays: tuple[list, np.ndarray] | None = None) -> LaneBatch | None:
     """Step every key of segments ``segs`` whose start rows are all on the compiled lane path (or
     that has none) in one call of the compiled loop; the rest of each key's step is
     :meth:`LaneBatch.finish`, in key order (None: no key taken, each steps alone).
@@ -1155,18 +1220,16 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     operator keeps :attr:`LaneBatch.pool`): a key's start rows are :class:`LaneRun` objects into
     it as before, so snapshots, ``cep state``, matches and caps read them unchanged.
     ``all_states`` (every key state of the operator) tells which lanes are still queued when the
-    arrays are compacted.
+    arrays are compacted. ``arrays``: the operator's arrays of ``cols`` and ``ts`` (see
+    :func:`_batch_values`).
     """
     plan = a.lanes
     kp = plan.kernel if plan is not None else None
     if kp is None:
         return None
-    got = _batch_values(kp, cols, masks, ts, masks_np)
+    got = _batch_values(kp, cols, masks, ts, masks_np, arrays)
     if got is None:
         return None
-    if pool is None or pool.plan is not plan:
-        pool = _Lanes(plan, 1024)
-        pool.shared = True
     # the lanes this batch may add: one per row in the call, one per row again when a key that
     # stopped there goes on in LaneBatch.finish (it reserves its rows anew), and one per queued
     # start row that ended (add_dead below, _queue in finish); leaving any out lets the pool grow
@@ -1174,6 +1237,12 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     need = 0
     for i in segs:
         need += 2 * (ends[i] - starts[i]) + len(states[i].attempts)
+    if pool is None or pool.plan is not plan:
+        # (room for two such batches: the reclaim below then never grows it for batches of this
+        # size; growing from a small pool copied two arrays of every field, the second four times
+        # the first, about 4% of the 200-rule benchmark's lane rules)
+        pool = _Lanes(plan, max(1024, 2 * need))
+        pool.shared = True
     if pool.n + need > len(pool.start):
         # reclaim the lanes no key queues any more, when they are at least half (before the
         # queues below are read: compacting renumbers lanes)

@@ -1108,10 +1108,13 @@ class PatternOperator:
         col_lists.append(masks_list)  # each retained row ends with its mask (replay of DFA matches)
         emit = self._emitter(out)
         cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
-        cand_list = cand_all.tolist()
+        # (as a list only when a key steps on its own: on the compiled lane path every key of a
+        # batch usually steps in one call, and every row of a rule whose first variable has no
+        # condition is a candidate, so the list cost about 4% of such rules' time)
+        cand_list: list[int] | None = None
         # dense work (rows that can start a match, or rows of keys with live partial matches):
         # build every row tuple at once (one C-level zip) rather than per key
-        busy = len(cand_list)
+        busy = len(cand_all)
         if busy * 8 <= n and self.active:
             seg_len = ends - starts
             busy += int(seg_len[np.fromiter((bool(st.attempts) for st in states), dtype=bool, count=len(states))].sum())
@@ -1129,7 +1132,7 @@ class PatternOperator:
             # every key on the compiled lane path steps in one call; what each still needs of the
             # engine (a match to output, the cap) is done below in key order
             batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, col_lists, masks_list,
-                                     ts_list, states_map.values(), stats, masks)
+                                     ts_list, states_map.values(), stats, masks, (cols, ts))
             if batch is not None:
                 self._lane_pool = batch.pool
         where = batch.where if batch is not None else {}
@@ -1173,6 +1176,8 @@ class PatternOperator:
             if x is not None:
                 batch.finish(x, st, emit, stats, e)  # type: ignore[union-attr]
             else:
+                if cand_list is None:
+                    cand_list = cand_all.tolist()
                 step(st, col_lists, s, e, masks_list, ts_list, emit, stats, cand_list[c0:c1], rows_all)
             if st.deferred:
                 self._emit_deferred(st, emit)
@@ -1182,6 +1187,8 @@ class PatternOperator:
                     self._watch(key)
             elif key in active:
                 del active[key]
+        if batch is not None:
+            batch.keep_rows()  # (the rows of the keys it finished without the engine)
         stats.seconds_automaton += time.perf_counter() - t1
 
     def limits_refused(self, idle_state_ttl_ms: int | None, max_partial_matches_total: int | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -124,3 +125,73 @@ def test_lookup_measures_leave_without_a_node_chain():
     assert [r["mn"] for r in rows] == list(range(1, len(rows) + 1))
     assert {r["cls"] for r in rows} == {"U"} and all(r["bottom_t"] < r["t1"] == r["last_t"] for r in rows)
     assert [(r["t0"], r["t1"]) for r in rows] == [(r["t0"], r["t1"]) for r in got["chain"]]
+
+
+def _kept(op: PatternOperator) -> dict:
+    """Each key's retained rows, row count, resume row, match number and queued start rows (the
+    per-key state a snapshot writes)."""
+    return {k: (s.base, list(s.rows), s.nrows, s.resume, s.match_number, [a.start for a in s.attempts])
+            for k, s in op.states.items()}
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), light=st.integers(20, 120), heavy=st.integers(1, 3),
+       heavy_rows=st.integers(150, 300), ncuts=st.integers(1, 10), snap=st.booleans())
+def test_rows_kept_after_one_call_are_each_keys_own(seed, light, heavy, heavy_rows, ncuts, snap):
+    """The rows each key retains after a batch stepped in one call (made for all keys at once,
+    LaneBatch.keep_rows) are those of each key's own calls, row for row, and
+    so is the rest of its state, after every batch: keys of a few rows beside keys of hundreds
+    with many matches, batches that cut runs and matches, a restore in the middle."""
+    rnd = random.Random(seed)
+    events = _mixed_events(rnd, light, heavy, heavy_rows)
+    bounds = [0] + sorted({rnd.randrange(1, len(events)) for _ in range(ncuts)}) + [len(events)]
+    snap_at = rnd.randrange(0, len(bounds) - 1) if snap else None
+    sql = CASES["lookups"][0]
+    compiled = parse_rule_text(sql).compiled
+    old = lanes.USE_BATCH
+    ops, outs = [], []
+    try:
+        for batch in (True, False):
+            lanes.USE_BATCH = batch
+            op, rows, kept = PatternOperator(compiled, name="r"), [], []
+            for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                rows += op.process(events[lo:hi]).matches
+                kept.append(_kept(op))
+                if b == snap_at:
+                    data = op.snapshot()
+                    op = PatternOperator(compiled, name="r")
+                    op.restore(data)
+            ops.append(op)
+            outs.append((rows, kept))
+    finally:
+        lanes.USE_BATCH = old
+    (rows_b, kept_b), (rows_k, kept_k) = outs
+    assert rows_b == rows_k
+    assert kept_b == kept_k
+    assert _counters(ops[0]) == _counters(ops[1])
+
+
+_ARRAYS = st.one_of(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40).map(lambda v: np.array(v, np.float64)),
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40).map(lambda v: np.array(v, np.int64)),
+    st.lists(st.integers(-(2**54), 2**54), max_size=40).map(lambda v: np.array(v, np.int64)),
+    st.lists(st.one_of(st.none(), st.integers(-(2**60), 2**60), st.floats(allow_nan=True), st.booleans(), st.text(max_size=2)),
+             max_size=40).map(lambda v: np.array(v + [None], dtype=object)),
+    st.lists(st.booleans(), max_size=40).map(lambda v: np.array(v, bool)),
+    st.lists(st.floats(width=32, allow_nan=False), max_size=40).map(lambda v: np.array(v, np.float32)),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(arr=_ARRAYS)
+def test_a_column_read_from_its_array_is_the_one_read_from_its_list(arr):
+    """The compiled loop reads a column from the operator's array (float64 and int64 by their type,
+    every other type through its list): the same values, and the same refusal (None) of a value not
+    exactly a number (a float NaN, an integer at or past 2**53, a bool, text), as from the list."""
+    got = lanes._clean_array(arr)
+    ref = lanes._clean_column(arr.tolist())
+    if ref is None:
+        assert got is None
+    else:
+        assert got is not None and got.dtype == np.float64
+        assert np.array_equal(got, ref, equal_nan=True)
