@@ -25,6 +25,8 @@ checks them against ``cep run``). Analytics rules read the per-row watermark as 
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -34,14 +36,17 @@ import pandas as pd
 from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
+    CORRUPT_COL,
     PRIOR_COL,
     SEQ_COL,
     SOURCE_COL,
     GroupCore,
     TimeReading,
+    arrival_plan,
     prior_times,
     segment_times,
 )
+from spark_udf.schema import RESERVED_PREFIX
 
 __all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL", "SEG_RANK_COL"]
 
@@ -156,4 +161,330 @@ class KeySetCore:
                   if f is not None]
         if not frames:
             return core._empty()
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+# ------------------------------------------------------------------ one scan: packed groups
+
+PART_COL = "_cep_part"  # the reduce partition a packed row goes to (see partition_values)
+ROWS_COL = "_cep_rows"  # a group's rows from one map task, as an Arrow IPC stream
+SEG_CODE_COL = "_cep_seg_code"  # a row's input segment, as an index into the packed rows' segment keys
+WITHIN_COL = "_cep_within"  # per key set: the largest valid time of the earlier rows of the row's segment
+PACKED_SCHEMA = (f"{PART_COL} int, _cep_ks int, _cep_bucket int, {ROWS_COL} binary, "
+                 "_cep_seg string, _cep_mx bigint, _cep_mn bigint, _cep_lag bigint")
+_SEGS_META = b"cep_segments"
+
+
+def murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of one ``int`` value (Murmur3 x86 32-bit, seed 42), as a signed 32-bit int.
+
+    Example:
+        >>> murmur3_int(0), murmur3_int(1)
+        (933211791, -559580957)
+    """
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k = rotl(k, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (seed ^ k) & 0xFFFFFFFF
+    h = (rotl(h, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_values(n: int) -> list[int]:
+    """For each of ``n`` partitions, a small int that ``repartition(n, column)`` sends there.
+
+    Spark's hash partitioning puts value ``v`` in partition ``pmod(hash(v), n)``; tagging the
+    packed rows of partition ``p`` with the p-th value gives every partition exactly its share
+    (consecutive ints would collide and leave a core idle). Rows go where their value's hash says
+    whatever this returns, so the mapping only decides balance, never which rows meet.
+
+    Example:
+        >>> vals = partition_values(4)
+        >>> [murmur3_int(v) % 4 for v in vals]
+        [0, 1, 2, 3]
+    """
+    out: dict[int, int] = {}
+    v = 0
+    while len(out) < n and v < 1_000_000:
+        out.setdefault(murmur3_int(v) % n, v)
+        v += 1
+    return [out.get(p, p) for p in range(n)]
+
+
+def _arrow_values(col: Any) -> np.ndarray:
+    """An Arrow column as the engine's readers see it: numbers as numpy, anything with NULLs or
+    text as objects with None (exact integers, never floats with NaN)."""
+    import pyarrow as pa
+
+    t = col.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not col.null_count:
+        return col.to_numpy(zero_copy_only=False)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return col.to_numpy(zero_copy_only=False)
+    out = np.empty(len(col), dtype=object)
+    out[:] = col.to_pylist()
+    return out
+
+
+def _key_hash(cols: list[Any]) -> np.ndarray:
+    """A stable 64-bit hash per row of the key columns (NULL hashes as itself): equal keys, equal hashes,
+    in every task (a column's Arrow type is the same in every batch)."""
+    import pyarrow as pa
+
+    h = np.zeros(len(cols[0]) if cols else 0, dtype=np.uint64)
+    for col in cols:
+        enc = col.dictionary_encode() if not pa.types.is_dictionary(col.type) else col
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks()
+        values = np.asarray(enc.dictionary.to_pylist(), dtype=object)
+        per = pd.util.hash_array(values.astype(str).astype(object)) if len(values) else np.zeros(0, np.uint64)
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        mask = enc.indices.is_null().to_numpy(zero_copy_only=False)
+        codes = np.where(mask, 0, codes).astype(np.int64)
+        got = per[codes] if len(per) else np.zeros(len(codes), dtype=np.uint64)
+        got = np.where(mask, np.uint64(0x9E3779B97F4A7C15), got)
+        h = h * np.uint64(0x100000001B3) ^ got
+    return h
+
+
+@dataclass
+class Packer:
+    """The map side of a key-set backfill: one pass over the input that packs each group's rows.
+
+    Runs in ``mapInArrow`` over the input as Spark read it (one scan, the rows never leave Arrow):
+    for every batch it reads the event times and keys (as the first arrival pass did), keeps per
+    input segment and key set the statistics :func:`late_free` reads and each row's largest valid
+    earlier time of its segment (``_cep_within_<i>``, what the second pass computed), hashes the
+    key into one of ``len(parts)`` groups per key set, and emits, per group, its rows as one Arrow
+    IPC stream with the segment's key and the row's order (``(partition << 33) + row``, as
+    ``monotonically_increasing_id``). At the end it emits its segments' statistics once for every
+    reduce partition (``parts``), so that every group, wherever it runs, sees all of them.
+    """
+
+    time_col: str
+    key_sets: list[tuple[str, ...]]
+    seg_cols: tuple[str, ...]
+    reading: TimeReading
+    parts: list[int]
+    flush_rows: int = 400_000
+
+    def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from spark_udf.core import keys_present, partition_id, segments
+
+        pid = partition_id(TaskContext)
+        nparts = len(self.parts)
+        nsets = len(self.key_sets)
+        stats: dict[str, list[list[int]]] = {}  # seg -> per key set [max, min, lag]
+        seg_codes: dict[str, int] = {}
+        pending: list[Any] = []
+        groups: dict[tuple[int, int], list[np.ndarray]] = {}
+        offset = 0
+        done = 0  # rows of this task packed so far: the row order
+        needed = list(dict.fromkeys([*self.seg_cols, self.time_col, *[c for ks in self.key_sets for c in ks]]))
+        for rb in batches:
+            n = rb.num_rows
+            if not n:
+                continue
+            names = rb.schema.names
+            pdf = pd.DataFrame({c: _arrow_values(rb.column(names.index(c))) for c in needed if c in names})
+            ms, ok, _ = self.reading.read(pdf, self.time_col)
+            corrupt = (rb.column(names.index(CORRUPT_COL)).is_valid().to_numpy(zero_copy_only=False)
+                       if CORRUPT_COL in names else np.zeros(n, dtype=bool))
+            code = np.empty(n, dtype=np.int32)
+            within = [np.full(n, _MIN, dtype=np.int64) for _ in self.key_sets]
+            valid = [ok & keys_present(pdf, ks) for ks in self.key_sets]
+            for seg, a, b in segments(pdf, self.seg_cols, pid):
+                code[a:b] = seg_codes.setdefault(seg, len(seg_codes))
+                cur = stats.setdefault(seg, [[_MIN, _MIN, 0] for _ in self.key_sets])
+                for i, v in enumerate(valid):
+                    vals = np.where(v[a:b], ms[a:b], _MIN)
+                    run = np.maximum.accumulate(vals)
+                    before = np.empty(b - a, dtype=np.int64)
+                    before[0] = cur[i][0]
+                    before[1:] = np.maximum(run[:-1], cur[i][0])
+                    within[i][a:b] = before
+                    sel = v[a:b]
+                    if sel.any():
+                        t = ms[a:b][sel]
+                        bt = before[sel]
+                        behind = bt > t  # the int64 minimum is behind nothing
+                        lag = int((bt[behind] - t[behind]).max()) if behind.any() else 0
+                        lo = int(t.min())
+                        cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
+                                  max(cur[i][2], lag)]
+            cols = [rb.column(j) for j, c in enumerate(names)
+                    if not (c in self.seg_cols and c.startswith(RESERVED_PREFIX))]
+            fields = [rb.schema.field(j) for j, c in enumerate(names)
+                      if not (c in self.seg_cols and c.startswith(RESERVED_PREFIX))]
+            order = (np.int64(pid) << np.int64(33)) + np.arange(done, done + n, dtype=np.int64)
+            extra = [(SEG_CODE_COL, pa.array(code)), (ORDER_COL, pa.array(order))]
+            extra += [(f"{WITHIN_COL}_{i}", pa.array(w)) for i, w in enumerate(within)]
+            for name, arr in extra:
+                cols.append(arr)
+                fields.append(pa.field(name, arr.type))
+            pending.append(pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)))
+            rows = np.arange(offset, offset + n, dtype=np.int64)
+            bad = np.flatnonzero(corrupt)
+            if len(bad):
+                groups.setdefault((0, CORRUPT_BUCKET), []).append(rows[bad])
+            good = ~corrupt
+            for i, ks in enumerate(self.key_sets):
+                bucket = ((_key_hash([rb.column(names.index(c)) for c in ks]) % np.uint64(nparts)).astype(np.int64)
+                          if ks else np.zeros(n, dtype=np.int64))
+                for bkt in np.unique(bucket[good]):
+                    groups.setdefault((i, int(bkt)), []).append(rows[good & (bucket == bkt)])
+            offset += n
+            done += n
+            if offset >= self.flush_rows:
+                yield self._flush(pending, groups, seg_codes)
+                pending, groups, offset = [], {}, 0
+        if pending:
+            yield self._flush(pending, groups, seg_codes)
+        rows_out = [(seg, i, st) for seg, per in stats.items() for i, st in enumerate(per)]
+        if rows_out:
+            k = len(rows_out)
+            yield pa.RecordBatch.from_pydict({
+                PART_COL: pa.array([p for p in self.parts for _ in range(k)], pa.int32()),
+                "_cep_ks": pa.array([r[1] for _ in self.parts for r in rows_out], pa.int32()),
+                "_cep_bucket": pa.array([None] * (k * nparts), pa.int32()),
+                ROWS_COL: pa.array([None] * (k * nparts), pa.binary()),
+                "_cep_seg": pa.array([r[0] for _ in self.parts for r in rows_out], pa.string()),
+                "_cep_mx": pa.array([None if r[2][0] == _MIN else r[2][0] for _ in self.parts for r in rows_out], pa.int64()),
+                "_cep_mn": pa.array([None if r[2][1] == _MIN else r[2][1] for _ in self.parts for r in rows_out], pa.int64()),
+                "_cep_lag": pa.array([r[2][2] for _ in self.parts for r in rows_out], pa.int64()),
+            })
+
+    def _flush(self, pending: list[Any], groups: dict[tuple[int, int], list[np.ndarray]],
+               seg_codes: dict[str, int]) -> Any:
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(pending)
+        segs = sorted(seg_codes, key=seg_codes.__getitem__)
+        meta = {_SEGS_META: json.dumps(segs).encode()}
+        parts, kss, buckets, blobs = [], [], [], []
+        for (ks, bucket), idx in sorted(groups.items()):
+            sub = table.take(pa.array(np.concatenate(idx))).replace_schema_metadata(meta)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, sub.schema) as w:
+                w.write_table(sub)
+            parts.append(self.parts[bucket % len(self.parts)])
+            kss.append(ks)
+            buckets.append(bucket)
+            blobs.append(sink.getvalue().to_pybytes())
+        n = len(blobs)
+        return pa.RecordBatch.from_pydict({
+            PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array(kss, pa.int32()),
+            "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: pa.array(blobs, pa.binary()),
+            "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
+            "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
+        })
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+
+
+@dataclass
+class PackedGroups:
+    """The reduce side of a key-set backfill: every group of one reduce partition, in arrival order.
+
+    Runs in ``mapInPandas`` over the packed rows of one partition (:class:`Packer`): the segments'
+    statistics (every map task sent them to every partition) give the arrival plan, from which each
+    key set's rules know whether any row can be late; each group's rows are put back in arrival
+    order (segment rank, then row order), their arrival watermark is the larger of the segment's
+    (from the plan) and the row's own within its segment, and every rule of the key set ingests
+    the one event batch and finishes, as :class:`KeySetCore` did.
+    """
+
+    core: GroupCore
+    rules_of: dict[int, list[str]]
+    lateness: dict[int, list[int]]
+    nsets: int
+    seg_cols: tuple[str, ...]
+    arrival_order: bool = True
+
+    def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        blobs: dict[tuple[int, int], list[bytes]] = {}
+        stats: dict[tuple[str, int], list[int]] = {}
+        for pdf in frames:
+            for ks, bucket, blob, seg, mx, mn, lag in zip(
+                    pdf["_cep_ks"].tolist(), pdf["_cep_bucket"].tolist(), pdf[ROWS_COL].tolist(),
+                    pdf["_cep_seg"].tolist(), pdf["_cep_mx"].tolist(), pdf["_cep_mn"].tolist(), pdf["_cep_lag"].tolist()):
+                if blob is not None:
+                    blobs.setdefault((int(ks), int(bucket)), []).append(blob)
+                    continue
+                # a segment read by several tasks (arrival columns of the user's) sends several rows
+                got = [_int_or_none(mx), _int_or_none(mn), int(lag)]
+                have = stats.setdefault((seg, int(ks)), got)
+                if have is not got:
+                    have[0] = got[0] if have[0] is None else have[0] if got[0] is None else max(have[0], got[0])
+                    have[1] = got[1] if have[1] is None else have[1] if got[1] is None else min(have[1], got[1])
+                    have[2] = max(have[2], got[2])
+        if not blobs:
+            return
+        rows = [(seg, ks, *st) for (seg, ks), st in stats.items()]
+        plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in rows), self.nsets)
+        judged = {i: self.arrival_order and not all(late_free(rows, plan, i, lt) for lt in self.lateness.get(i, []))
+                  for i in range(self.nsets)}
+        for key in sorted(blobs):
+            frame = self.group(key, blobs[key], plan, judged.get(key[0], False))
+            if frame is not None and len(frame):
+                yield frame
+
+    def group(self, key: tuple[int, int], blobs: list[bytes], plan: dict[str, tuple[int, list[int]]],
+              judged: bool) -> pd.DataFrame | None:
+        """One group's rows (packed by one or more map tasks): arrival order, then every rule of its key set."""
+        import pyarrow as pa
+
+        from cep.events import batch_from_arrow
+
+        ks, bucket = key
+        at = self.seg_cols.index(SOURCE_COL) if SOURCE_COL in self.seg_cols else None
+        tables, ranks, befores, sources = [], [], [], []
+        for blob in blobs:
+            t = pa.ipc.open_stream(blob).read_all()
+            segs = json.loads(t.schema.metadata[_SEGS_META])
+            missing = [s for s in segs if s not in plan]
+            if missing:  # every segment was ranked by the statistics of the same pass
+                raise RuntimeError(f"rows of group {key!r} come from input segment {missing[0]} that no map task "
+                                   "reported: its statistics did not reach this partition")
+            codes = t.column(SEG_CODE_COL).to_numpy()
+            ranks.append(np.asarray([plan[s][0] for s in segs], dtype=np.int64)[codes])
+            if judged:
+                before = np.asarray([plan[s][1][ks] for s in segs], dtype=np.int64)[codes]
+                befores.append(np.maximum(before, t.column(f"{WITHIN_COL}_{ks}").to_numpy()))
+            if at is not None:
+                sources.append(np.asarray([json.loads(s)[at] for s in segs], dtype=object)[codes])
+            tables.append(t.replace_schema_metadata(None))
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        rank = np.concatenate(ranks)
+        perm = np.lexsort((table.column(ORDER_COL).to_numpy(), rank))
+        table = table.take(pa.array(perm))
+        src = np.concatenate(sources)[perm] if sources else (
+            _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)
+        prior = np.concatenate(befores)[perm] if judged else None
+        core = self.core
+        if bucket == CORRUPT_BUCKET:
+            pdf = pd.DataFrame({CORRUPT_COL: _arrow_values(table.column(CORRUPT_COL)),
+                                SOURCE_COL: src if src is not None else np.full(table.num_rows, None, dtype=object)})
+            return core._malformed([pdf])
+        data = table.select([c for c in table.column_names if not c.startswith(RESERVED_PREFIX)])
+        batch = batch_from_arrow(data)
+        batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
+        shared = SharedBatch(batch)
+        frames = [f for f in (core.replay(name, bucket, batch, src, prior, shared) for name in self.rules_of.get(ks, []))
+                  if f is not None]
+        if not frames:
+            return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

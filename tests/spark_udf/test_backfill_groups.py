@@ -150,15 +150,17 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
     assert bool(exp.late) == late  # the late seeds take the second arrival pass; without late rows it is skipped
     if seed == 1:
-        # one key set (k): a row goes to one group without an array to explode, a malformed line to bucket -1
+        # one key set (k): one scan of the input, packed per group in one Python pass (no explode, no
+        # join, no sort of every row), one shuffle of the packed rows, the groups in one Python pass
         one = _backfill(spark, tmp_path / "in", names=("lanes", "abc"))
         capsys.readouterr()
         one.envelope.explain()
         plan = capsys.readouterr().out
-        assert "Generate" not in plan
-        # the rows reach the groups with their segment's rank, not its file path and block
-        (groups,) = [line for line in plan.splitlines() if "FlatMapGroupsInPandas" in line]
-        assert "_cep_seg_rank" in groups and "_cep_block" not in groups and "_cep_source" not in groups, groups
+        for absent in ("Generate", "BroadcastHashJoin", "Sort ", "FlatMapGroupsInPandas"):
+            assert absent not in plan, (absent, plan)
+        assert plan.count("FileScan json") == 1 and "MapInArrow" in plan and "MapInPandas" in plan, plan
+        (shuffle,) = [line for line in plan.splitlines() if "Exchange" in line]
+        assert "hashpartitioning(_cep_part" in shuffle, shuffle
         exp_one = _embedded(paths, ("lanes", "abc"))
         got = [r.asDict() for r in one.envelope.collect()]
         assert counted(got, "match") == Counter(match_key(m) for m in exp_one.matches)
@@ -176,7 +178,7 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     assert _problems(other, "late") == _problems(rows, "late")
 
     # a late or bad row names the file it came from, on both paths (the key-set groups read it
-    # back from the segment's rank)
+    # back from the segment's key, which the packed rows carry once per segment)
     def sourced(rs: list[dict[str, Any]]) -> Counter:
         return Counter((r["output"], r["rule"], r["reason"], _event(r), r["source"]) for r in rs
                        if r["output"] in ("late", "error"))
@@ -272,26 +274,34 @@ def _exchanges(df: Any, capsys: Any) -> list[str]:
     """The shuffles of a DataFrame's physical plan, as ``explain`` prints them."""
     capsys.readouterr()
     df.explain()
-    return [line.strip() for line in capsys.readouterr().out.splitlines() if "Exchange hashpartitioning(_cep_rule" in line]
+    return [line.strip() for line in capsys.readouterr().out.splitlines() if "Exchange hashpartitioning(_cep_part" in line]
 
 
 @pytest.mark.spark
-def test_the_group_stage_gets_one_partition_per_group_up_to_four_per_core(spark: Any, tmp_path: Path,
-                                                                          capsys: Any) -> None:
+def test_the_group_stage_gets_four_partitions_per_core_each_its_share(spark: Any, tmp_path: Path,
+                                                                      capsys: Any) -> None:
     import re
 
     from spark_udf.api import SparkRunConfig
+    from spark_udf.backfill import partition_values
 
     paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(1, False))]
     assert paths
     cores = spark.sparkContext.defaultParallelism
-    # three key sets (k; g; none) of 5 buckets: 15 groups, spread over at most 4 partitions per core
     (default,) = _exchanges(_backfill(spark, tmp_path / "in").envelope, capsys)
-    assert re.search(rf", {min(15, 4 * cores)}\), REPARTITION_BY_NUM", default), default
+    assert re.search(rf", {4 * cores}\), REPARTITION_BY_NUM", default), default
     (fixed,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=7).envelope, capsys)
     assert re.search(r", 7\), REPARTITION_BY_NUM", fixed), fixed
-    # 0: the grouping's own shuffle, as many partitions as the session's shuffle partitions
+    # 0: as many partitions as the session's shuffle partitions
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
     (own,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=0).envelope, capsys)
-    assert "REPARTITION_BY_NUM" not in own and "ENSURE_REQUIREMENTS" in own, own
+    assert re.search(rf", {shuffle}\), REPARTITION_BY_NUM", own), own
     with pytest.raises(ValueError, match="backfill_partitions must be 0 or more, found -1"):
         SparkRunConfig(backfill_partitions=-1)
+    # the packed rows of partition p carry a value that Spark's hash partitioning sends to partition p:
+    # every partition gets exactly one of the values (consecutive ints would leave some empty)
+    for n in (7, 8):
+        vals = partition_values(n)
+        got = spark.createDataFrame([(v,) for v in vals], "v int").repartition(n, "v").rdd.glom().collect()
+        assert sorted(row.v for part in got for row in part) == sorted(vals)
+        assert [[row.v for row in part] for part in got] == [[v] for v in vals]
