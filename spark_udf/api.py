@@ -26,7 +26,6 @@ workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping

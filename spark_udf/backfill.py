@@ -1,21 +1,23 @@
-"""A backfill's key-set groups: every pattern rule of one PARTITION BY column set in one group per bucket; no pyspark.
+"""A backfill's key-set groups: every pattern rule of one PARTITION BY column set in one group, in one scan; no pyspark.
 
 The general backfill (:meth:`spark_udf.core.GroupCore.static_group`) gives every rule its own
-groups, ``(rule, bucket)``, and every row its arrival watermark (``_cep_prior``) from a second
-pass over the input. A backfill of pattern rules only needs neither in the common case:
+groups, ``(rule, bucket)``, and every row its arrival watermark (``_cep_prior``) from two passes
+over the input. A backfill of pattern rules only needs neither:
 
-* rules with the same ``PARTITION BY`` columns hash a row to the same bucket, so one group
-  ``(key set, bucket)`` serves all of them: a row is shuffled and converted once per key set,
+* rules with the same ``PARTITION BY`` columns hash a row to the same group, so one group
+  ``(key set, partition)`` serves all of them: a row is packed and decoded once per key set,
   not once per rule, and the group's events become one :class:`~cep.events.EventBatch` that
   each rule's operator ingests, with one :class:`~cep.sharing.SharedBatch` (times parsed, keys
   built, rows ordered once for every rule, as the embedded engine's rules share a batch);
-* lateness needs the arrival watermark only when some row *is* late. The first arrival pass
-  (:func:`segment_stats`) also gathers, per input segment, its smallest valid event time and how
-  far a row falls behind the running maximum of earlier rows of the segment; from those
-  :func:`late_free` decides, per key set and allowed lateness, whether any row can be late
-  (for input in time order, or out of order within the lateness, none is). If none can, the
-  groups are judged with :data:`~cep.operator.NO_WATERMARK` and the second pass is skipped;
-  otherwise the second pass adds ``_cep_prior_<i>`` as in the general path.
+* the arrival watermarks come from the same scan: the map side (:class:`Packer`) sees each input
+  segment's rows in order, so it keeps per segment and key set the largest and smallest valid
+  time and how far a row falls behind the running maximum of earlier rows (from which
+  :func:`late_free` decides whether any row can be late), and each row's watermark within its
+  segment. Its rows leave as one Arrow stream per group, and its statistics go to every reduce
+  partition; Spark runs the reduce side (:class:`PackedGroups`) only once every map task is done,
+  so each reduce partition rebuilds the whole arrival plan and adds each segment's watermark
+  before it. When no row can be late the groups are judged with
+  :data:`~cep.operator.NO_WATERMARK`.
 
 A pattern operator uses the per-row watermark for lateness only (it releases nothing before
 :meth:`finish`), so both give the general path's rows (tests/spark_udf/test_backfill_groups.py
@@ -37,57 +39,17 @@ from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
     CORRUPT_COL,
-    PRIOR_COL,
-    SEQ_COL,
     SOURCE_COL,
     GroupCore,
     TimeReading,
     arrival_plan,
-    prior_times,
-    segment_times,
 )
 from spark_udf.schema import RESERVED_PREFIX
 
-__all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL", "SEG_RANK_COL"]
+__all__ = ["Packer", "PackedGroups", "late_free", "murmur3_int", "partition_values", "PACKED_SCHEMA", "PART_COL"]
 
-ORDER_COL = "_cep_order"  # Spark's monotonically_increasing_id: row order within a partition
-SEG_RANK_COL = "_cep_seg_rank"  # a row's input segment's rank in arrival order (from the first pass)
+ORDER_COL = "_cep_order"  # a row's order in its map task: (partition << 33) + row, as monotonically_increasing_id
 _MIN = np.iinfo(np.int64).min
-
-
-def segment_stats(
-    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...],
-    reading: TimeReading = TimeReading(),
-) -> Iterator[pd.DataFrame]:
-    """Per input segment and key set: largest and smallest valid event time, and the largest lag.
-
-    The lag of a row is how far its time is behind the largest valid time of the earlier rows of
-    its segment (0 when it is not behind). With :func:`~spark_udf.core.arrival_plan`'s watermark
-    before the segment, these say whether any row of the segment can be late (:func:`late_free`)
-    without a second pass. Rows reach this function in input order, segment by segment.
-    """
-    # per segment: [max, min, lag] per key set; the running max carries over batches of a segment
-    best: dict[str, list[list[int]]] = {}
-    for seg, i, sel in segment_times(batches, time_col, key_sets, seg_cols, reading):
-        cur = best.setdefault(seg, [[_MIN, _MIN, 0] for _ in key_sets])
-        if not len(sel):
-            continue
-        run = np.maximum.accumulate(sel)
-        before = np.empty(len(sel), dtype=np.int64)
-        before[0] = cur[i][0]
-        before[1:] = np.maximum(run[:-1], cur[i][0])
-        behind = before > sel  # the int64 minimum is behind nothing
-        lag = int((before[behind] - sel[behind]).max()) if behind.any() else 0
-        lo = int(sel.min())
-        cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
-                  max(cur[i][2], lag)]
-    rows = [(seg, i, *stats) for seg, per in best.items() for i, stats in enumerate(per)]
-    yield pd.DataFrame({
-        "seg": [r[0] for r in rows], "ks": [r[1] for r in rows],
-        "mx": [None if r[2] == _MIN else r[2] for r in rows],
-        "mn": [None if r[3] == _MIN else r[3] for r in rows],
-        "lag": [r[4] for r in rows],
-    }, dtype=object)
 
 
 def late_free(rows: list[tuple[str, int, Any, Any, Any]], plan: dict[str, tuple[int, list[int]]], ks: int,
@@ -116,52 +78,6 @@ def late_free(rows: list[tuple[str, int, Any, Any, Any]], plan: dict[str, tuple[
         if before != _MIN and int(mn) < before - lateness_ms:
             return False
     return True
-
-
-@dataclass
-class KeySetCore:
-    """Runs the pattern rules of each key set over a group ``(key set, bucket)``; picklable, Spark-free.
-
-    ``rules_of[i]`` names the rules whose ``PARTITION BY`` is the i-th key set (rule file
-    order); ``judged[i]`` says whether the group carries arrival watermarks (``_cep_prior_<i>``,
-    some row may be late) or none can be late. Rows arrive in any order: they are put back in
-    arrival order by ``order_cols`` (the input segment's columns or its rank, then Spark's row
-    order); ``sources`` gives the source of the rows of each segment rank when the rank stands for
-    the segment's columns (:func:`spark_udf.api._segment_ranks`).
-    """
-
-    core: GroupCore
-    rules_of: dict[int, list[str]]
-    judged: dict[int, bool]
-    order_cols: tuple[str, ...]
-    sources: list[Any] | None = None  # by segment rank: the source column's value, when the rows carry the rank
-
-    def group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:
-        """Every rule of one key set over one bucket's rows: arrival order, then the final watermark."""
-        ks, bucket = int(key[0]), int(key[1])
-        core = self.core
-        if self.sources is not None and SEG_RANK_COL in pdf.columns:
-            # the rows' source as the segment they came from (a few values shared by every row)
-            rank = pdf[SEG_RANK_COL]
-            if rank.isna().any():  # every segment was ranked by the first pass over the same input
-                raise RuntimeError(f"{int(rank.isna().sum())} rows of group {key!r} come from an input segment the "
-                                   "arrival pass did not see: did the input change during the backfill?")
-            pdf[SOURCE_COL] = np.asarray(self.sources, dtype=object)[rank.to_numpy(dtype=np.int64)]
-        if bucket == CORRUPT_BUCKET:
-            frame = core._malformed([pdf])
-            return frame if frame is not None else core._empty()
-        by = [c for c in ((SEQ_COL,) if SEQ_COL in pdf.columns else self.order_cols) if c in pdf.columns]
-        if by:
-            pdf = pdf.sort_values(by, kind="stable", ignore_index=True)
-        prior = prior_times(pdf, f"{PRIOR_COL}_{ks}") if self.judged.get(ks) else None
-        batch, src = core._batch(pdf)  # once for every rule of the key set
-        # and its times, keys and key order once too (the rules of a key set read the same rows)
-        shared = SharedBatch(batch)
-        frames = [f for f in (core.replay(name, bucket, batch, src, prior, shared) for name in self.rules_of.get(ks, []))
-                  if f is not None]
-        if not frames:
-            return core._empty()
-        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 # ------------------------------------------------------------------ one scan: packed groups
@@ -277,14 +193,20 @@ class Packer:
     flush_rows: int = 400_000
 
     def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
+        """Inside a Spark task: the task's input batches, packed (see :meth:`pack_task`)."""
         from pyspark import TaskContext
 
-        from spark_udf.core import keys_present, partition_id, segments
+        from spark_udf.core import partition_id
 
-        pid = partition_id(TaskContext)
+        return self.pack_task(batches, partition_id(TaskContext))
+
+    def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
+        """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order."""
+        import pyarrow as pa
+
+        from spark_udf.core import keys_present, segments
+
         nparts = len(self.parts)
-        nsets = len(self.key_sets)
         stats: dict[str, list[list[int]]] = {}  # seg -> per key set [max, min, lag]
         seg_codes: dict[str, int] = {}
         pending: list[Any] = []
@@ -404,7 +326,7 @@ class PackedGroups:
     key set's rules know whether any row can be late; each group's rows are put back in arrival
     order (segment rank, then row order), their arrival watermark is the larger of the segment's
     (from the plan) and the row's own within its segment, and every rule of the key set ingests
-    the one event batch and finishes, as :class:`KeySetCore` did.
+    the one event batch and finishes.
     """
 
     core: GroupCore
