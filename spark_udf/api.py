@@ -19,8 +19,8 @@ Example:
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
 
-About 1,080 lines: the public entry point and the plan of one query (which stage each rule takes,
-the two arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
+About 1,060 lines: the public entry point and the plan of one query (which stage each rule takes,
+the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
 workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.tables`).
 """
 
@@ -87,7 +87,8 @@ class SparkRunConfig:
     """How rules run on Spark."""
 
     buckets: int = 64
-    """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run."""
+    """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run. (A backfill in
+    key-set groups groups by reduce partition instead: ``backfill_partitions``.)"""
     search_buckets: int = 8
     """Streams: groups the documents of the search rules are hashed into in the stateful stage
     (they keep no state, so the count may change between runs); about 2-4 per shuffle partition."""
@@ -105,15 +106,16 @@ class SparkRunConfig:
     state_version: int = STATE_ENCODING_VERSION
     """Encoding version written to and expected from state (tests simulate upgrades with it)."""
     key_set_groups: bool = True
-    """Backfill: run pattern rules in one group per PARTITION BY column set and bucket, with the arrival
-    watermarks' second pass only when some row can be late (docs/spark.md, "Backfill"); False: one
-    group per rule and bucket, as for analytics rules and joins."""
+    """Backfill: run pattern rules in one group per PARTITION BY column set and reduce partition, in one
+    scan of the input (docs/spark.md, "Key-set groups"); False: one group per rule and bucket with two
+    arrival passes, as for analytics rules and joins."""
     backfill_partitions: int | None = None
-    """Backfill: Spark partitions of the group stage. None: as many as there are groups, at most 4 per
-    core of the session (``defaultParallelism``), set explicitly so adaptive execution does not merge
-    them: the stage's work is CPU in each group, and merged partitions leave cores idle (with 4
-    shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage). 0: the
-    session's shuffle partitions, merged as adaptive execution decides."""
+    """Backfill: Spark partitions of the group stage. Rule groups: None gives as many as there are groups,
+    at most 4 per core of the session (``defaultParallelism``), set explicitly so adaptive execution
+    does not merge them: the stage's work is CPU in each group, and merged partitions leave cores idle
+    (with 4 shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage); 0: the
+    session's shuffle partitions, merged as adaptive execution decides. Key-set groups: each reduce
+    partition is one group per key set; None gives 4 per core, 0 the session's shuffle partitions."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
     worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
@@ -816,14 +818,14 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
         rules_of.setdefault(i, []).append(r.name)
         lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
     seg_cols = tuple(layout.segment_columns)
-    parts = _backfill_partitions(frame, cfg, len(rules_of))
+    parts = _backfill_partitions(frame, cfg)
     packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts))
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
     packed = frame.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
 
 
-def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig, groups: int) -> int:
+def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
     """The reduce partitions of a key-set backfill (:attr:`SparkRunConfig.backfill_partitions`)."""
     n = cfg.backfill_partitions
     if n == 0:

@@ -739,7 +739,8 @@ def segment_times(
     """A backfill's first pass, row by row: ``(segment key, key set, valid event times)`` for every
     run of rows of one input segment and every key set, times in input order (possibly none).
 
-    The general path's first pass (:func:`segment_maxima`) folds these; a segment's runs come in input order, segment by segment. Inside a Spark task.
+    The general path's first pass (:func:`segment_maxima`) folds these; a segment's runs come in
+    input order, segment by segment. Inside a Spark task.
     """
     from pyspark import TaskContext  # only inside a Spark task
 
