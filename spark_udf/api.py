@@ -783,7 +783,7 @@ def _spread_groups(x: DataFrame, cfg: SparkRunConfig, groups: int) -> DataFrame:
         try:
             cores = x.sparkSession.sparkContext.defaultParallelism
         except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
-            cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4")) // 4)
+            cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
         n = max(1, min(groups, 4 * cores))
     return x.repartition(n, GROUP_RULE, GROUP_BUCKET)
 
@@ -829,13 +829,13 @@ def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
     """The reduce partitions of a key-set backfill (:attr:`SparkRunConfig.backfill_partitions`)."""
     n = cfg.backfill_partitions
     if n == 0:
-        return max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4")))
+        return max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4))
     if n is not None:
         return n
     try:
         cores = x.sparkSession.sparkContext.defaultParallelism
     except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
-        cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4")) // 4)
+        cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
     return max(1, 4 * cores)
 
 

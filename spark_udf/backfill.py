@@ -338,7 +338,7 @@ class PackedGroups:
 
     def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         blobs: dict[tuple[int, int], list[bytes]] = {}
-        stats: dict[tuple[str, int], list[int]] = {}
+        stats: dict[tuple[str, int], list[Any]] = {}  # [max or None, min or None, lag]
         for pdf in frames:
             for ks, bucket, blob, seg, mx, mn, lag in zip(
                     pdf["_cep_ks"].tolist(), pdf["_cep_bucket"].tolist(), pdf[ROWS_COL].tolist(),
@@ -355,7 +355,7 @@ class PackedGroups:
                     have[2] = max(have[2], got[2])
         if not blobs:
             return
-        rows = [(seg, ks, *st) for (seg, ks), st in stats.items()]
+        rows: list[tuple[str, int, Any, Any, Any]] = [(seg, ks, st[0], st[1], st[2]) for (seg, ks), st in stats.items()]
         plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in rows), self.nsets)
         judged = {i: self.arrival_order and not all(late_free(rows, plan, i, lt) for lt in self.lateness.get(i, []))
                   for i in range(self.nsets)}
