@@ -150,18 +150,24 @@ def _arrow_values(col: Any) -> np.ndarray:
     return out
 
 
-def _key_hash(cols: list[Any]) -> np.ndarray:
+def _key_hash(cols: list[Any], memo: dict[Any, np.uint64] | None = None) -> np.ndarray:
     """A stable 64-bit hash per row of the key columns (NULL hashes as itself): equal keys, equal hashes,
-    in every task (a column's Arrow type is the same in every batch)."""
+    in every task (a column's Arrow type is the same in every batch). ``memo`` keeps each value's hash
+    across the batches of a task (keys repeat from batch to batch)."""
     import pyarrow as pa
 
+    memo = {} if memo is None else memo
     h = np.zeros(len(cols[0]) if cols else 0, dtype=np.uint64)
     for col in cols:
         enc = col.dictionary_encode() if not pa.types.is_dictionary(col.type) else col
         if isinstance(enc, pa.ChunkedArray):
             enc = enc.combine_chunks()
-        values = np.asarray(enc.dictionary.to_pylist(), dtype=object)
-        per = pd.util.hash_array(values.astype(str).astype(object)) if len(values) else np.zeros(0, np.uint64)
+        values = enc.dictionary.to_pylist()
+        new = [v for v in values if v not in memo]
+        if new:
+            texts = np.asarray(new, dtype=object).astype(str).astype(object)
+            memo.update(zip(new, pd.util.hash_array(texts)))
+        per = np.fromiter((memo[v] for v in values), dtype=np.uint64, count=len(values))
         codes = enc.indices.to_numpy(zero_copy_only=False)
         mask = enc.indices.is_null().to_numpy(zero_copy_only=False)
         codes = np.where(mask, 0, codes).astype(np.int64)
@@ -201,78 +207,32 @@ class Packer:
         return self.pack_task(batches, partition_id(TaskContext))
 
     def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
-        """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order."""
-        import pyarrow as pa
+        """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order.
 
-        from spark_udf.core import keys_present, segments
+        Batches are held until ``flush_rows`` rows, then read as one table: the times, keys and
+        segments of many of Spark's small batches in one vectorised call each (one time parse per
+        distinct text of the held rows, not per batch).
+        """
+        import pyarrow as pa
 
         nparts = len(self.parts)
         stats: dict[str, list[list[int]]] = {}  # seg -> per key set [max, min, lag]
         seg_codes: dict[str, int] = {}
-        pending: list[Any] = []
-        groups: dict[tuple[int, int], list[np.ndarray]] = {}
-        offset = 0
+        hashes: dict[Any, np.uint64] = {}
+        held: list[Any] = []
+        rows = 0
         done = 0  # rows of this task packed so far: the row order
-        needed = list(dict.fromkeys([*self.seg_cols, self.time_col, *[c for ks in self.key_sets for c in ks]]))
-        for rb in batches:
-            n = rb.num_rows
-            if not n:
+        for batch in batches:
+            if batch.num_rows:
+                held.append(batch)
+                rows += batch.num_rows
+            if rows < self.flush_rows:
                 continue
-            names = rb.schema.names
-            pdf = pd.DataFrame({c: _arrow_values(rb.column(names.index(c))) for c in needed if c in names})
-            ms, ok, _ = self.reading.read(pdf, self.time_col)
-            corrupt = (rb.column(names.index(CORRUPT_COL)).is_valid().to_numpy(zero_copy_only=False)
-                       if CORRUPT_COL in names else np.zeros(n, dtype=bool))
-            code = np.empty(n, dtype=np.int32)
-            within = [np.full(n, _MIN, dtype=np.int64) for _ in self.key_sets]
-            valid = [ok & keys_present(pdf, ks) for ks in self.key_sets]
-            for seg, a, b in segments(pdf, self.seg_cols, pid):
-                code[a:b] = seg_codes.setdefault(seg, len(seg_codes))
-                cur = stats.setdefault(seg, [[_MIN, _MIN, 0] for _ in self.key_sets])
-                for i, v in enumerate(valid):
-                    vals = np.where(v[a:b], ms[a:b], _MIN)
-                    run = np.maximum.accumulate(vals)
-                    before = np.empty(b - a, dtype=np.int64)
-                    before[0] = cur[i][0]
-                    before[1:] = np.maximum(run[:-1], cur[i][0])
-                    within[i][a:b] = before
-                    sel = v[a:b]
-                    if sel.any():
-                        t = ms[a:b][sel]
-                        bt = before[sel]
-                        behind = bt > t  # the int64 minimum is behind nothing
-                        lag = int((bt[behind] - t[behind]).max()) if behind.any() else 0
-                        lo = int(t.min())
-                        cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
-                                  max(cur[i][2], lag)]
-            cols = [rb.column(j) for j, c in enumerate(names)
-                    if not (c in self.seg_cols and c.startswith(RESERVED_PREFIX))]
-            fields = [rb.schema.field(j) for j, c in enumerate(names)
-                      if not (c in self.seg_cols and c.startswith(RESERVED_PREFIX))]
-            order = (np.int64(pid) << np.int64(33)) + np.arange(done, done + n, dtype=np.int64)
-            extra = [(SEG_CODE_COL, pa.array(code)), (ORDER_COL, pa.array(order))]
-            extra += [(f"{WITHIN_COL}_{i}", pa.array(w)) for i, w in enumerate(within)]
-            for name, arr in extra:
-                cols.append(arr)
-                fields.append(pa.field(name, arr.type))
-            pending.append(pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)))
-            rows = np.arange(offset, offset + n, dtype=np.int64)
-            bad = np.flatnonzero(corrupt)
-            if len(bad):
-                groups.setdefault((0, CORRUPT_BUCKET), []).append(rows[bad])
-            good = ~corrupt
-            for i, ks in enumerate(self.key_sets):
-                bucket = ((_key_hash([rb.column(names.index(c)) for c in ks]) % np.uint64(nparts)).astype(np.int64)
-                          if ks else np.zeros(n, dtype=np.int64))
-                for bkt in np.unique(bucket[good]):
-                    groups.setdefault((i, int(bkt)), []).append(rows[good & (bucket == bkt)])
-            offset += n
-            done += n
-            if offset >= self.flush_rows:
-                yield self._flush(pending, groups, seg_codes)
-                pending, groups, offset = [], {}, 0
-        if pending:
-            yield self._flush(pending, groups, seg_codes)
+            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
+            done += rows
+            held, rows = [], 0
+        if held:
+            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
         rows_out = [(seg, i, st) for seg, per in stats.items() for i, st in enumerate(per)]
         if rows_out:
             k = len(rows_out)
@@ -287,23 +247,99 @@ class Packer:
                 "_cep_lag": pa.array([r[2][2] for _ in self.parts for r in rows_out], pa.int64()),
             })
 
-    def _flush(self, pending: list[Any], groups: dict[tuple[int, int], list[np.ndarray]],
-               seg_codes: dict[str, int]) -> Any:
+    def _pack(self, held: list[Any], pid: int, done: int, stats: dict[str, list[list[int]]], seg_codes: dict[str, int],
+              hashes: dict[Any, np.uint64], nparts: int) -> Any:
+        """The held batches (rows ``done`` on of the task) as one packed row per group; ``stats``,
+        ``seg_codes`` and ``hashes`` carry over the task's flushes."""
         import pyarrow as pa
 
-        table = pa.Table.from_batches(pending)
+        table = pa.Table.from_batches(held).combine_chunks()
+        n = table.num_rows
+        names = table.schema.names
+        ms, ok = self._times(table.column(self.time_col))
+        corrupt = (table.column(CORRUPT_COL).is_valid().to_numpy(zero_copy_only=False)
+                   if CORRUPT_COL in names else np.zeros(n, dtype=bool))
+        code = np.empty(n, dtype=np.int32)
+        within = [np.full(n, _MIN, dtype=np.int64) for _ in self.key_sets]
+        valid = [ok & _present([table.column(c) if c in names else None for c in ks], n) for ks in self.key_sets]
+        for seg, a, b in _arrow_segments(table, self.seg_cols, pid):
+            code[a:b] = seg_codes.setdefault(seg, len(seg_codes))
+            cur = stats.setdefault(seg, [[_MIN, _MIN, 0] for _ in self.key_sets])
+            for i, v in enumerate(valid):
+                vals = np.where(v[a:b], ms[a:b], _MIN)
+                run = np.maximum.accumulate(vals)
+                before = np.empty(b - a, dtype=np.int64)
+                before[0] = cur[i][0]
+                before[1:] = np.maximum(run[:-1], cur[i][0])
+                within[i][a:b] = before
+                sel = v[a:b]
+                if sel.any():
+                    t = ms[a:b][sel]
+                    bt = before[sel]
+                    behind = bt > t  # the int64 minimum is behind nothing
+                    lag = int((bt[behind] - t[behind]).max()) if behind.any() else 0
+                    lo = int(t.min())
+                    cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
+                              max(cur[i][2], lag)]
+        # the segment's reserved columns (cep spark backfill's file path and block) travel as its code
+        table = table.drop_columns([c for c in self.seg_cols if c.startswith(RESERVED_PREFIX) and c in names])
+        order = (np.int64(pid) << np.int64(33)) + np.arange(done, done + n, dtype=np.int64)
+        table = table.append_column(SEG_CODE_COL, pa.array(code)).append_column(ORDER_COL, pa.array(order))
+        for i, w in enumerate(within):
+            table = table.append_column(f"{WITHIN_COL}_{i}", pa.array(w))
+        assigned = []
+        for i, ks in enumerate(self.key_sets):
+            bucket = ((_key_hash([table.column(c) for c in ks], hashes) % np.uint64(nparts)).astype(np.int64)
+                      if ks else np.zeros(n, dtype=np.int64))
+            # a malformed record goes to one group only (the first key set's), which reports it
+            assigned.append(np.where(corrupt, CORRUPT_BUCKET if i == 0 else -2, bucket))
+        return self._flush(table, assigned, seg_codes)
+
+    def _times(self, col: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's event time (ms) and whether it is valid, as :class:`~spark_udf.core.TimeReading`
+        reads the column; texts dictionary-encoded by Arrow, so each distinct text is parsed once."""
+        import pyarrow as pa
+
+        col = _array(col)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            enc = col.dictionary_encode()
+            texts = np.empty(len(enc.dictionary) + 1, dtype=object)
+            texts[:-1] = enc.dictionary.to_numpy(zero_copy_only=False)
+            texts[-1] = None
+            codes = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+            ms, ok, _ = self.reading.read_texts(codes, texts, self.time_col)
+        else:
+            ms, ok, _ = self.reading.read(pd.DataFrame({self.time_col: _arrow_values(col)}), self.time_col)
+        return ms, ok
+
+    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int]) -> Any:
+        """One packed row per group of the held rows: each key set's rows ordered by group once, then
+        each group's slice written as an Arrow stream."""
+        import pyarrow as pa
+
         segs = sorted(seg_codes, key=seg_codes.__getitem__)
         meta = {_SEGS_META: json.dumps(segs).encode()}
         parts, kss, buckets, blobs = [], [], [], []
-        for (ks, bucket), idx in sorted(groups.items()):
-            sub = table.take(pa.array(np.concatenate(idx))).replace_schema_metadata(meta)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, sub.schema) as w:
-                w.write_table(sub)
-            parts.append(self.parts[bucket % len(self.parts)])
-            kss.append(ks)
-            buckets.append(bucket)
-            blobs.append(sink.getvalue().to_pybytes())
+        for ks in range(len(self.key_sets)):
+            gid = assigned[ks]
+            perm = np.argsort(gid, kind="stable")
+            ordered = gid[perm]
+            cuts = np.flatnonzero(np.diff(ordered)) + 1
+            starts = np.concatenate([[0], cuts])
+            ends = np.concatenate([cuts, [len(ordered)]])
+            wanted = [(int(ordered[a]), int(a), int(e)) for a, e in zip(starts, ends) if len(ordered) and ordered[a] != -2]
+            if not wanted:
+                continue
+            taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
+            for bucket, a, e in wanted:
+                sub = taken.slice(a, e - a)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, sub.schema) as w:
+                    w.write_table(sub)
+                parts.append(self.parts[bucket % len(self.parts)])
+                kss.append(ks)
+                buckets.append(bucket)
+                blobs.append(sink.getvalue().to_pybytes())
         n = len(blobs)
         return pa.RecordBatch.from_pydict({
             PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array(kss, pa.int32()),
@@ -311,6 +347,52 @@ class Packer:
             "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
             "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
         })
+
+
+def _array(col: Any) -> Any:
+    """One Arrow array of a column (a table's columns are chunked)."""
+    import pyarrow as pa
+
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _present(cols: list[Any], n: int) -> np.ndarray:
+    """Which rows have a value in every key column (NULL, NaN or an absent column: none), as
+    :func:`spark_udf.core.keys_present` reads a pandas frame."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ok = np.ones(n, dtype=bool)
+    for col in cols:
+        if col is None:
+            return np.zeros(n, dtype=bool)
+        ok &= col.is_valid().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(col.type):
+            ok &= ~pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False)
+    return ok
+
+
+def _arrow_segments(rb: Any, seg_cols: tuple[str, ...], pid: int) -> list[tuple[str, int, int]]:
+    """:func:`spark_udf.core.segments` of an Arrow batch: runs of rows of one input segment, ``(key, start, end)``.
+
+    Compared as Arrow dictionary codes, never as Python values per row (a batch is mostly one file block).
+    """
+    n = rb.num_rows
+    if not n:
+        return []
+    if not seg_cols:
+        return [(json.dumps([pid]), 0, n)]
+    names = rb.schema.names
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    cols = [rb.column(names.index(c)) for c in seg_cols]
+    for col in cols:
+        idx = _array(col).dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        change[1:] |= idx[1:] != idx[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    return [(json.dumps([col[int(a)].as_py() for col in cols], default=str), int(a), int(b))
+            for a, b in zip(starts, ends)]
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -640,6 +640,11 @@ class TimeReading:
         if codes is None:
             batch = EventBatch({time_col: _time_values(col)}, len(pdf))
             return event_times(batch, time_col, self.unit, self.max_future_skew_ms, self.clock)
+        return self.read_texts(codes, texts, time_col)
+
+    def read_texts(self, codes: np.ndarray, texts: np.ndarray, time_col: str
+                   ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """:meth:`read` of a text column given as codes into its distinct texts (None for a missing one)."""
         # Text times repeat (a daily feed has one date per day for hundreds of keys): each
         # distinct text is parsed once. The reading is a function of the text alone, with one
         # clock reading for the batch, so the rows get what parsing each of them would give.
