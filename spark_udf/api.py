@@ -115,7 +115,9 @@ class SparkRunConfig:
     does not merge them: the stage's work is CPU in each group, and merged partitions leave cores idle
     (with 4 shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage); 0: the
     session's shuffle partitions, merged as adaptive execution decides. Key-set groups: each reduce
-    partition is one group per key set; None gives 4 per core, 0 the session's shuffle partitions."""
+    partition is one group per key set; None gives one per core, more for a large input (one per
+    256 MB of input as Spark estimates it; 4 per core when it does not know), 0 the session's
+    shuffle partitions."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
     worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
@@ -827,6 +829,8 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
 
 def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
     """The reduce partitions of a key-set backfill (:attr:`SparkRunConfig.backfill_partitions`)."""
+    from spark_udf.backfill import reduce_partitions
+
     n = cfg.backfill_partitions
     if n == 0:
         return max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4))
@@ -836,7 +840,18 @@ def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
         cores = x.sparkSession.sparkContext.defaultParallelism
     except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
         cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
-    return max(1, 4 * cores)
+    return reduce_partitions(cores, _input_bytes(x))
+
+
+def _input_bytes(x: DataFrame) -> int | None:
+    """The input's size as Spark's optimizer estimates it (a file source: its files' bytes), or None
+    when Spark does not know it (its default estimate) or the session cannot say (Spark Connect)."""
+    try:
+        size = int(str(x._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        unknown = int(str(x.sparkSession.conf.get("spark.sql.defaultSizeInBytes", str(2**63 - 1))))
+    except Exception:  # noqa: BLE001 - no JVM plan to ask (Spark Connect) or no statistics
+        return None
+    return None if size <= 0 or size >= unknown else size
 
 
 def _any_stream(streams: list[str]) -> Column:
