@@ -509,7 +509,8 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
         what = "the arrival-order pass" if cmd == "backfill" else "planning the query"
         return _fail(cmd, what, e, args.verbose), None
     # key-set groups find arrival order in the backfill job itself (one scan): planning runs no job
-    clock.lap("planning and arrival-order pass" if cmd == "backfill" and result.keyed_groups == "rule" else "planning")
+    rule_groups = getattr(result, "keyed_groups", "rule") == "rule"
+    clock.lap("planning and arrival-order pass" if cmd == "backfill" and rule_groups else "planning")
     names = [r.name for r in rules]
     if cmd == "backfill":
         from spark_udf.api import time_unit_warnings
