@@ -19,14 +19,13 @@ Example:
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
 
-About 1,080 lines: the public entry point and the plan of one query (which stage each rule takes,
-the two arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
+About 1,060 lines: the public entry point and the plan of one query (which stage each rule takes,
+the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
 workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.tables`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -88,7 +87,8 @@ class SparkRunConfig:
     """How rules run on Spark."""
 
     buckets: int = 64
-    """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run."""
+    """Hash buckets per rule: the stateful stage's groups. Fixed by a checkpoint's first run. (A backfill in
+    key-set groups groups by reduce partition instead: ``backfill_partitions``.)"""
     search_buckets: int = 8
     """Streams: groups the documents of the search rules are hashed into in the stateful stage
     (they keep no state, so the count may change between runs); about 2-4 per shuffle partition."""
@@ -106,15 +106,18 @@ class SparkRunConfig:
     state_version: int = STATE_ENCODING_VERSION
     """Encoding version written to and expected from state (tests simulate upgrades with it)."""
     key_set_groups: bool = True
-    """Backfill: run pattern rules in one group per PARTITION BY column set and bucket, with the arrival
-    watermarks' second pass only when some row can be late (docs/spark.md, "Backfill"); False: one
-    group per rule and bucket, as for analytics rules and joins."""
+    """Backfill: run pattern rules in one group per PARTITION BY column set and reduce partition, in one
+    scan of the input (docs/spark.md, "Key-set groups"); False: one group per rule and bucket with two
+    arrival passes, as for analytics rules and joins."""
     backfill_partitions: int | None = None
-    """Backfill: Spark partitions of the group stage. None: as many as there are groups, at most 4 per
-    core of the session (``defaultParallelism``), set explicitly so adaptive execution does not merge
-    them: the stage's work is CPU in each group, and merged partitions leave cores idle (with 4
-    shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage). 0: the
-    session's shuffle partitions, merged as adaptive execution decides."""
+    """Backfill: Spark partitions of the group stage. Rule groups: None gives as many as there are groups,
+    at most 4 per core of the session (``defaultParallelism``), set explicitly so adaptive execution
+    does not merge them: the stage's work is CPU in each group, and merged partitions leave cores idle
+    (with 4 shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage); 0: the
+    session's shuffle partitions, merged as adaptive execution decides. Key-set groups: each reduce
+    partition is one group per key set; None gives one per core, more for a large input (one per
+    256 MB of input as Spark estimates it; 4 per core when it does not know), 0 the session's
+    shuffle partitions."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
     worker at each call, and Spark's batch time for the watermark; a backfill: once, on the
@@ -782,7 +785,7 @@ def _spread_groups(x: DataFrame, cfg: SparkRunConfig, groups: int) -> DataFrame:
         try:
             cores = x.sparkSession.sparkContext.defaultParallelism
         except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
-            cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4")) // 4)
+            cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
         n = max(1, min(groups, 4 * cores))
     return x.repartition(n, GROUP_RULE, GROUP_BUCKET)
 
@@ -798,15 +801,16 @@ def _key_set_ready(keyed: list[Any], bindings: Mapping[str, Any], views: list[An
 def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig, core: GroupCore,
                    schema: T.StructType, time_col: str, key_sets: list[tuple[str, ...]], corrupt: bool,
                    layout: InputLayout, reading: TimeReading) -> DataFrame:
-    """A backfill of pattern rules: one group per (PARTITION BY column set, bucket) runs all its rules.
+    """A backfill of pattern rules in one scan: each map task packs its rows by (key set, group), the
+    packed rows meet per reduce partition, where every rule of the key set runs over its group.
 
-    The first arrival pass (each input segment's largest and smallest event time and largest lag)
-    says whether any row can be late; only then does the second pass add arrival watermarks
-    (see :mod:`spark_udf.backfill`). Rows keep their input segment's columns and Spark's row
-    order, by which each group puts them back in arrival order.
+    The map side (:class:`spark_udf.backfill.Packer`, ``mapInArrow``) reads each row's time and keys
+    once, keeps the arrival statistics of the former first pass and each row's watermark within its
+    segment, and sends each group's rows as one Arrow stream; the segments' statistics go to every
+    reduce partition, so the reduce side (:class:`spark_udf.backfill.PackedGroups`, ``mapInPandas``)
+    knows the arrival plan without a second job (docs/spark.md, "Key-set groups").
     """
-    from spark_udf.backfill import ORDER_COL, SEG_RANK_COL, KeySetCore, late_free, segment_stats
-    from spark_udf.core import arrival_plan
+    from spark_udf.backfill import PACKED_SCHEMA, PART_COL, PackedGroups, Packer, partition_values
 
     index = {ks: i for i, ks in enumerate(key_sets)}
     rules_of: dict[int, list[str]] = {}
@@ -816,92 +820,38 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
         rules_of.setdefault(i, []).append(r.name)
         lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
     seg_cols = tuple(layout.segment_columns)
-    judged = {i: False for i in rules_of}
-    x = frame
-    if cfg.arrival_order:
-        # the first pass reads only what it needs: the time, the keys and the segment's columns
-        needed = list(dict.fromkeys([*seg_cols, time_col, *[c for ks in key_sets for c in ks]]))
-        stats_schema = "seg string, ks int, mx bigint, mn bigint, lag bigint"
-        rows = [(r.seg, r.ks, r.mx, r.mn, r.lag) for r in frame.select(*[F.col(_q(c)) for c in needed]).mapInPandas(
-            lambda it: segment_stats(it, time_col, key_sets, seg_cols, reading), stats_schema).collect()]
-        plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in rows), len(key_sets))
-        judged = {i: not all(late_free(rows, plan, i, lt) for lt in lateness[i]) for i in rules_of}
-        if any(judged.values()):
-            x, _ = arrival_watermarks(frame, time_col, key_sets, seg_cols, False, reading)
-    if SEQ_COL not in x.columns:
-        x = x.withColumn(ORDER_COL, F.monotonically_increasing_id())
-    order_cols: tuple[str, ...] = (*seg_cols, ORDER_COL)
-    sources: list[Any] | None = None
-    if cfg.arrival_order and seg_cols and _rankable(frame, seg_cols):
-        x, sources = _segment_ranks(x, seg_cols, plan)
-        order_cols = (SEG_RANK_COL, ORDER_COL)
-    entries = []
-    for ks, i in index.items():
-        hashed = [F.col(_q(c)) for c in ks]
-        bucket = F.pmod(F.xxhash64(*hashed), F.lit(cfg.buckets)).cast("int") if hashed else F.lit(0)
-        entries.append(F.struct(F.lit(i).alias("r"), bucket.alias("b")))
-    if len(entries) == 1:
-        # one key set: a row goes to one group, so no array to explode (a Generate per row)
-        bad = F.struct(F.lit(0).alias("r"), F.lit(CORRUPT_BUCKET).alias("b"))
-        x = x.withColumn("_cep_g", F.when(F.col(CORRUPT_COL).isNotNull(), bad).otherwise(entries[0]) if corrupt
-                         else entries[0])
-    else:
-        groups = F.array(*entries)
-        if corrupt:
-            groups = F.when(F.col(CORRUPT_COL).isNotNull(),
-                            F.array(F.struct(F.lit(0).alias("r"), F.lit(CORRUPT_BUCKET).alias("b")))).otherwise(groups)
-        x = x.withColumn("_cep_g", F.explode(groups))
-    x = x.withColumn(GROUP_RULE, F.col("_cep_g.r")).withColumn(GROUP_BUCKET, F.col("_cep_g.b")).drop("_cep_g")
-    drop = [f"{PRIOR_COL}_{i}" for i in range(len(key_sets)) if not judged.get(i)]
-    x = x.drop(*[c for c in drop if c in x.columns])
-    runner = KeySetCore(core, rules_of, judged, order_cols, sources)
-    x = _spread_groups(x, cfg, len(rules_of) * cfg.buckets)
-
-    def key_set_fn(key, pdf):
-        return runner.group(key, pdf)
-
-    return x.groupBy(GROUP_RULE, GROUP_BUCKET).applyInPandas(key_set_fn, schema)
+    parts = _backfill_partitions(frame, cfg)
+    packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts))
+    runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
+    packed = frame.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
+    return packed.mapInPandas(runner.run, schema)
 
 
-def _rankable(frame: DataFrame, seg_cols: tuple[str, ...]) -> bool:
-    """Whether the segment columns' values come back from the arrival plan's keys as they were
-    (texts and integers: the keys are their JSON)."""
-    types = {f.name: f.dataType for f in frame.schema.fields}
-    return all(isinstance(types.get(c), (T.StringType, T.IntegralType)) for c in seg_cols)
+def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
+    """The reduce partitions of a key-set backfill (:attr:`SparkRunConfig.backfill_partitions`)."""
+    from spark_udf.backfill import reduce_partitions
+
+    n = cfg.backfill_partitions
+    if n == 0:
+        return max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4))
+    if n is not None:
+        return n
+    try:
+        cores = x.sparkSession.sparkContext.defaultParallelism
+    except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
+        cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
+    return reduce_partitions(cores, _input_bytes(x))
 
 
-def _segment_ranks(x: DataFrame, seg_cols: tuple[str, ...], plan: Mapping[str, tuple[int, list[int]]]
-                   ) -> tuple[DataFrame, list[Any] | None]:
-    """Each row's input segment as its rank in arrival order (an int), in place of the segment's
-    reserved columns (the file path and block of ``cep spark backfill``).
-
-    Those columns only order a group's rows and name the source of a late or bad row: a file
-    path on every row went through the shuffle, the sort and the conversion to pandas, about a
-    fifth of the JVM's CPU in a backfill of the S&P daily bars (docs/spark.md, "Backfill against
-    cep run"). The first pass already saw every segment, so the driver ranks them and a small
-    broadcast table gives each row its rank; the group reads the source back from the rank
-    (``sources``, None when the source column is not a segment column and stays on the rows).
-    A segment column outside the reserved names is part of the event and stays too.
-    """
-    from spark_udf.backfill import SEG_RANK_COL
-
-    keys = sorted(plan.items(), key=lambda kv: kv[1][0])
-    types = {f.name: f.dataType for f in x.schema.fields}
-    fields = [T.StructField(c, types[c]) for c in seg_cols] + [T.StructField(SEG_RANK_COL, T.IntegerType())]
-    table = x.sparkSession.createDataFrame([(*json.loads(seg), rank) for seg, (rank, _) in keys],
-                                           T.StructType(fields))
-    tagged = [F.col(_q(c)).alias(f"_cep_seg{i}") for i, c in enumerate(seg_cols)]
-    table = table.select(*tagged, F.col(SEG_RANK_COL))
-    cond = None
-    for i, c in enumerate(seg_cols):
-        eq = F.col(_q(c)).eqNullSafe(F.col(f"_cep_seg{i}"))
-        cond = eq if cond is None else cond & eq
-    x = x.join(F.broadcast(table), cond, "left").drop(*[f"_cep_seg{i}" for i in range(len(seg_cols))])
-    sources = None
-    if SOURCE_COL in seg_cols:
-        at = seg_cols.index(SOURCE_COL)
-        sources = [json.loads(seg)[at] for seg, _ in keys]
-    return x.drop(*[c for c in seg_cols if c.startswith(RESERVED_PREFIX)]), sources
+def _input_bytes(x: DataFrame) -> int | None:
+    """The input's size as Spark's optimizer estimates it (a file source: its files' bytes), or None
+    when Spark does not know it (its default estimate) or the session cannot say (Spark Connect)."""
+    try:
+        size = int(str(x._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        unknown = int(str(x.sparkSession.conf.get("spark.sql.defaultSizeInBytes", str(2**63 - 1))))
+    except Exception:  # noqa: BLE001 - no JVM plan to ask (Spark Connect) or no statistics
+        return None
+    return None if size <= 0 or size >= unknown else size
 
 
 def _any_stream(streams: list[str]) -> Column:

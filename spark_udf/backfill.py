@@ -1,21 +1,23 @@
-"""A backfill's key-set groups: every pattern rule of one PARTITION BY column set in one group per bucket; no pyspark.
+"""A backfill's key-set groups: every pattern rule of one PARTITION BY column set in one group, in one scan; no pyspark.
 
 The general backfill (:meth:`spark_udf.core.GroupCore.static_group`) gives every rule its own
-groups, ``(rule, bucket)``, and every row its arrival watermark (``_cep_prior``) from a second
-pass over the input. A backfill of pattern rules only needs neither in the common case:
+groups, ``(rule, bucket)``, and every row its arrival watermark (``_cep_prior``) from two passes
+over the input. A backfill of pattern rules only needs neither:
 
-* rules with the same ``PARTITION BY`` columns hash a row to the same bucket, so one group
-  ``(key set, bucket)`` serves all of them: a row is shuffled and converted once per key set,
+* rules with the same ``PARTITION BY`` columns hash a row to the same group, so one group
+  ``(key set, partition)`` serves all of them: a row is packed and decoded once per key set,
   not once per rule, and the group's events become one :class:`~cep.events.EventBatch` that
   each rule's operator ingests, with one :class:`~cep.sharing.SharedBatch` (times parsed, keys
   built, rows ordered once for every rule, as the embedded engine's rules share a batch);
-* lateness needs the arrival watermark only when some row *is* late. The first arrival pass
-  (:func:`segment_stats`) also gathers, per input segment, its smallest valid event time and how
-  far a row falls behind the running maximum of earlier rows of the segment; from those
-  :func:`late_free` decides, per key set and allowed lateness, whether any row can be late
-  (for input in time order, or out of order within the lateness, none is). If none can, the
-  groups are judged with :data:`~cep.operator.NO_WATERMARK` and the second pass is skipped;
-  otherwise the second pass adds ``_cep_prior_<i>`` as in the general path.
+* the arrival watermarks come from the same scan: the map side (:class:`Packer`) sees each input
+  segment's rows in order, so it keeps per segment and key set the largest and smallest valid
+  time and how far a row falls behind the running maximum of earlier rows (from which
+  :func:`late_free` decides whether any row can be late), and each row's watermark within its
+  segment. Its rows leave as one Arrow stream per group, and its statistics go to every reduce
+  partition; Spark runs the reduce side (:class:`PackedGroups`) only once every map task is done,
+  so each reduce partition rebuilds the whole arrival plan and adds each segment's watermark
+  before it. When no row can be late the groups are judged with
+  :data:`~cep.operator.NO_WATERMARK`.
 
 A pattern operator uses the per-row watermark for lateness only (it releases nothing before
 :meth:`finish`), so both give the general path's rows (tests/spark_udf/test_backfill_groups.py
@@ -25,6 +27,8 @@ checks them against ``cep run``). Analytics rules read the per-row watermark as 
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -34,55 +38,19 @@ import pandas as pd
 from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
-    PRIOR_COL,
-    SEQ_COL,
+    CORRUPT_COL,
     SOURCE_COL,
     GroupCore,
     TimeReading,
-    prior_times,
-    segment_times,
+    arrival_plan,
 )
+from spark_udf.schema import RESERVED_PREFIX
 
-__all__ = ["KeySetCore", "segment_stats", "late_free", "ORDER_COL", "SEG_RANK_COL"]
+__all__ = ["Packer", "PackedGroups", "late_free", "murmur3_int", "partition_values", "reduce_partitions", "PACKED_SCHEMA",
+           "PART_COL", "PARTITION_BYTES"]
 
-ORDER_COL = "_cep_order"  # Spark's monotonically_increasing_id: row order within a partition
-SEG_RANK_COL = "_cep_seg_rank"  # a row's input segment's rank in arrival order (from the first pass)
+ORDER_COL = "_cep_order"  # a row's order in its map task: (partition << 33) + row, as monotonically_increasing_id
 _MIN = np.iinfo(np.int64).min
-
-
-def segment_stats(
-    batches: Iterator[pd.DataFrame], time_col: str, key_sets: list[tuple[str, ...]], seg_cols: tuple[str, ...],
-    reading: TimeReading = TimeReading(),
-) -> Iterator[pd.DataFrame]:
-    """Per input segment and key set: largest and smallest valid event time, and the largest lag.
-
-    The lag of a row is how far its time is behind the largest valid time of the earlier rows of
-    its segment (0 when it is not behind). With :func:`~spark_udf.core.arrival_plan`'s watermark
-    before the segment, these say whether any row of the segment can be late (:func:`late_free`)
-    without a second pass. Rows reach this function in input order, segment by segment.
-    """
-    # per segment: [max, min, lag] per key set; the running max carries over batches of a segment
-    best: dict[str, list[list[int]]] = {}
-    for seg, i, sel in segment_times(batches, time_col, key_sets, seg_cols, reading):
-        cur = best.setdefault(seg, [[_MIN, _MIN, 0] for _ in key_sets])
-        if not len(sel):
-            continue
-        run = np.maximum.accumulate(sel)
-        before = np.empty(len(sel), dtype=np.int64)
-        before[0] = cur[i][0]
-        before[1:] = np.maximum(run[:-1], cur[i][0])
-        behind = before > sel  # the int64 minimum is behind nothing
-        lag = int((before[behind] - sel[behind]).max()) if behind.any() else 0
-        lo = int(sel.min())
-        cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
-                  max(cur[i][2], lag)]
-    rows = [(seg, i, *stats) for seg, per in best.items() for i, stats in enumerate(per)]
-    yield pd.DataFrame({
-        "seg": [r[0] for r in rows], "ks": [r[1] for r in rows],
-        "mx": [None if r[2] == _MIN else r[2] for r in rows],
-        "mn": [None if r[3] == _MIN else r[3] for r in rows],
-        "lag": [r[4] for r in rows],
-    }, dtype=object)
 
 
 def late_free(rows: list[tuple[str, int, Any, Any, Any]], plan: dict[str, tuple[int, list[int]]], ks: int,
@@ -113,47 +81,436 @@ def late_free(rows: list[tuple[str, int, Any, Any, Any]], plan: dict[str, tuple[
     return True
 
 
-@dataclass
-class KeySetCore:
-    """Runs the pattern rules of each key set over a group ``(key set, bucket)``; picklable, Spark-free.
+# ------------------------------------------------------------------ one scan: packed groups
 
-    ``rules_of[i]`` names the rules whose ``PARTITION BY`` is the i-th key set (rule file
-    order); ``judged[i]`` says whether the group carries arrival watermarks (``_cep_prior_<i>``,
-    some row may be late) or none can be late. Rows arrive in any order: they are put back in
-    arrival order by ``order_cols`` (the input segment's columns or its rank, then Spark's row
-    order); ``sources`` gives the source of the rows of each segment rank when the rank stands for
-    the segment's columns (:func:`spark_udf.api._segment_ranks`).
+PART_COL = "_cep_part"  # the reduce partition a packed row goes to (see partition_values)
+ROWS_COL = "_cep_rows"  # a group's rows from one map task, as an Arrow IPC stream
+SEG_CODE_COL = "_cep_seg_code"  # a row's input segment, as an index into the packed rows' segment keys
+WITHIN_COL = "_cep_within"  # per key set: the largest valid time of the earlier rows of the row's segment
+PACKED_SCHEMA = (f"{PART_COL} int, _cep_ks int, _cep_bucket int, {ROWS_COL} binary, "
+                 "_cep_seg string, _cep_mx bigint, _cep_mn bigint, _cep_lag bigint")
+_SEGS_META = b"cep_segments"
+
+
+def murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of one ``int`` value (Murmur3 x86 32-bit, seed 42), as a signed 32-bit int.
+
+    Example:
+        >>> murmur3_int(0), murmur3_int(1)
+        (933211791, -559580957)
+    """
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k = rotl(k, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (seed ^ k) & 0xFFFFFFFF
+    h = (rotl(h, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_values(n: int) -> list[int]:
+    """For each of ``n`` partitions, a small int that ``repartition(n, column)`` sends there.
+
+    Spark's hash partitioning puts value ``v`` in partition ``pmod(hash(v), n)``; tagging the
+    packed rows of partition ``p`` with the p-th value gives every partition exactly its share
+    (consecutive ints would collide and leave a core idle). Rows go where their value's hash says
+    whatever this returns, so the mapping only decides balance, never which rows meet.
+
+    Example:
+        >>> vals = partition_values(4)
+        >>> [murmur3_int(v) % 4 for v in vals]
+        [0, 1, 2, 3]
+    """
+    out: dict[int, int] = {}
+    v = 0
+    while len(out) < n and v < 1_000_000:
+        out.setdefault(murmur3_int(v) % n, v)
+        v += 1
+    return [out.get(p, p) for p in range(n)]
+
+
+PARTITION_BYTES = 256 << 20
+"""Input bytes per reduce partition of a key-set backfill beyond one per core (each reduce task holds its rows)."""
+
+
+def reduce_partitions(cores: int, input_bytes: int | None) -> int:
+    """The default reduce partitions of a key-set backfill: one per core, more for a large input.
+
+    Each reduce task costs a Python worker call, its function and its groups' set-up (about half a
+    CPU second each on the S&P file: 2 partitions used 12-18 CPU s, 8 used 17-23, in one session),
+    so as few as keep every core busy; but a task holds its partition's rows in memory, so a large
+    input gets one partition per ``PARTITION_BYTES`` of input. Unknown size: 4 per core.
+
+    Example:
+        >>> reduce_partitions(2, 66 << 20), reduce_partitions(2, 10 << 30), reduce_partitions(2, None)
+        (2, 40, 8)
+    """
+    if input_bytes is None:
+        return max(1, 4 * cores)
+    return max(1, cores, -(-input_bytes // PARTITION_BYTES))
+
+
+def _arrow_values(col: Any) -> np.ndarray:
+    """An Arrow column as the engine's readers see it: numbers as numpy, anything with NULLs or
+    text as objects with None (exact integers, never floats with NaN)."""
+    import pyarrow as pa
+
+    t = col.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not col.null_count:
+        return col.to_numpy(zero_copy_only=False)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return col.to_numpy(zero_copy_only=False)
+    out = np.empty(len(col), dtype=object)
+    out[:] = col.to_pylist()
+    return out
+
+
+def _key_hash(cols: list[Any], memo: dict[Any, np.uint64] | None = None) -> np.ndarray:
+    """A stable 64-bit hash per row of the key columns (NULL hashes as itself): equal keys, equal hashes,
+    in every task (a column's Arrow type is the same in every batch). ``memo`` keeps each value's hash
+    across the batches of a task (keys repeat from batch to batch)."""
+    import pyarrow as pa
+
+    memo = {} if memo is None else memo
+    h = np.zeros(len(cols[0]) if cols else 0, dtype=np.uint64)
+    for col in cols:
+        enc = col.dictionary_encode() if not pa.types.is_dictionary(col.type) else col
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks()
+        values = enc.dictionary.to_pylist()
+        new = [v for v in values if v not in memo]
+        if new:
+            texts = np.asarray(new, dtype=object).astype(str).astype(object)
+            memo.update(zip(new, pd.util.hash_array(texts)))
+        per = np.fromiter((memo[v] for v in values), dtype=np.uint64, count=len(values))
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        mask = enc.indices.is_null().to_numpy(zero_copy_only=False)
+        codes = np.where(mask, 0, codes).astype(np.int64)
+        got = per[codes] if len(per) else np.zeros(len(codes), dtype=np.uint64)
+        got = np.where(mask, np.uint64(0x9E3779B97F4A7C15), got)
+        h = h * np.uint64(0x100000001B3) ^ got
+    return h
+
+
+@dataclass
+class Packer:
+    """The map side of a key-set backfill: one pass over the input that packs each group's rows.
+
+    Runs in ``mapInArrow`` over the input as Spark read it (one scan, the rows never leave Arrow):
+    for every batch it reads the event times and keys (as the first arrival pass did), keeps per
+    input segment and key set the statistics :func:`late_free` reads and each row's largest valid
+    earlier time of its segment (``_cep_within_<i>``, what the second pass computed), hashes the
+    key into one of ``len(parts)`` groups per key set, and emits, per group, its rows as one Arrow
+    IPC stream with the segment's key and the row's order (``(partition << 33) + row``, as
+    ``monotonically_increasing_id``). At the end it emits its segments' statistics once for every
+    reduce partition (``parts``), so that every group, wherever it runs, sees all of them.
+    """
+
+    time_col: str
+    key_sets: list[tuple[str, ...]]
+    seg_cols: tuple[str, ...]
+    reading: TimeReading
+    parts: list[int]
+    flush_rows: int = 400_000
+
+    def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """Inside a Spark task: the task's input batches, packed (see :meth:`pack_task`)."""
+        from pyspark import TaskContext
+
+        from spark_udf.core import partition_id
+
+        return self.pack_task(batches, partition_id(TaskContext))
+
+    def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
+        """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order.
+
+        Batches are held until ``flush_rows`` rows, then read as one table: the times, keys and
+        segments of many of Spark's small batches in one vectorised call each (one time parse per
+        distinct text of the held rows, not per batch).
+        """
+        import pyarrow as pa
+
+        nparts = len(self.parts)
+        stats: dict[str, list[list[int]]] = {}  # seg -> per key set [max, min, lag]
+        seg_codes: dict[str, int] = {}
+        hashes: dict[Any, np.uint64] = {}
+        held: list[Any] = []
+        rows = 0
+        done = 0  # rows of this task packed so far: the row order
+        for batch in batches:
+            if batch.num_rows:
+                held.append(batch)
+                rows += batch.num_rows
+            if rows < self.flush_rows:
+                continue
+            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
+            done += rows
+            held, rows = [], 0
+        if held:
+            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
+        rows_out = [(seg, i, st) for seg, per in stats.items() for i, st in enumerate(per)]
+        if rows_out:
+            k = len(rows_out)
+            yield pa.RecordBatch.from_pydict({
+                PART_COL: pa.array([p for p in self.parts for _ in range(k)], pa.int32()),
+                "_cep_ks": pa.array([r[1] for _ in self.parts for r in rows_out], pa.int32()),
+                "_cep_bucket": pa.array([None] * (k * nparts), pa.int32()),
+                ROWS_COL: pa.array([None] * (k * nparts), pa.binary()),
+                "_cep_seg": pa.array([r[0] for _ in self.parts for r in rows_out], pa.string()),
+                "_cep_mx": pa.array([None if r[2][0] == _MIN else r[2][0] for _ in self.parts for r in rows_out], pa.int64()),
+                "_cep_mn": pa.array([None if r[2][1] == _MIN else r[2][1] for _ in self.parts for r in rows_out], pa.int64()),
+                "_cep_lag": pa.array([r[2][2] for _ in self.parts for r in rows_out], pa.int64()),
+            })
+
+    def _pack(self, held: list[Any], pid: int, done: int, stats: dict[str, list[list[int]]], seg_codes: dict[str, int],
+              hashes: dict[Any, np.uint64], nparts: int) -> Any:
+        """The held batches (rows ``done`` on of the task) as one packed row per group; ``stats``,
+        ``seg_codes`` and ``hashes`` carry over the task's flushes."""
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(held).combine_chunks()
+        n = table.num_rows
+        names = table.schema.names
+        ms, ok = self._times(table.column(self.time_col))
+        corrupt = (table.column(CORRUPT_COL).is_valid().to_numpy(zero_copy_only=False)
+                   if CORRUPT_COL in names else np.zeros(n, dtype=bool))
+        code = np.empty(n, dtype=np.int32)
+        within = [np.full(n, _MIN, dtype=np.int64) for _ in self.key_sets]
+        valid = [ok & _present([table.column(c) if c in names else None for c in ks], n) for ks in self.key_sets]
+        for seg, a, b in _arrow_segments(table, self.seg_cols, pid):
+            code[a:b] = seg_codes.setdefault(seg, len(seg_codes))
+            cur = stats.setdefault(seg, [[_MIN, _MIN, 0] for _ in self.key_sets])
+            for i, v in enumerate(valid):
+                vals = np.where(v[a:b], ms[a:b], _MIN)
+                run = np.maximum.accumulate(vals)
+                before = np.empty(b - a, dtype=np.int64)
+                before[0] = cur[i][0]
+                before[1:] = np.maximum(run[:-1], cur[i][0])
+                within[i][a:b] = before
+                sel = v[a:b]
+                if sel.any():
+                    t = ms[a:b][sel]
+                    bt = before[sel]
+                    behind = bt > t  # the int64 minimum is behind nothing
+                    lag = int((bt[behind] - t[behind]).max()) if behind.any() else 0
+                    lo = int(t.min())
+                    cur[i] = [max(cur[i][0], int(run[-1])), lo if cur[i][1] == _MIN else min(cur[i][1], lo),
+                              max(cur[i][2], lag)]
+        # the segment's reserved columns (cep spark backfill's file path and block) travel as its code
+        table = table.drop_columns([c for c in self.seg_cols if c.startswith(RESERVED_PREFIX) and c in names])
+        order = (np.int64(pid) << np.int64(33)) + np.arange(done, done + n, dtype=np.int64)
+        table = table.append_column(SEG_CODE_COL, pa.array(code)).append_column(ORDER_COL, pa.array(order))
+        for i, w in enumerate(within):
+            table = table.append_column(f"{WITHIN_COL}_{i}", pa.array(w))
+        assigned = []
+        for i, ks in enumerate(self.key_sets):
+            bucket = ((_key_hash([table.column(c) for c in ks], hashes) % np.uint64(nparts)).astype(np.int64)
+                      if ks else np.zeros(n, dtype=np.int64))
+            # a malformed record goes to one group only (the first key set's), which reports it
+            assigned.append(np.where(corrupt, CORRUPT_BUCKET if i == 0 else -2, bucket))
+        return self._flush(table, assigned, seg_codes)
+
+    def _times(self, col: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's event time (ms) and whether it is valid, as :class:`~spark_udf.core.TimeReading`
+        reads the column; texts dictionary-encoded by Arrow, so each distinct text is parsed once."""
+        import pyarrow as pa
+
+        col = _array(col)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            enc = col.dictionary_encode()
+            texts = np.empty(len(enc.dictionary) + 1, dtype=object)
+            texts[:-1] = enc.dictionary.to_numpy(zero_copy_only=False)
+            texts[-1] = None
+            codes = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+            ms, ok, _ = self.reading.read_texts(codes, texts, self.time_col)
+        else:
+            ms, ok, _ = self.reading.read(pd.DataFrame({self.time_col: _arrow_values(col)}), self.time_col)
+        return ms, ok
+
+    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int]) -> Any:
+        """One packed row per group of the held rows: each key set's rows ordered by group once, then
+        each group's slice written as an Arrow stream."""
+        import pyarrow as pa
+
+        segs = sorted(seg_codes, key=seg_codes.__getitem__)
+        meta = {_SEGS_META: json.dumps(segs).encode()}
+        parts, kss, buckets, blobs = [], [], [], []
+        for ks in range(len(self.key_sets)):
+            gid = assigned[ks]
+            perm = np.argsort(gid, kind="stable")
+            ordered = gid[perm]
+            cuts = np.flatnonzero(np.diff(ordered)) + 1
+            starts = np.concatenate([[0], cuts])
+            ends = np.concatenate([cuts, [len(ordered)]])
+            wanted = [(int(ordered[a]), int(a), int(e)) for a, e in zip(starts, ends) if len(ordered) and ordered[a] != -2]
+            if not wanted:
+                continue
+            taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
+            for bucket, a, e in wanted:
+                sub = taken.slice(a, e - a)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, sub.schema) as w:
+                    w.write_table(sub)
+                parts.append(self.parts[bucket % len(self.parts)])
+                kss.append(ks)
+                buckets.append(bucket)
+                blobs.append(sink.getvalue().to_pybytes())
+        n = len(blobs)
+        return pa.RecordBatch.from_pydict({
+            PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array(kss, pa.int32()),
+            "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: pa.array(blobs, pa.binary()),
+            "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
+            "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
+        })
+
+
+def _array(col: Any) -> Any:
+    """One Arrow array of a column (a table's columns are chunked)."""
+    import pyarrow as pa
+
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _present(cols: list[Any], n: int) -> np.ndarray:
+    """Which rows have a value in every key column (NULL, NaN or an absent column: none), as
+    :func:`spark_udf.core.keys_present` reads a pandas frame."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ok = np.ones(n, dtype=bool)
+    for col in cols:
+        if col is None:
+            return np.zeros(n, dtype=bool)
+        ok &= col.is_valid().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(col.type):
+            ok &= ~pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False)
+    return ok
+
+
+def _arrow_segments(rb: Any, seg_cols: tuple[str, ...], pid: int) -> list[tuple[str, int, int]]:
+    """:func:`spark_udf.core.segments` of an Arrow batch: runs of rows of one input segment, ``(key, start, end)``.
+
+    Compared as Arrow dictionary codes, never as Python values per row (a batch is mostly one file block).
+    """
+    n = rb.num_rows
+    if not n:
+        return []
+    if not seg_cols:
+        return [(json.dumps([pid]), 0, n)]
+    names = rb.schema.names
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    cols = [rb.column(names.index(c)) for c in seg_cols]
+    for col in cols:
+        idx = _array(col).dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        change[1:] |= idx[1:] != idx[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    return [(json.dumps([col[int(a)].as_py() for col in cols], default=str), int(a), int(b))
+            for a, b in zip(starts, ends)]
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+
+
+@dataclass
+class PackedGroups:
+    """The reduce side of a key-set backfill: every group of one reduce partition, in arrival order.
+
+    Runs in ``mapInPandas`` over the packed rows of one partition (:class:`Packer`): the segments'
+    statistics (every map task sent them to every partition) give the arrival plan, from which each
+    key set's rules know whether any row can be late; each group's rows are put back in arrival
+    order (segment rank, then row order), their arrival watermark is the larger of the segment's
+    (from the plan) and the row's own within its segment, and every rule of the key set ingests
+    the one event batch and finishes.
     """
 
     core: GroupCore
     rules_of: dict[int, list[str]]
-    judged: dict[int, bool]
-    order_cols: tuple[str, ...]
-    sources: list[Any] | None = None  # by segment rank: the source column's value, when the rows carry the rank
+    lateness: dict[int, list[int]]
+    nsets: int
+    seg_cols: tuple[str, ...]
+    arrival_order: bool = True
 
-    def group(self, key: tuple, pdf: pd.DataFrame) -> pd.DataFrame:
-        """Every rule of one key set over one bucket's rows: arrival order, then the final watermark."""
-        ks, bucket = int(key[0]), int(key[1])
+    def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        blobs: dict[tuple[int, int], list[bytes]] = {}
+        stats: dict[tuple[str, int], list[Any]] = {}  # [max or None, min or None, lag]
+        for pdf in frames:
+            for ks, bucket, blob, seg, mx, mn, lag in zip(
+                    pdf["_cep_ks"].tolist(), pdf["_cep_bucket"].tolist(), pdf[ROWS_COL].tolist(),
+                    pdf["_cep_seg"].tolist(), pdf["_cep_mx"].tolist(), pdf["_cep_mn"].tolist(), pdf["_cep_lag"].tolist()):
+                if blob is not None:
+                    blobs.setdefault((int(ks), int(bucket)), []).append(blob)
+                    continue
+                # a segment read by several tasks (arrival columns of the user's) sends several rows
+                got = [_int_or_none(mx), _int_or_none(mn), int(lag)]
+                have = stats.setdefault((seg, int(ks)), got)
+                if have is not got:
+                    have[0] = got[0] if have[0] is None else have[0] if got[0] is None else max(have[0], got[0])
+                    have[1] = got[1] if have[1] is None else have[1] if got[1] is None else min(have[1], got[1])
+                    have[2] = max(have[2], got[2])
+        if not blobs:
+            return
+        rows: list[tuple[str, int, Any, Any, Any]] = [(seg, ks, st[0], st[1], st[2]) for (seg, ks), st in stats.items()]
+        plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in rows), self.nsets)
+        judged = {i: self.arrival_order and not all(late_free(rows, plan, i, lt) for lt in self.lateness.get(i, []))
+                  for i in range(self.nsets)}
+        for key in sorted(blobs):
+            frame = self.group(key, blobs[key], plan, judged.get(key[0], False))
+            if frame is not None and len(frame):
+                yield frame
+
+    def group(self, key: tuple[int, int], blobs: list[bytes], plan: dict[str, tuple[int, list[int]]],
+              judged: bool) -> pd.DataFrame | None:
+        """One group's rows (packed by one or more map tasks): arrival order, then every rule of its key set."""
+        import pyarrow as pa
+
+        from cep.events import batch_from_arrow
+
+        ks, bucket = key
+        at = self.seg_cols.index(SOURCE_COL) if SOURCE_COL in self.seg_cols else None
+        tables, ranks, befores, sources = [], [], [], []
+        for blob in blobs:
+            t = pa.ipc.open_stream(blob).read_all()
+            segs = json.loads(t.schema.metadata[_SEGS_META])
+            missing = [s for s in segs if s not in plan]
+            if missing:  # every segment was ranked by the statistics of the same pass
+                raise RuntimeError(f"rows of group {key!r} come from input segment {missing[0]} that no map task "
+                                   "reported: its statistics did not reach this partition")
+            codes = t.column(SEG_CODE_COL).to_numpy()
+            ranks.append(np.asarray([plan[s][0] for s in segs], dtype=np.int64)[codes])
+            if judged:
+                before = np.asarray([plan[s][1][ks] for s in segs], dtype=np.int64)[codes]
+                befores.append(np.maximum(before, t.column(f"{WITHIN_COL}_{ks}").to_numpy()))
+            if at is not None:
+                sources.append(np.asarray([json.loads(s)[at] for s in segs], dtype=object)[codes])
+            tables.append(t.replace_schema_metadata(None))
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        rank = np.concatenate(ranks)
+        perm = np.lexsort((table.column(ORDER_COL).to_numpy(), rank))
+        table = table.take(pa.array(perm))
+        src = np.concatenate(sources)[perm] if sources else (
+            _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)
+        prior = np.concatenate(befores)[perm] if judged else None
         core = self.core
-        if self.sources is not None and SEG_RANK_COL in pdf.columns:
-            # the rows' source as the segment they came from (a few values shared by every row)
-            rank = pdf[SEG_RANK_COL]
-            if rank.isna().any():  # every segment was ranked by the first pass over the same input
-                raise RuntimeError(f"{int(rank.isna().sum())} rows of group {key!r} come from an input segment the "
-                                   "arrival pass did not see: did the input change during the backfill?")
-            pdf[SOURCE_COL] = np.asarray(self.sources, dtype=object)[rank.to_numpy(dtype=np.int64)]
         if bucket == CORRUPT_BUCKET:
-            frame = core._malformed([pdf])
-            return frame if frame is not None else core._empty()
-        by = [c for c in ((SEQ_COL,) if SEQ_COL in pdf.columns else self.order_cols) if c in pdf.columns]
-        if by:
-            pdf = pdf.sort_values(by, kind="stable", ignore_index=True)
-        prior = prior_times(pdf, f"{PRIOR_COL}_{ks}") if self.judged.get(ks) else None
-        batch, src = core._batch(pdf)  # once for every rule of the key set
-        # and its times, keys and key order once too (the rules of a key set read the same rows)
+            pdf = pd.DataFrame({CORRUPT_COL: _arrow_values(table.column(CORRUPT_COL)),
+                                SOURCE_COL: src if src is not None else np.full(table.num_rows, None, dtype=object)})
+            return core._malformed([pdf])
+        data = table.select([c for c in table.column_names if not c.startswith(RESERVED_PREFIX)])
+        batch = batch_from_arrow(data)
+        batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
         shared = SharedBatch(batch)
         frames = [f for f in (core.replay(name, bucket, batch, src, prior, shared) for name in self.rules_of.get(ks, []))
                   if f is not None]
         if not frames:
-            return core._empty()
+            return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

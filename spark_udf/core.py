@@ -640,6 +640,11 @@ class TimeReading:
         if codes is None:
             batch = EventBatch({time_col: _time_values(col)}, len(pdf))
             return event_times(batch, time_col, self.unit, self.max_future_skew_ms, self.clock)
+        return self.read_texts(codes, texts, time_col)
+
+    def read_texts(self, codes: np.ndarray, texts: np.ndarray, time_col: str
+                   ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """:meth:`read` of a text column given as codes into its distinct texts (None for a missing one)."""
         # Text times repeat (a daily feed has one date per day for hundreds of keys): each
         # distinct text is parsed once. The reading is a function of the text alone, with one
         # clock reading for the batch, so the rows get what parsing each of them would give.
@@ -739,8 +744,8 @@ def segment_times(
     """A backfill's first pass, row by row: ``(segment key, key set, valid event times)`` for every
     run of rows of one input segment and every key set, times in input order (possibly none).
 
-    The summaries of the first pass (:func:`segment_maxima`, :func:`spark_udf.backfill.segment_stats`)
-    fold these; a segment's runs come in input order, segment by segment. Inside a Spark task.
+    The general path's first pass (:func:`segment_maxima`) folds these; a segment's runs come in
+    input order, segment by segment. Inside a Spark task.
     """
     from pyspark import TaskContext  # only inside a Spark task
 

@@ -501,14 +501,16 @@ def _job(cmd: str, args: Any, spark: Any, rules: Any, inputs: list[tuple[str | N
         arrival = (SOURCE, BLOCK) if cmd == "backfill" and source_col == SOURCE and args.format in FILE_FORMATS else ()
         cfg = SparkRunConfig(buckets=args.buckets, search_buckets=args.search_buckets, source_column=source_col,
                              arrival_columns=arrival, on_rule_change=getattr(args, "on_rule_change", "fail"))
-        result = apply_rules(source, rules, cfg)  # a backfill's arrival-order pass runs here
+        result = apply_rules(source, rules, cfg)  # a backfill in rule groups runs its arrival-order pass here
     except Exception as e:  # noqa: BLE001 - Spark's exceptions carry the Python worker's error
         if isinstance(e, (ValueError, CepError)) and not _from_spark(e):
             print(f"cep spark {cmd}: {e}", file=sys.stderr)  # the rules or options do not fit the input
             return EXIT_USAGE, None
         what = "the arrival-order pass" if cmd == "backfill" else "planning the query"
         return _fail(cmd, what, e, args.verbose), None
-    clock.lap("planning and arrival-order pass" if cmd == "backfill" else "planning")
+    # key-set groups find arrival order in the backfill job itself (one scan): planning runs no job
+    rule_groups = getattr(result, "keyed_groups", "rule") == "rule"
+    clock.lap("planning and arrival-order pass" if cmd == "backfill" and rule_groups else "planning")
     names = [r.name for r in rules]
     if cmd == "backfill":
         from spark_udf.api import time_unit_warnings

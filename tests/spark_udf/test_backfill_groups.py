@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,8 +18,8 @@ from hypothesis import strategies as st
 from cep.engine import Engine
 from cep.events import read_events
 from patterns.rules import parse_rules
-from spark_udf.backfill import late_free, segment_stats
-from spark_udf.core import MALFORMED, TimeReading, annotate_arrival, arrival_plan
+from spark_udf.backfill import Packer, late_free, partition_values
+from spark_udf.core import MALFORMED, GroupCore, TimeReading, arrival_plan
 from tests.spark_udf.conftest import counted, event_of, match_key, write_events
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
@@ -150,15 +151,17 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
     assert bool(exp.late) == late  # the late seeds take the second arrival pass; without late rows it is skipped
     if seed == 1:
-        # one key set (k): a row goes to one group without an array to explode, a malformed line to bucket -1
+        # one key set (k): one scan of the input, packed per group in one Python pass (no explode, no
+        # join, no sort of every row), one shuffle of the packed rows, the groups in one Python pass
         one = _backfill(spark, tmp_path / "in", names=("lanes", "abc"))
         capsys.readouterr()
         one.envelope.explain()
         plan = capsys.readouterr().out
-        assert "Generate" not in plan
-        # the rows reach the groups with their segment's rank, not its file path and block
-        (groups,) = [line for line in plan.splitlines() if "FlatMapGroupsInPandas" in line]
-        assert "_cep_seg_rank" in groups and "_cep_block" not in groups and "_cep_source" not in groups, groups
+        for absent in ("Generate", "BroadcastHashJoin", "Sort ", "FlatMapGroupsInPandas"):
+            assert absent not in plan, (absent, plan)
+        assert plan.count("FileScan json") == 1 and "MapInArrow" in plan and "MapInPandas" in plan, plan
+        (shuffle,) = [line for line in plan.splitlines() if "Exchange" in line]
+        assert "hashpartitioning(_cep_part" in shuffle, shuffle
         exp_one = _embedded(paths, ("lanes", "abc"))
         got = [r.asDict() for r in one.envelope.collect()]
         assert counted(got, "match") == Counter(match_key(m) for m in exp_one.matches)
@@ -176,7 +179,7 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     assert _problems(other, "late") == _problems(rows, "late")
 
     # a late or bad row names the file it came from, on both paths (the key-set groups read it
-    # back from the segment's rank)
+    # back from the segment's key, which the packed rows carry once per segment)
     def sourced(rs: list[dict[str, Any]]) -> Counter:
         return Counter((r["output"], r["rule"], r["reason"], _event(r), r["source"]) for r in rs
                        if r["output"] in ("late", "error"))
@@ -238,60 +241,168 @@ def test_rules_the_key_set_groups_cannot_run_take_the_general_path(spark: Any, t
 
 def _late_rows(segments: list[list[int]], lateness: int) -> int:
     """Brute force: rows whose time is earlier than every earlier row's largest time minus the lateness."""
-    seen, late = None, 0
+    return sum(1 for w, t in zip(_watermarks(segments), (t for seg in segments for t in seg))
+               if w is not None and t < w - lateness)
+
+
+def _watermarks(segments: list[list[int]]) -> list[int | None]:
+    """Brute force: each row's arrival watermark (the largest time of every earlier row), None for the first."""
+    seen: int | None = None
+    out = []
     for seg in segments:
         for t in seg:
-            if seen is not None and t < seen - lateness:
-                late += 1
+            out.append(seen)
             seen = t if seen is None else max(seen, t)
-    return late
+    return out
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+def _pack(packer: Packer, batches: list[pa.RecordBatch], tasks: list[int]) -> pd.DataFrame:
+    """Play the map side: consecutive runs of batches in tasks of their own (partition ids in order)."""
+    out, at = [], 0
+    for pid, n in enumerate(tasks):
+        out += list(packer.pack_task(iter(batches[at : at + n]), pid))
+        at += n
+    return pa.Table.from_batches(out).to_pandas() if out else pd.DataFrame()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.lists(st.integers(0, 60), min_size=0, max_size=12), min_size=1, max_size=5),
-       st.integers(0, 30), st.integers(1, 5))
-def test_late_free_says_whether_any_row_is_late(segments: list[list[int]], lateness: int, chunk: int) -> None:
-    """The first pass's statistics (batches that split segments included) against a brute-force reading."""
-    rows = [{"s": i, "k": "a", "ts": t} for i, seg in enumerate(segments) for t in seg]
-    frame = pd.DataFrame(rows, columns=["s", "k", "ts"]).astype({"ts": "int64"})
-    batches = [frame.iloc[a : a + chunk].reset_index(drop=True) for a in range(0, len(frame), chunk)]
-    stats = pd.concat(list(segment_stats(iter(batches), "ts", [("k",)], ("s",), TimeReading(max_future_skew_ms=None))))
-    got = [(r.seg, r.ks, r.mx, r.mn, r.lag) for r in stats.itertuples()]
+       st.integers(0, 30), st.integers(1, 5), st.integers(1, 20))
+def test_the_packed_statistics_say_whether_any_row_is_late(segments: list[list[int]], lateness: int, chunk: int,
+                                                          flush: int) -> None:
+    """The map side's statistics and per-row watermarks (batches and flushes that split segments) against brute force."""
+    rows = [{"s": f"s{i}", "k": "a", "ts": t} for i, seg in enumerate(segments) for t in seg]
+    table = pa.Table.from_pylist(rows, schema=pa.schema([("s", pa.string()), ("k", pa.string()), ("ts", pa.int64())]))
+    batches = table.to_batches(max_chunksize=chunk)
+    packer = Packer("ts", [("k",)], ("s",), TimeReading(max_future_skew_ms=None), partition_values(2), flush_rows=flush)
+    packed = _pack(packer, batches, [len(batches)])
+    if not rows:
+        return
+    stats = packed[packed["_cep_rows"].isna()]
+    assert set(stats["_cep_part"]) == set(partition_values(2))  # every reduce partition gets every segment's figures
+    cols = [stats[c].tolist() for c in ("_cep_seg", "_cep_ks", "_cep_mx", "_cep_mn", "_cep_lag")]
+    got = sorted({(s, int(k), *[None if v != v else int(v) for v in (mx, mn, lag)]) for s, k, mx, mn, lag in zip(*cols)},
+                 key=str)
     plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in got), 1)
     assert late_free(got, plan, 0, lateness) == (_late_rows(segments, lateness) == 0)
-    # the same plan gives the second pass's watermarks: the rows it would find late
-    if len(frame):
-        annotated = pd.concat(list(annotate_arrival(iter(batches), "ts", [("k",)], ("s",), plan,
-                                                    TimeReading(max_future_skew_ms=None))))
-        prior = annotated["_cep_prior_0"].to_numpy(dtype="float64", na_value=np.nan)
-        late = int(np.sum(~np.isnan(prior) & (annotated["ts"].to_numpy() < prior - lateness)))
-        assert late == _late_rows(segments, lateness)
+    # each row's watermark: its segment's (from the plan) and its own within the segment, the second pass's figure
+    expect = _watermarks(segments)
+    seen = 0
+    for blob in packed["_cep_rows"].dropna():
+        t = pa.ipc.open_stream(blob).read_all()
+        segs = json.loads(t.schema.metadata[b"cep_segments"])
+        codes = t.column("_cep_seg_code").to_numpy()
+        before = np.asarray([plan[json.dumps([s])][1][0] for s in [json.loads(x)[0] for x in segs]])[codes]
+        prior = np.maximum(before, t.column("_cep_within_0").to_numpy())
+        for order, p in zip(t.column("_cep_order").to_pylist(), prior.tolist()):
+            assert (None if p == np.iinfo(np.int64).min else p) == expect[order]
+            seen += 1
+    assert seen == len(rows)
+
+
+ARROW_SCHEMA = pa.schema([("k", pa.string()), ("g", pa.string()), ("ts", pa.int64()), ("px", pa.int64()),
+                          ("_cep_corrupt", pa.string()), ("_cep_source", pa.string())])
+
+
+def _arrow_rows(files: list[list[Any]], paths: list[Path]) -> list[dict[str, Any]]:
+    """The files' rows as Spark's permissive JSON reader gives them: a malformed line in _cep_corrupt."""
+    out = []
+    for rows, path in zip(files, paths):
+        for r in rows:
+            rec = {"_cep_corrupt": r} if isinstance(r, str) else dict(r)
+            out.append({**{f: None for f in ARROW_SCHEMA.names}, **rec, "_cep_source": str(path)})
+    return out
+
+
+@pytest.mark.parametrize("seed,late", [(4, False), (5, True), (6, True)])
+def test_packed_groups_give_cep_runs_rows_without_spark(tmp_path: Path, seed: int, late: bool) -> None:
+    """Spark's contract played in plain Python: map tasks over runs of batches, packed rows shuffled by
+    partition in any order, each partition's groups run: the rows of ``cep run``, every flush and split."""
+    from spark_udf.backfill import PackedGroups
+
+    rng = random.Random(seed)
+    files = _files(seed, late)
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(files)]
+    exp = _embedded(paths)
+    assert bool(exp.late) == late
+    rules = _rules()
+    types = {"k": "string", "g": "string", "ts": "bigint", "px": "bigint"}
+    core, _ = GroupCore.for_rules(rules, types, 5)
+    key_sets = [("g",), ("k",), ()]  # sorted, as apply_rules orders them
+    rules_of = {0: ["by_group"], 1: ["lanes", "abc"], 2: ["no_partition"]}
+    lateness = {0: [2000], 1: [1000, 800], 2: [900]}
+    table = pa.Table.from_pylist(_arrow_rows(files, paths), schema=ARROW_SCHEMA)
+    batches = table.to_batches(max_chunksize=rng.randint(7, 60))
+    # files are segments; a task reads whole files (here: the first, then the other two)
+    cut = sum(1 for b in batches if b.column("_cep_source")[b.num_rows - 1].as_py() == str(paths[0]))
+    parts = partition_values(3)
+    packer = Packer("ts", key_sets, ("_cep_source",), TimeReading(), parts, flush_rows=rng.randint(40, 300))
+    packed = _pack(packer, batches, [cut, len(batches) - cut])
+    runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source",))
+    frames = []
+    for p in parts:
+        mine = packed[packed["_cep_part"] == p].sample(frac=1, random_state=seed).reset_index(drop=True)
+        chunks = [mine.iloc[a : a + 5] for a in range(0, len(mine), 5)]
+        frames += list(runner.run(iter(chunks)))
+    rows = [r for f in frames for r in f.to_dict("records")]
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
+    assert len({m["rule"] for m in exp.matches}) == 4
+    assert _problems(rows, "late") == _expected(exp.late)
+    assert _problems(rows, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
+        [e for e in exp.errors if e.get("rule") is not None])
+    bad = [r for r in rows if r["output"] == "error" and r["reason"] == MALFORMED]
+    assert len(bad) == 1 and bad[0]["source"] == str(paths[1])
+    assert {r["source"] for r in rows if r["output"] == "late"} <= {str(p) for p in paths}
+
+
+def test_a_group_whose_segment_no_task_reported_fails_with_the_reason() -> None:
+    from spark_udf.backfill import PackedGroups
+
+    core, _ = GroupCore.for_rules(_rules(("abc",)), {"k": "string", "g": "string", "ts": "bigint", "px": "bigint"}, 1)
+    table = pa.Table.from_pylist([{"s": "f1", "k": "a", "ts": 1, "px": 1}])
+    packer = Packer("ts", [("k",)], ("s",), TimeReading(max_future_skew_ms=None), partition_values(1))
+    packed = _pack(packer, table.to_batches(), [1])
+    runner = PackedGroups(core, {0: ["abc"]}, {0: [800]}, 1, ("s",))
+    data = packed[packed["_cep_rows"].notna()]  # the statistics rows lost: the segment is unknown
+    with pytest.raises(RuntimeError, match=r'rows of group \(0, 0\) come from input segment \["f1"\] that no map '
+                                           r"task reported"):
+        list(runner.run(iter([data])))
 
 
 def _exchanges(df: Any, capsys: Any) -> list[str]:
     """The shuffles of a DataFrame's physical plan, as ``explain`` prints them."""
     capsys.readouterr()
     df.explain()
-    return [line.strip() for line in capsys.readouterr().out.splitlines() if "Exchange hashpartitioning(_cep_rule" in line]
+    return [line.strip() for line in capsys.readouterr().out.splitlines() if "Exchange hashpartitioning(_cep_part" in line]
 
 
 @pytest.mark.spark
-def test_the_group_stage_gets_one_partition_per_group_up_to_four_per_core(spark: Any, tmp_path: Path,
-                                                                          capsys: Any) -> None:
+def test_the_group_stage_gets_a_partition_per_core_each_its_share(spark: Any, tmp_path: Path,
+                                                                      capsys: Any) -> None:
     import re
 
     from spark_udf.api import SparkRunConfig
+    from spark_udf.backfill import partition_values
 
     paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(1, False))]
     assert paths
     cores = spark.sparkContext.defaultParallelism
-    # three key sets (k; g; none) of 5 buckets: 15 groups, spread over at most 4 partitions per core
+    # a small input (Spark knows its files' size): one partition per core
     (default,) = _exchanges(_backfill(spark, tmp_path / "in").envelope, capsys)
-    assert re.search(rf", {min(15, 4 * cores)}\), REPARTITION_BY_NUM", default), default
+    assert re.search(rf", {cores}\), REPARTITION_BY_NUM", default), default
     (fixed,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=7).envelope, capsys)
     assert re.search(r", 7\), REPARTITION_BY_NUM", fixed), fixed
-    # 0: the grouping's own shuffle, as many partitions as the session's shuffle partitions
+    # 0: as many partitions as the session's shuffle partitions
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
     (own,) = _exchanges(_backfill(spark, tmp_path / "in", backfill_partitions=0).envelope, capsys)
-    assert "REPARTITION_BY_NUM" not in own and "ENSURE_REQUIREMENTS" in own, own
+    assert re.search(rf", {shuffle}\), REPARTITION_BY_NUM", own), own
     with pytest.raises(ValueError, match="backfill_partitions must be 0 or more, found -1"):
         SparkRunConfig(backfill_partitions=-1)
+    # the packed rows of partition p carry a value that Spark's hash partitioning sends to partition p:
+    # every partition gets exactly one of the values (consecutive ints would leave some empty)
+    for n in (7, 8):
+        vals = partition_values(n)
+        got = spark.createDataFrame([(v,) for v in vals], "v int").repartition(n, "v").rdd.glom().collect()
+        assert sorted(row.v for part in got for row in part) == sorted(vals)
+        assert [[row.v for row in part] for part in got] == [[v] for v in vals]

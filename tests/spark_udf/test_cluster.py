@@ -60,7 +60,7 @@ def test_backfill_and_stream_on_a_cluster_whose_workers_lack_the_engine(tmp_path
     with standalone_cluster(tmp_path / "cluster") as master:
         common = ["--input", str(events), "--master", master, "--shuffle-partitions", "2", "--buckets", "4",
                   "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m"]
-        # without the shipped engine the workers fail in the first job, the arrival-order pass: one line, exit 3
+        # without the shipped engine the workers fail in the first job with Python, the backfill's: one line, exit 3
         failed = _cep(["spark", "backfill", str(RULES), *common, "--output", str(tmp_path / "nope"),
                        "--no-ship-engine"], env, tmp_path)
         back = _cep(["spark", "backfill", str(RULES), *common, "--output", str(tmp_path / "bf")], env, tmp_path)
@@ -69,7 +69,7 @@ def test_backfill_and_stream_on_a_cluster_whose_workers_lack_the_engine(tmp_path
     assert failed.returncode == 3, failed.stderr
     lines = [x for x in failed.stderr.splitlines() if x.startswith("cep spark")]
     assert lines == [
-        "cep spark backfill: the arrival-order pass failed: ModuleNotFoundError: No module named 'spark_udf'; "
+        "cep spark backfill: the backfill job failed: ModuleNotFoundError: No module named 'spark_udf'; "
         "the executors' Python workers cannot import the engine: let cep ship it (--ship-engine; the default "
         "unless --master is local) or install cep-engine into the Python that PYSPARK_PYTHON names on every "
         "executor"], failed.stderr
