@@ -1,0 +1,86 @@
+"""A backfill's key-set groups (spark_udf.backfill): keys equal as values meet in one group, in every map task."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_udf.backfill import Packer, partition_values
+from spark_udf.core import TimeReading
+
+SCHEMA = pa.schema([("flag", pa.bool_()), ("d", pa.float64()), ("i", pa.int64()), ("ts", pa.int64())])
+KEY_SETS = [("d",), ("flag",), ("i",), ("d", "i")]
+
+
+def _groups(rows: list[dict[str, Any]], tasks: list[int], nparts: int) -> dict[int, dict[Any, set[int]]]:
+    """Play the map side with each run of rows in a task of its own: per key set, each key's groups."""
+    packer = Packer("ts", KEY_SETS, (), TimeReading(max_future_skew_ms=None), partition_values(nparts), flush_rows=3)
+    out: dict[int, dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
+    at = 0
+    for pid, n in enumerate(tasks):
+        table = pa.Table.from_pylist(rows[at : at + n], schema=SCHEMA)
+        at += n
+        for rb in packer.pack_task(iter(table.to_batches(max_chunksize=2)), pid):
+            for ks, bucket, blob in zip(rb.column("_cep_ks").to_pylist(), rb.column("_cep_bucket").to_pylist(),
+                                        rb.column("_cep_rows").to_pylist()):
+                if blob is None:
+                    continue
+                t = pa.ipc.open_stream(blob).read_all()
+                # a dict's key: Python's value equality (1 == 1.0 == True, 0.0 == -0.0), as the engine compares keys
+                for key in zip(*[t.column(c).to_pylist() for c in KEY_SETS[ks]]):
+                    out[ks][key].add(bucket)
+    return out
+
+
+def test_a_key_seen_first_in_another_column_or_sign_keeps_its_group() -> None:
+    """Task 0 meets the bool True before the long 1 and -0.0 before 0.0; task 1 the other way: each key still
+    goes to one group (the engine compares keys as values, so 0.0 and -0.0 are one key, as in cep run)."""
+    rows = [{"flag": True, "d": -0.0, "i": 1, "ts": 1}, {"flag": True, "d": 0.0, "i": 1, "ts": 2},
+            {"flag": False, "d": 2.0, "i": 2, "ts": 3}, {"flag": False, "d": 0.0, "i": 1, "ts": 4},
+            {"flag": False, "d": 3.0, "i": 1, "ts": 5}]
+    got = _groups(rows, [2, 3], 16)
+    split = {ks: {k: b for k, b in keys.items() if len(b) > 1} for ks, keys in got.items()}
+    assert split == {ks: {} for ks in got}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from([True, False, None]), st.sampled_from([-0.0, 0.0, 1.0, 2.0, 0.5, None]),
+                          st.sampled_from([0, 1, 2, None])), min_size=1, max_size=30),
+       st.lists(st.integers(1, 8), min_size=1, max_size=5), st.integers(2, 12))
+def test_equal_keys_meet_in_one_group_whatever_the_tasks(values: list[tuple[Any, Any, Any]], cuts: list[int],
+                                                         nparts: int) -> None:
+    rows = [{"flag": f, "d": d, "i": i, "ts": n} for n, (f, d, i) in enumerate(values)]
+    tasks, left = [], len(rows)
+    for c in cuts:
+        if left:
+            tasks.append(min(c, left))
+            left -= tasks[-1]
+    tasks.append(left)
+    got = _groups(rows, tasks, nparts)
+    assert sum(len(rows_) for rows_ in [rows]) == len(rows)
+    for ks, keys in got.items():
+        assert all(len(b) == 1 for b in keys.values()), (KEY_SETS[ks], dict(keys))
+
+
+def test_nested_keys_reach_the_rules_as_cep_runs_errors() -> None:
+    """A list or struct key is no key (cep run counts an error per row): the map side packs it, it does not fail."""
+    schema = pa.schema([("k", pa.list_(pa.int64())), ("s", pa.struct([("a", pa.int64())])), ("ts", pa.int64())])
+    table = pa.Table.from_pylist([{"k": [1, 2], "s": {"a": 1}, "ts": 1}, {"k": [1, 2], "s": {"a": 1}, "ts": 2},
+                                  {"k": None, "s": None, "ts": 3}, {"k": [3], "s": {"a": 2}, "ts": 4}], schema=schema)
+    packer = Packer("ts", [("k",), ("s",)], (), TimeReading(max_future_skew_ms=None), partition_values(4))
+    packed = list(packer.pack_task(iter(table.to_batches(max_chunksize=1)), 0))
+    seen: dict[int, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for rb in packed:
+        for ks, bucket, blob in zip(rb.column("_cep_ks").to_pylist(), rb.column("_cep_bucket").to_pylist(),
+                                    rb.column("_cep_rows").to_pylist()):
+            if blob is not None:
+                t = pa.ipc.open_stream(blob).read_all()
+                for v in t.column(["k", "s"][ks]).to_pylist():
+                    seen[ks][json.dumps(v, sort_keys=True)].add(bucket)
+    assert {ks: sum(1 for _ in v) for ks, v in seen.items()} == {0: 3, 1: 3}
+    assert all(len(b) == 1 for v in seen.values() for b in v.values())
