@@ -172,28 +172,46 @@ def _arrow_values(col: Any) -> np.ndarray:
     return out
 
 
+def _key_text(v: Any) -> str:
+    """The text a key value is hashed by: equal values as the engine compares keys, equal texts
+    (``-0.0`` is the key ``0.0``; a nested value, which is no key, by its JSON)."""
+    if isinstance(v, float):
+        return str(v + 0.0)  # -0.0 + 0.0 is 0.0
+    if isinstance(v, (list, dict, tuple)):
+        return json.dumps(v, sort_keys=True, default=str)
+    return str(v)
+
+
 def _key_hash(cols: list[Any], memo: dict[Any, np.uint64] | None = None) -> np.ndarray:
     """A stable 64-bit hash per row of the key columns (NULL hashes as itself): equal keys, equal hashes,
     in every task (a column's Arrow type is the same in every batch). ``memo`` keeps each value's hash
-    across the batches of a task (keys repeat from batch to batch)."""
+    across the batches of a task (keys repeat from batch to batch); it is keyed by the column's type
+    and the value, since Python takes ``True``, ``1`` and ``1.0`` (and ``0.0`` and ``-0.0``) for one
+    dict key: keyed by value alone, the first column to meet it would decide its hash in that task
+    only, and one key's rows would go to different groups in different tasks."""
     import pyarrow as pa
 
     memo = {} if memo is None else memo
     h = np.zeros(len(cols[0]) if cols else 0, dtype=np.uint64)
     for col in cols:
-        enc = col.dictionary_encode() if not pa.types.is_dictionary(col.type) else col
-        if isinstance(enc, pa.ChunkedArray):
-            enc = enc.combine_chunks()
-        values = enc.dictionary.to_pylist()
-        new = [v for v in values if v not in memo]
-        if new:
-            texts = np.asarray(new, dtype=object).astype(str).astype(object)
-            memo.update(zip(new, pd.util.hash_array(texts)))
-        per = np.fromiter((memo[v] for v in values), dtype=np.uint64, count=len(values))
-        codes = enc.indices.to_numpy(zero_copy_only=False)
-        mask = enc.indices.is_null().to_numpy(zero_copy_only=False)
-        codes = np.where(mask, 0, codes).astype(np.int64)
-        got = per[codes] if len(per) else np.zeros(len(codes), dtype=np.uint64)
+        col = _array(col)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        mask = col.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_nested(col.type):  # no dictionary kernel for lists and structs: one text per row
+            texts = np.asarray([_key_text(v) for v in col.to_pylist()], dtype=object)
+            got = pd.util.hash_array(texts) if len(texts) else np.zeros(0, dtype=np.uint64)
+        else:
+            enc = col.dictionary_encode()
+            kind = str(col.type)
+            values = [(kind, v) for v in enc.dictionary.to_pylist()]
+            new = [v for v in values if v not in memo]
+            if new:
+                texts = np.asarray([_key_text(v) for _, v in new], dtype=object)
+                memo.update(zip(new, pd.util.hash_array(texts)))
+            per = np.fromiter((memo[v] for v in values), dtype=np.uint64, count=len(values))
+            codes = np.where(mask, 0, enc.indices.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)
+            got = per[codes] if len(per) else np.zeros(len(codes), dtype=np.uint64)
         got = np.where(mask, np.uint64(0x9E3779B97F4A7C15), got)
         h = h * np.uint64(0x100000001B3) ^ got
     return h
