@@ -136,6 +136,9 @@ def partition_values(n: int) -> list[int]:
     return [out.get(p, p) for p in range(n)]
 
 
+FLUSH_BYTES = 256 << 20
+"""Input bytes a map task holds before it packs them (see :meth:`Packer.pack_task`)."""
+
 PARTITION_BYTES = 256 << 20
 """Input bytes per reduce partition of a key-set backfill beyond one per core (each reduce task holds its rows)."""
 
@@ -237,6 +240,7 @@ class Packer:
     reading: TimeReading
     parts: list[int]
     flush_rows: int = 400_000
+    flush_bytes: int = FLUSH_BYTES
 
     def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Inside a Spark task: the task's input batches, packed (see :meth:`pack_task`)."""
@@ -249,9 +253,11 @@ class Packer:
     def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
         """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order.
 
-        Batches are held until ``flush_rows`` rows, then read as one table: the times, keys and
-        segments of many of Spark's small batches in one vectorised call each (one time parse per
-        distinct text of the held rows, not per batch).
+        Batches are held until ``flush_rows`` rows or ``flush_bytes`` bytes, then read as one table:
+        the times, keys and segments of many of Spark's small batches in one vectorised call each
+        (one time parse per distinct text of the held rows, not per batch). The byte bound keeps
+        wide rows inside Arrow's 32-bit offsets (2 GiB per string or binary array): the held rows
+        are combined into one table, and each key set's packed rows leave as a batch of their own.
         """
         import pyarrow as pa
 
@@ -260,19 +266,20 @@ class Packer:
         seg_codes: dict[str, int] = {}
         hashes: dict[Any, np.uint64] = {}
         held: list[Any] = []
-        rows = 0
+        rows = size = 0
         done = 0  # rows of this task packed so far: the row order
         for batch in batches:
             if batch.num_rows:
                 held.append(batch)
                 rows += batch.num_rows
-            if rows < self.flush_rows:
+                size += batch.nbytes
+            if rows < self.flush_rows and size < self.flush_bytes:
                 continue
-            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
+            yield from self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
             done += rows
-            held, rows = [], 0
+            held, rows, size = [], 0, 0
         if held:
-            yield self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
+            yield from self._pack(held, pid, done, stats, seg_codes, hashes, nparts)
         rows_out = [(seg, i, st) for seg, per in stats.items() for i, st in enumerate(per)]
         if rows_out:
             k = len(rows_out)
@@ -288,7 +295,7 @@ class Packer:
             })
 
     def _pack(self, held: list[Any], pid: int, done: int, stats: dict[str, list[list[int]]], seg_codes: dict[str, int],
-              hashes: dict[Any, np.uint64], nparts: int) -> Any:
+              hashes: dict[Any, np.uint64], nparts: int) -> list[Any]:
         """The held batches (rows ``done`` on of the task) as one packed row per group; ``stats``,
         ``seg_codes`` and ``hashes`` carry over the task's flushes."""
         import pyarrow as pa
@@ -352,14 +359,14 @@ class Packer:
             ms, ok, _ = self.reading.read(pd.DataFrame({self.time_col: _arrow_values(col)}), self.time_col)
         return ms, ok
 
-    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int]) -> Any:
-        """One packed row per group of the held rows: each key set's rows ordered by group once, then
-        each group's slice written as an Arrow stream."""
+    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int]) -> list[Any]:
+        """One packed row per group of the held rows, a batch per key set: each key set's rows ordered
+        by group once, then each group's slice written as an Arrow stream."""
         import pyarrow as pa
 
         segs = sorted(seg_codes, key=seg_codes.__getitem__)
         meta = {_SEGS_META: json.dumps(segs).encode()}
-        parts, kss, buckets, blobs = [], [], [], []
+        out = []
         for ks in range(len(self.key_sets)):
             gid = assigned[ks]
             perm = np.argsort(gid, kind="stable")
@@ -371,22 +378,23 @@ class Packer:
             if not wanted:
                 continue
             taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
+            parts, buckets, blobs = [], [], []
             for bucket, a, e in wanted:
                 sub = taken.slice(a, e - a)
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, sub.schema) as w:
                     w.write_table(sub)
                 parts.append(self.parts[bucket % len(self.parts)])
-                kss.append(ks)
                 buckets.append(bucket)
                 blobs.append(sink.getvalue().to_pybytes())
-        n = len(blobs)
-        return pa.RecordBatch.from_pydict({
-            PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array(kss, pa.int32()),
-            "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: pa.array(blobs, pa.binary()),
-            "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
-            "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
-        })
+            n = len(blobs)
+            out.append(pa.RecordBatch.from_pydict({
+                PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array([ks] * n, pa.int32()),
+                "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: pa.array(blobs, pa.binary()),
+                "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
+                "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
+            }))
+        return out
 
 
 def _array(col: Any) -> Any:

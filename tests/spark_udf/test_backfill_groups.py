@@ -336,7 +336,9 @@ def test_packed_groups_give_cep_runs_rows_without_spark(tmp_path: Path, seed: in
     # files are segments; a task reads whole files (here: the first, then the other two)
     cut = sum(1 for b in batches if b.column("_cep_source")[b.num_rows - 1].as_py() == str(paths[0]))
     parts = partition_values(3)
-    packer = Packer("ts", key_sets, ("_cep_source",), TimeReading(), parts, flush_rows=rng.randint(40, 300))
+    # flushes by rows or by bytes (a row here is about 60 bytes of Arrow)
+    packer = Packer("ts", key_sets, ("_cep_source",), TimeReading(), parts, flush_rows=rng.randint(40, 300),
+                    flush_bytes=rng.choice([1 << 30, rng.randint(1_000, 8_000)]))
     packed = _pack(packer, batches, [cut, len(batches) - cut])
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source",))
     frames = []

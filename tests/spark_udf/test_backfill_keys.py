@@ -84,3 +84,22 @@ def test_nested_keys_reach_the_rules_as_cep_runs_errors() -> None:
                     seen[ks][json.dumps(v, sort_keys=True)].add(bucket)
     assert {ks: sum(1 for _ in v) for ks, v in seen.items()} == {0: 3, 1: 3}
     assert all(len(b) == 1 for v in seen.values() for b in v.values())
+
+
+def test_wide_rows_flush_by_bytes_and_each_key_set_leaves_as_its_own_batch() -> None:
+    """A task holds at most ``flush_bytes`` of input before packing (not 400,000 rows of any width: a
+    string or binary Arrow array holds at most 2 GiB), and a flush's key sets leave in batches of their own."""
+    wide = pa.schema([("k", pa.string()), ("g", pa.string()), ("ts", pa.int64()), ("text", pa.string())])
+    rows = [{"k": f"k{n % 7}", "g": f"g{n % 3}", "ts": n, "text": "x" * 1000} for n in range(200)]
+    table = pa.Table.from_pylist(rows, schema=wide)
+    packer = Packer("ts", [("g",), ("k",)], (), TimeReading(max_future_skew_ms=None), partition_values(3),
+                    flush_bytes=20_000)
+    out = list(packer.pack_task(iter(table.to_batches(max_chunksize=10)), 0))
+    data = [rb for rb in out if rb.column("_cep_rows").null_count < rb.num_rows]
+    assert all(len(set(rb.column("_cep_ks").to_pylist())) == 1 for rb in data)
+    # 200 rows of 1 kB in flushes of 20 kB: ten flushes (of two batches each), each packed once per key set
+    assert len(data) == 2 * 10
+    assert max(sum(len(b) for b in rb.column("_cep_rows").to_pylist()) for rb in data) < 40_000
+    orders = sorted(o for rb in data for b in rb.column("_cep_rows").to_pylist() if b is not None
+                    for o in pa.ipc.open_stream(b).read_all().column("_cep_order").to_pylist())
+    assert orders == sorted(list(range(200)) * 2)  # every row once per key set, in its place
