@@ -800,7 +800,7 @@ def arrival_plan(rows: Iterable[Any], nsets: int, per_input: bool = False) -> di
     plan: dict[str, tuple[int, list[int]]] = {}
     run = [_MIN] * nsets
     current: Any = None
-    for rank, seg in enumerate(sorted(per, key=json.loads)):
+    for rank, seg in enumerate(sorted(per, key=_segment_order)):
         if per_input:
             first = json.loads(seg)[0]
             if first != current:
@@ -808,6 +808,12 @@ def arrival_plan(rows: Iterable[Any], nsets: int, per_input: bool = False) -> di
         plan[seg] = (rank, list(run))
         run = [max(r, mx) for r, mx in zip(run, per[seg])]
     return plan
+
+
+def _segment_order(seg: str) -> list[tuple[bool, Any]]:
+    """A segment key's place in arrival order: its values in order, NULL before any value (as Spark
+    sorts), so that a NULL in a user's arrival column ranks instead of failing the comparison."""
+    return [(v is not None, v) for v in json.loads(seg)]
 
 
 def annotate_arrival(

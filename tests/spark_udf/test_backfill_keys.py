@@ -103,3 +103,13 @@ def test_wide_rows_flush_by_bytes_and_each_key_set_leaves_as_its_own_batch() -> 
     orders = sorted(o for rb in data for b in rb.column("_cep_rows").to_pylist() if b is not None
                     for o in pa.ipc.open_stream(b).read_all().column("_cep_order").to_pylist())
     assert orders == sorted(list(range(200)) * 2)  # every row once per key set, in its place
+
+
+def test_a_null_arrival_column_ranks_its_segment_first_instead_of_failing() -> None:
+    """A user's arrival column (``SparkRunConfig.arrival_columns``) may hold NULL: its segment comes first
+    (as Spark sorts NULLs first), where comparing None with a path used to raise a TypeError."""
+    from spark_udf.core import arrival_plan
+
+    plan = arrival_plan([('["a", 1]', 0, 5), ('[null, 0]', 0, 3), ('["a", null]', 0, 4), ('[null, null]', 0, 9)], 1)
+    assert sorted(plan, key=lambda s: plan[s][0]) == ['[null, null]', '[null, 0]', '["a", null]', '["a", 1]']
+    assert plan['["a", 1]'] == (3, [9])
