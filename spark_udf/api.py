@@ -116,7 +116,8 @@ class SparkRunConfig:
     (with 4 shuffle partitions merged into 3 tasks, one of 2 cores waited a third of the stage); 0: the
     session's shuffle partitions, merged as adaptive execution decides. Key-set groups: each reduce
     partition is one group per key set; None gives one per core, more for a large input (one per
-    256 MB of input as Spark estimates it; 4 per core when it does not know), 0 the session's
+    256 MB of input per key set as Spark estimates it: every key set packs every row once; 4 per
+    core when it does not know), 0 the session's
     shuffle partitions."""
     clock: Clock | None = None
     """Wall clock (epoch ms) of the rules' future guard: None reads the machine's (a stream: each
@@ -820,14 +821,14 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
         rules_of.setdefault(i, []).append(r.name)
         lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
     seg_cols = tuple(layout.segment_columns)
-    parts = _backfill_partitions(frame, cfg)
+    parts = _backfill_partitions(frame, cfg, len(key_sets))
     packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts))
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
     packed = frame.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
 
 
-def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
+def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig, key_sets: int = 1) -> int:
     """The reduce partitions of a key-set backfill (:attr:`SparkRunConfig.backfill_partitions`)."""
     from spark_udf.backfill import reduce_partitions
 
@@ -840,7 +841,7 @@ def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig) -> int:
         cores = x.sparkSession.sparkContext.defaultParallelism
     except Exception:  # a Spark Connect session has no SparkContext: its shuffle partitions
         cores = max(1, int(x.sparkSession.conf.get("spark.sql.shuffle.partitions", "4") or 4) // 4)
-    return reduce_partitions(cores, _input_bytes(x))
+    return reduce_partitions(cores, _input_bytes(x), key_sets)
 
 
 def _input_bytes(x: DataFrame) -> int | None:

@@ -143,21 +143,25 @@ PARTITION_BYTES = 256 << 20
 """Input bytes per reduce partition of a key-set backfill beyond one per core (each reduce task holds its rows)."""
 
 
-def reduce_partitions(cores: int, input_bytes: int | None) -> int:
+def reduce_partitions(cores: int, input_bytes: int | None, key_sets: int = 1) -> int:
     """The default reduce partitions of a key-set backfill: one per core, more for a large input.
 
     Each reduce task costs a Python worker call, its function and its groups' set-up (about half a
     CPU second each on the S&P file: 2 partitions used 12-18 CPU s, 8 used 17-23, in one session),
-    so as few as keep every core busy; but a task holds its partition's rows in memory, so a large
-    input gets one partition per ``PARTITION_BYTES`` of input. Unknown size: 4 per core.
+    so as few as keep every core busy; but a task holds its partition's rows in memory, and every
+    key set packs every row once, so a large input gets one partition per ``PARTITION_BYTES`` of
+    input per key set (which also keeps a partition's packed rows well under the 2 GiB a Spark
+    Arrow binary column holds when they reach the reduce side). Unknown size: 4 per core.
 
     Example:
         >>> reduce_partitions(2, 66 << 20), reduce_partitions(2, 10 << 30), reduce_partitions(2, None)
         (2, 40, 8)
+        >>> reduce_partitions(2, 10 << 30, key_sets=3)
+        120
     """
     if input_bytes is None:
         return max(1, 4 * cores)
-    return max(1, cores, -(-input_bytes // PARTITION_BYTES))
+    return max(1, cores, -(-input_bytes * max(1, key_sets) // PARTITION_BYTES))
 
 
 def _arrow_values(col: Any) -> np.ndarray:
