@@ -471,7 +471,6 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         size: int | None = os.fstat(f.fileno()).st_size
     except (AttributeError, OSError, io.UnsupportedOperation):  # an in-memory file
         size = None
-    flat = flat_for(size)
     if start_line:
         while lines.lineno < start_line:
             _, _, ends = lines.take(start_line - lines.lineno)
@@ -487,7 +486,8 @@ def _block_batches(f: BinaryIO, batch_size: int, src: str | None, start_line: in
         # every RETRY_EVERY blocks: a refused parse costs a third of the per-line decoding
         if misses < 2 or misses % RETRY_EVERY == 0:
             codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            cols = decode_block(block, ends, hints, codes, flat, dicts)
+            # (asked at every block: the rules may have imported numba since the last one)
+            cols = decode_block(block, ends, hints, codes, flat_for(size), dicts)
             if cols is not None:
                 misses = 0
                 enc = {k: (cols[k], c, u) for k, (c, u) in codes.items()}

@@ -1,29 +1,40 @@
-"""Flat JSON lines (one object of strings, integers, booleans and nulls per line) scanned by compiled code.
+"""Flat JSON lines (one object of strings, numbers, booleans and nulls per line) scanned by compiled code.
 
 Most event files are flat: every line names the same fields in the same order, and every value is
-a string, an integer, ``true``/``false`` or ``null``. For such a block of lines a scanner compiled
+a string, a number, ``true``/``false`` or ``null``. For such a block of lines a scanner compiled
 with numba reads every line in one pass over the bytes (the scan itself runs at about 400 MB per
 CPU second here, several times Arrow's JSON reader on one core), and each string column is
 dictionary-encoded on the way, so that a distinct host or URL becomes one Python string however
 often it repeats, and its codes serve group keys and distinct counts downstream.
 
 The scanner is a fast path only: it accepts a block when every line has exactly the first line's
-fields in the first line's order, and each column holds one kind of value (NULL aside); anything
-else (decimals, nested values, another field order, a byte it does not expect) makes it give the
-block back (``None``) to Arrow's reader and the per-line decoder (:mod:`cep.json_blocks`), which
-decide every other case. What it returns is what the per-line decoder builds (tested against it).
+fields in the first line's order, and each column holds one kind of value (NULL aside: integers,
+decimals, strings or booleans); anything else (nested values, another field order, a byte it does
+not expect, a decimal it cannot read exactly) makes it give the block back (``None``) to Arrow's
+reader and the per-line decoder (:mod:`cep.json_blocks`), which decide every other case. A
+decimal is read when its digits make at most 2**53 and its power of ten lies within 10**22 either
+way (prices, measurements: nearly every decimal written by people or by a shortest-form printer):
+then one multiplication or division of two exact doubles gives the correctly rounded value, the
+one the per-line decoder's parser gives. What it returns is what the per-line decoder builds (tested against it).
 
 Numba costs about a second of CPU once per process (its import, and loading the compiled code
 from its cache), which a file pays back from about 100 MB on (the scanner saves some 10 ms of CPU
-per MB against Arrow). So by default (``CEP_FLAT_JSON=auto``) a file takes the scanner when it has
-at least :data:`FLAT_MIN_BYTES` bytes or the scanner is already loaded in the process; ``on``
-takes it for every file, ``off`` for none; without numba every block goes to Arrow.
+per MB against Arrow). Once numba is imported (the rules' compiled paths import it at their first
+batch), loading the scanner costs about 60 ms (measured 56-59 ms after the batch DFA's kernels),
+paid back after some 50,000 lines (1.2 us a line saved on market bars: 74,129 S&P 500 bars
+decoded in 0.116 CPU s by Arrow and 0.020-0.026 s by the scanner). So by default
+(``CEP_FLAT_JSON=auto``) a file takes the scanner when it has at least :data:`FLAT_MIN_BYTES`
+bytes, or :data:`FLAT_WITH_NUMBA_BYTES` with numba imported (decided again at every block: a
+file's first block goes to Arrow, the rest to the scanner once the rules loaded numba), or the
+scanner is already loaded in the process; ``on`` takes it for every file, ``off`` for none;
+without numba every block goes to Arrow.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -38,8 +49,11 @@ FLAT_ENV = "CEP_FLAT_JSON"
 """Environment variable: ``auto`` (default), ``on`` or ``off`` (see the module docstring)."""
 FLAT_MIN_BYTES = 64 << 20
 """Under ``auto``, files from this size on load the scanner (smaller ones use it once it is loaded)."""
+FLAT_WITH_NUMBA_BYTES = 4 << 20
+"""Under ``auto``, files from this size on load the scanner once numba is imported in the process."""
 
-_NULL, _STR, _INT, _BOOL = 0, 1, 2, 3
+_NULL, _STR, _INT, _BOOL, _FLOAT = 0, 1, 2, 3, 4
+_POW10 = np.array([float(10**k) for k in range(23)])  # each exact as a double: 5**22 < 2**53
 _MAX_FIELDS = 256
 
 _HAVE_NUMBA = importlib.util.find_spec("numba") is not None  # imported when first needed: it is slow to import
@@ -71,11 +85,16 @@ def flat_for(size: int | None) -> bool:
     """
     if not flat_enabled():
         return False
-    return _mode() == "on" or bool(_compiled) or (size is not None and size >= FLAT_MIN_BYTES)
+    if _mode() == "on" or bool(_compiled) or (size is not None and size >= FLAT_MIN_BYTES):
+        return True
+    # numba already imported (the rules' compiled paths load it at their first batch): loading the
+    # scanner then costs ~60 ms of CPU, paid back by ~50,000 lines
+    return size is not None and size >= FLAT_WITH_NUMBA_BYTES and "numba" in sys.modules
 
 
-def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # pragma: no cover - compiled
-    """Scan every line; 0 when each is ``{"k1":v1,...}`` with the expected keys, else 1 + the bad line."""
+def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals, fvals, pow10):  # pragma: no cover - compiled
+    """Scan every line; 0 when each is ``{"k1":v1,...}`` with the expected keys, else 1 + the bad line
+    (``pow10``: the exact powers of ten 10**0 to 10**22 as doubles)."""
     nf = len(key_off) - 1
     n = len(starts)
     for i in range(n):
@@ -138,7 +157,7 @@ def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # p
                 vend[f, i] = p
                 ivals[f, i] = esc
                 p += 1
-            elif c == 45 or (c >= 48 and c <= 57):  # an integer (JSON grammar), within int64
+            elif c == 45 or (c >= 48 and c <= 57):  # a number (JSON grammar)
                 neg = False
                 if c == 45:
                     neg = True
@@ -154,9 +173,43 @@ def _scan_py(buf, starts, ends, keys, key_off, kinds, vstart, vend, ivals):  # p
                 if nd == 0 or nd > 18 or (nd > 1 and buf[d0] == 48):
                     return i + 1
                 if p < e and (buf[p] == 46 or buf[p] == 101 or buf[p] == 69):  # '.', 'e', 'E': a decimal
-                    return i + 1
-                kinds[f, i] = 2
-                ivals[f, i] = -v if neg else v
+                    nfrac = 0
+                    if buf[p] == 46:
+                        p += 1
+                        f0 = p
+                        while p < e and buf[p] >= 48 and buf[p] <= 57:
+                            v = v * 10 + (buf[p] - 48)
+                            p += 1
+                        nfrac = p - f0
+                        if nfrac == 0 or nd + nfrac > 18:  # (v has not wrapped within 18 digits)
+                            return i + 1
+                    ex = 0
+                    if p < e and (buf[p] == 101 or buf[p] == 69):
+                        p += 1
+                        eneg = False
+                        if p < e and (buf[p] == 43 or buf[p] == 45):
+                            eneg = buf[p] == 45
+                            p += 1
+                        x0 = p
+                        while p < e and buf[p] >= 48 and buf[p] <= 57 and p - x0 < 4:
+                            ex = ex * 10 + (buf[p] - 48)
+                            p += 1
+                        if p == x0 or (p < e and buf[p] >= 48 and buf[p] <= 57):
+                            return i + 1
+                        if eneg:
+                            ex = -ex
+                    # exact only where one IEEE operation on two exact doubles gives it (correctly
+                    # rounded, as orjson's parse is): digits within 2**53 and a power of ten within
+                    # 10**22; anything else goes to the other decoders
+                    k10 = ex - nfrac
+                    if v > 9007199254740992 or k10 > 22 or k10 < -22:
+                        return i + 1
+                    x = np.float64(v) * pow10[k10] if k10 >= 0 else np.float64(v) / pow10[-k10]
+                    kinds[f, i] = 4
+                    fvals[f, i] = -x if neg else x
+                else:
+                    kinds[f, i] = 2
+                    ivals[f, i] = -v if neg else v
             elif c == 116:  # true
                 if p + 4 > e or buf[p + 1] != 114 or buf[p + 2] != 117 or buf[p + 3] != 101:
                     return i + 1
@@ -518,7 +571,7 @@ def _first_keys(block: bytes, end: int) -> list[str] | None:
     if not isinstance(obj, dict) or not obj or len(obj) > _MAX_FIELDS:
         return None
     for v in obj.values():
-        if isinstance(v, (dict, list, float)):
+        if isinstance(v, (dict, list)):
             return None
     return list(obj)
 
@@ -567,13 +620,14 @@ def decode_flat(block: bytes, ends: np.ndarray,
     vstart = np.empty((nf, n), dtype=np.int64)
     vend = np.empty((nf, n), dtype=np.int64)
     ivals = np.empty((nf, n), dtype=np.int64)
-    if scan(buf, starts, np.asarray(ends, dtype=np.int64), key_bytes, key_off, kinds, vstart, vend, ivals):
+    fvals = np.empty((nf, n), dtype=np.float64)
+    if scan(buf, starts, np.asarray(ends, dtype=np.int64), key_bytes, key_off, kinds, vstart, vend, ivals, fvals, _POW10):
         return None
     cols: dict[str, np.ndarray] = {}
     enc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for f, name in enumerate(keys):
         kf = kinds[f]
-        per_kind = np.bincount(kf, minlength=4)
+        per_kind = np.bincount(kf, minlength=5)
         present = np.flatnonzero(per_kind[1:]) + 1
         if len(present) > 1:  # a column of mixed kinds: the other decoders say what it becomes
             return None
@@ -610,6 +664,13 @@ def decode_flat(block: bytes, ends: np.ndarray,
                 cols[name] = ivals[f].copy()
             else:
                 obj = ivals[f].astype(object)
+                obj[~nonnull] = None
+                cols[name] = obj
+        elif kind == _FLOAT:
+            if allvalid:
+                cols[name] = fvals[f].copy()
+            else:
+                obj = fvals[f].astype(object)
                 obj[~nonnull] = None
                 cols[name] = obj
         else:

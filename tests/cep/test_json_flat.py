@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import orjson
 import pandas as pd
@@ -36,6 +38,9 @@ def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None
         xs, ys = got[k].tolist(), want[k].tolist()
         assert [type(v) for v in xs] == [type(v) for v in ys], k
         assert xs == ys, k
+        # floats bit for bit (the sign of a zero too)
+        assert [struct.pack("<d", v) for v in xs if isinstance(v, float)] == \
+            [struct.pack("<d", v) for v in ys if isinstance(v, float)], k
 
 
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
@@ -44,6 +49,8 @@ KINDS = {
     "pool": st.sampled_from(["/a", "/b", "h\u00e9", "", "x\"y", "tab\there", "\\", "/images/x.gif"]),
     "int": st.integers(-(10**18) + 1, 10**18 - 1),
     "bool": st.booleans(),
+    # decimals as prices and measurements are written: few digits, a shortest-form double
+    "dec": st.builds(lambda m, k: m / 10**k, st.integers(-(10**12), 10**12), st.integers(0, 8)),
 }
 
 
@@ -95,8 +102,20 @@ def test_flat_blocks_decode_as_the_per_line_decoder_does(case):
     [b'{"a":1,"b":"x"}', b'{"b":"x","a":1}'],  # another field order
     [b'{"a":1,"b":"x"}', b'{"a":1}'],  # a field missing
     [b'{"a":1,"b":"x"}', b'{"a":1,"b":"x","c":2}'],  # a field more
-    [b'{"a":1}', b'{"a":1.5}'],  # a decimal
+    [b'{"a":1}', b'{"a":1.5}'],  # an integer and a decimal in a column
+    [b'{"a":1.5}', b'{"a":1}'],
     [b'{"a":1}', b'{"a":1e3}'],  # an exponent
+    [b'{"a":1.5}', b'{"a":1.7976931348623157e308}'],  # more digits than 2**53
+    [b'{"a":1.5}', b'{"a":1e23}'],  # a power of ten past 10**22
+    [b'{"a":1.5}', b'{"a":1e-23}'],
+    [b'{"a":1.5}', b'{"a":1.}'],  # malformed decimals
+    [b'{"a":1.5}', b'{"a":.5}'],
+    [b'{"a":1.5}', b'{"a":1e}'],
+    [b'{"a":1.5}', b'{"a":1e+}'],
+    [b'{"a":1.5}', b'{"a":01.5}'],
+    [b'{"a":1.5}', b'{"a":1.5.2}'],
+    [b'{"a":1.5}', b'{"a":NaN}'],
+    [b'{"a":1.5}', b'{"a":-Infinity}'],
     [b'{"a":1}', b'{"a":"1"}'],  # mixed kinds in a column
     [b'{"a":1}', b'{"a":[1]}'],  # nested
     [b'{"a":1}', b'{"a":123456789012345678901}'],  # beyond int64
@@ -113,6 +132,38 @@ def test_flat_blocks_decode_as_the_per_line_decoder_does(case):
 def test_anything_else_is_given_back(lines):
     block, ends = block_of(lines)
     assert decode_flat(block, ends) is None
+
+
+@SETTINGS
+@given(st.lists(st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),  # shortest forms, up to 17 digits: some given back
+    # decimal texts of any length and exponent (the parse must round as the per-line decoder's does)
+    st.builds(lambda sign, whole, frac, ex: f"{sign}{whole}{'.' + frac if frac else ''}{ex}",
+              st.sampled_from(["", "-"]), st.sampled_from(["0", "1", "9", "45", "123456789", "9007199254740993"]),
+              st.text(alphabet="0123456789", max_size=20),
+              st.sampled_from(["", "e0", "e5", "E-7", "e+22", "e-22", "e21", "e-30", "e290"]))),
+    min_size=1, max_size=40))
+def test_decimals_are_read_exactly_or_given_back(values):
+    lines = [b'{"x":' + (orjson.dumps(v) if isinstance(v, float) else v.encode()) + b',"k":"a"}' for v in values]
+    block, ends = block_of(lines)
+    got = decode_flat(block, ends)
+    want = per_line(lines)
+    if got is not None:
+        assert_same(got, want)
+    if all(isinstance(v, float) and v == v and abs(v) < 1e15 and len(repr(v)) <= 12 for v in values):
+        assert got is not None  # a few digits: read by the scanner
+
+
+def test_prices_take_the_scanner():
+    lines = [b'{"date":"2013-02-08","open":45.07,"close":45.08,"volume":1824755,"symbol":"A"}',
+             b'{"date":"2013-02-08","open":-0.0,"close":1e-7,"volume":8407500,"symbol":"AAL"}',
+             b'{"date":"2013-02-11","open":78.34,"close":null,"volume":0,"symbol":"A"}']
+    block, ends = block_of(lines)
+    got = decode_flat(block, ends)
+    assert got is not None
+    assert_same(got, per_line(lines))
+    assert got["open"].dtype == np.float64 and got["close"].dtype == object
+    assert got["open"].tolist() == [45.07, -0.0, 78.34] and got["close"].tolist() == [45.08, 1e-7, None]
 
 
 def test_escapes_decode_as_json_and_a_last_line_may_lack_its_newline():
@@ -151,6 +202,23 @@ def test_the_scanner_setting_is_checked(monkeypatch):
     monkeypatch.setenv("CEP_FLAT_JSON", "fast")
     with pytest.raises(ValueError, match="CEP_FLAT_JSON='fast': expected 'auto'"):
         flat_for(10)
+
+
+def test_auto_takes_the_scanner_for_smaller_files_once_numba_is_imported(monkeypatch):
+    import sys
+
+    import numba  # noqa: F401 - imported, as the rules' compiled paths import it
+
+    import cep.json_flat as jf
+
+    monkeypatch.setenv("CEP_FLAT_JSON", "auto")
+    monkeypatch.setattr(jf, "_compiled", {})  # the scanner not loaded yet in this process
+    assert jf.flat_for(jf.FLAT_WITH_NUMBA_BYTES)
+    assert not jf.flat_for(jf.FLAT_WITH_NUMBA_BYTES - 1)
+    assert not jf.flat_for(None)  # (an in-memory file: size unknown)
+    monkeypatch.delitem(sys.modules, "numba")
+    assert not jf.flat_for(jf.FLAT_WITH_NUMBA_BYTES)
+    assert jf.flat_for(jf.FLAT_MIN_BYTES)
 
 
 def test_newlines_compiled_and_numpy_agree() -> None:
