@@ -20,6 +20,10 @@ from cep.safe_pickle import loads as safe_loads
 from cep.sharing import rejoin_histories
 from patterns.rules import parse_rule_text
 
+# histories are the batch DFA's (compiled with numba, a dependency): with CEP_NO_NUMBA=1 no rule
+# steps on it, so there is nothing to share or restore (tests/cep/test_compiled.py covers that mode)
+pytestmark = pytest.mark.skipif(not batch_dfa._numba_ok(), reason="the batch DFA needs numba (CEP_NO_NUMBA is set)")
+
 HEAD = "SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts\n"
 
 # condition texts recur across rules (thresholds from a short list) so that masks, PREV values

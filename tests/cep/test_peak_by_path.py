@@ -80,6 +80,10 @@ def test_the_peak_is_the_same_on_every_path(name, seed, keys, n, ncuts, snap, d,
     assert all(v == first for v in got.values()), {k: v[1:] for k, v in got.items()}
 
 
+# the batch DFA is compiled: without numba (CEP_NO_NUMBA=1) its rules step on the lazy DFA
+BATCH = {"batch_dfa"} if batch_dfa._numba_ok() else set()
+
+
 def test_each_rule_moves_between_the_paths_it_is_meant_to():
     """The rules above do cross paths with the switches (so the equality above compares paths)."""
     events = [{"k": 0, "ts": i, "x": (i * 7) % 10} for i in range(50)]
@@ -89,10 +93,10 @@ def test_each_rule_moves_between_the_paths_it_is_meant_to():
         for lanes_on, batch, rewrite in itertools.product((True, False), repeat=3):
             paths.add(_run(_sql(body, 1, None, "PAST LAST ROW"), events, [], None, lanes_on, batch, rewrite)[2])
         seen[name] = paths
-    assert seen["rewritten_fixed"] == {"batch_dfa", "lazy_dfa", "general"}
-    assert seen["rewritten_lanes_shape"] == {"batch_dfa", "lazy_dfa", "general"}
+    assert seen["rewritten_fixed"] == {"lazy_dfa", "general"} | BATCH
+    assert seen["rewritten_lanes_shape"] == {"lazy_dfa", "general"} | BATCH
     assert seen["lanes"] == {"lanes", "general"}
-    assert seen["row_local"] == {"batch_dfa", "lazy_dfa"}
+    assert seen["row_local"] == {"lazy_dfa"} | BATCH
 
 
 def test_runs_in_one_position_count_once_and_merged_start_rows_not_at_all():
@@ -111,4 +115,4 @@ def test_runs_in_one_position_count_once_and_merged_start_rows_not_at_all():
             _, op, path = _run(_sql(body, d, None, "PAST LAST ROW"), events, [1], None, True, batch, rewrite)
             assert op.stats.partial_matches_peak == peak, (body, batch, rewrite, path)
             paths.add(path)
-        assert paths == {"batch_dfa", "lazy_dfa", "general"}
+        assert paths == {"lazy_dfa", "general"} | BATCH
