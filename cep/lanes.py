@@ -1117,22 +1117,42 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
 class LaneBatch:
     """The keys of one batch that one call of the compiled loop stepped together (:func:`step_batch`):
     what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
-    that matches leave in the same order as when each key steps alone."""
+    that matches leave in the same order as when each key steps alone.
 
-    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later")
+    The batch's columns come as lists (``cols``, ``masks``, ``ts``), or as the operator's arrays
+    with ``lists`` making the lists when a key needs the engine's own stepping (the cap, a fork, an
+    intermediate past 2**53): the keys the loop finished read only the few rows they keep and
+    output, so the arrays spare a list of every column per batch and rule (about a tenth of the
+    200-rule benchmark's V-shapes, counting the lists' freeing)."""
+
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later",
+                 "took", "lists", "_made_lists")
 
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
-                 Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int]):
+                 Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int],
+                 took: list[int], lists: Callable[[], tuple[list, list, list]] | None = None):
         self.a, self.kp, self.pool, self.got = a, kp, pool, got
         self.rec = rec  # the matches the call recorded for all keys, each key's from its K_ROFF
         self.keys = keys.tolist()  # one row per key stepped (_lanes_kernel.K_*), as the call left it
         self.Q = Q
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
         self.cols, self.masks, self.ts = cols, masks, ts
+        self.lists = lists  # (arrays: makes the lists of cols, ts and masks)
+        self._made_lists: tuple[list, list, list] | None = None
         self.where = where  # segment -> its row in ``keys``
+        self.took = took  # the segments stepped, in key order (``keys``' rows)
         # (state, first row kept, end, batch row of its partition row 0) of each key finished
         # without the engine: its rows are kept by keep_rows, for all such keys at once
         self.later: list[tuple[KeyState, int, int, int]] = []
+
+    def _as_lists(self) -> tuple[list, list, list]:
+        """The batch's columns (with the masks last), masks and times as lists."""
+        if self.lists is None:
+            return self.cols, self.masks, self.ts
+        if self._made_lists is None:
+            cols, ts, masks = self.lists()
+            self._made_lists = (cols, masks, ts)
+        return self._made_lists
 
     def finish(self, x: int, st: KeyState, emit, stats: StepStats, e: int) -> None:
         """The rest of key row ``x``'s step (state ``st``, batch rows up to ``e``): its start rows
@@ -1155,15 +1175,16 @@ class LaneBatch:
             attempts[:] = self.made[moff: moff + nm]
         st.lanes = pool
         st.nrows = rno0 + n
-        st.last_ts = self.ts[e - 1]
-        cols = self.cols
+        arrays = self.lists is not None
+        st.last_ts = int(self.ts[e - 1]) if arrays else self.ts[e - 1]
         if nr:  # the matches the call found (before any row it stopped at), output in order
-            _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
+            _emit_rec(a, st, self.cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats, arrays)
             st.resume = resume
         if not status:
             self.later.append((st, (attempts[0].start if attempts else rno0 + n) - a.max_back, rno0 + n, s - rno0))
             return
         # the loop returned at row j of this key: go on as the key's own call would
+        cols, masks, ts = self._as_lists()
         pool.reserve(n)
         _scratch(kp, qlen + n)
         io = kp.io
@@ -1171,8 +1192,60 @@ class LaneBatch:
         io[LK.IO_NL] = pool.n  # (lanes made after it, for later keys, are the pool's too)
         taken = _kernel_loop(a, st, kp, pool, self.got, cols, s, n, rno0, qlen + n, emit, stats, None, True)
         if taken < n:
-            step_key_lanes(a, st, cols, s + taken, s + n, self.masks, self.ts, emit, stats, None, None, True)
+            step_key_lanes(a, st, cols, s + taken, s + n, masks, ts, emit, stats, None, None, True)
 
+    def finish_all(self, states: list, seg_keys: list, ends: list[int], emit, stats: StepStats, active: dict,
+                   watch: Callable[[Any], None] | None, deferred: Callable[[KeyState], None]) -> None:
+        """:meth:`finish` of every key the call took, in key order, with the operator's bookkeeping
+        of each (``deferred`` outputs a key's matches held for NEXT; ``active`` holds the keys with
+        start rows or held matches; ``watch``, when the rule has a WITHIN, is told each key with
+        start rows): the operator's loop when the call took all its busy keys, without a method
+        call and a look-up per key for the keys the loop finished (nearly all)."""
+        a, pool, made, max_back = self.a, self.pool, self.made, self.a.max_back
+        arrays = self.lists is not None
+        later = self.later
+        ts, rec, cols = self.ts, self.rec, self.cols
+        took = self.took
+        last = ts[np.array(ends, np.int64)[took] - 1].tolist() if arrays else None
+        LK = self.kp.lk
+        K_S, K_N, K_RNO, K_MOFF, K_ROFF = LK.K_S, LK.K_N, LK.K_RNO, LK.K_MOFF, LK.K_ROFF
+        status_at, middle_at, qh_at = LK.K_IO + LK.IO_STATUS, LK.K_IO + LK.IO_MIDDLE, LK.K_IO + LK.IO_QH
+        nm_at, nr_at, resume_at = LK.K_IO + LK.IO_NMADE, LK.K_IO + LK.IO_NREC, LK.K_IO + LK.IO_RESUME
+        for x, row in enumerate(self.keys):
+            i = took[x]
+            st = states[i]
+            e = ends[i]
+            if row[status_at] or row[middle_at]:  # (the general form)
+                self.finish(x, st, emit, stats, e)
+            else:
+                s, n, rno0 = row[K_S], row[K_N], row[K_RNO]
+                qh, nm, nr, moff = row[qh_at], row[nm_at], row[nr_at], row[K_MOFF]
+                attempts = st.attempts
+                if qh <= len(attempts):
+                    if qh:
+                        del attempts[:qh]
+                    if nm:
+                        attempts.extend(made[moff: moff + nm])
+                else:
+                    attempts[:] = made[moff: moff + nm]
+                st.lanes = pool
+                end = rno0 + n
+                st.nrows = end
+                st.last_ts = last[x] if last is not None else ts[e - 1]
+                if nr:
+                    roff = row[K_ROFF]
+                    _emit_rec(a, st, cols, s - rno0, None, rec[roff: roff + nr], nr, emit, stats, arrays)
+                    st.resume = row[resume_at]
+                later.append((st, (attempts[0].start if attempts else end) - max_back, end, s - rno0))
+            key = seg_keys[i]
+            if st.deferred:
+                deferred(st)
+            if st.attempts or st.deferred:
+                active[key] = None
+                if watch is not None and st.attempts:
+                    watch(key)
+            elif key in active:
+                del active[key]
 
     def keep_rows(self) -> None:
         """What :func:`_keep_rows` does for each key :meth:`finish` left in ``later`` (the engine
@@ -1192,7 +1265,11 @@ class LaneBatch:
             if end > have:
                 idx.extend(range(off + have, off + end))
         made: list = []
-        if len(idx) == 1:
+        if self.lists is not None:
+            if idx:
+                at = np.array(idx, np.int64)
+                made = list(zip(*[c[at].tolist() for c in cols]))
+        elif len(idx) == 1:
             made = [tuple(c[idx[0]] for c in cols)]
         elif idx:
             take = itemgetter(*idx)
@@ -1211,7 +1288,8 @@ class LaneBatch:
 
 def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, starts: list[int], ends: list[int],
                cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats, masks_np: np.ndarray | None = None,
-               arrays: tuple[list, np.ndarray] | None = None) -> LaneBatch | None:
+               arrays: tuple[list, np.ndarray] | None = None,
+               lists: Callable[[], tuple[list, list, list]] | None = None) -> LaneBatch | None:
     """Step every key of segments ``segs`` whose start rows are all on the compiled lane path (or
     that has none) in one call of the compiled loop; the rest of each key's step is
     :meth:`LaneBatch.finish`, in key order (None: no key taken, each steps alone).
@@ -1221,7 +1299,9 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     it as before, so snapshots, ``cep state``, matches and caps read them unchanged.
     ``all_states`` (every key state of the operator) tells which lanes are still queued when the
     arrays are compacted. ``arrays``: the operator's arrays of ``cols`` and ``ts`` (see
-    :func:`_batch_values`).
+    :func:`_batch_values`). ``lists``: ``cols`` (with the masks last), ``masks`` and ``ts`` are
+    the operator's arrays (``ts`` int64), and this makes them as lists (column lists with the
+    masks last, times, masks) for a key that needs the engine's stepping (see :class:`LaneBatch`).
     """
     plan = a.lanes
     kp = plan.kernel if plan is not None else None
@@ -1348,25 +1428,28 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     peak = int(keys[:, LK.K_IO + LK.IO_PEAK].max())
     if peak > stats.partial_matches_peak:
         stats.partial_matches_peak = peak
-    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))))
+    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))), took, lists)
 
 
-def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
+def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int, arrays: bool = False) -> None:
     """Retain the key's partition rows up to ``end`` (exclusive), as tuples made from the batch
     (partition row r is batch row ``off + r``), forgetting every retained row before ``first``
-    (rows no live start row or PREV reads)."""
+    (rows no live start row or PREV reads). ``arrays``: ``cols`` are arrays (their values are
+    read as ``tolist`` gives them, as in the lists)."""
     have = st.base + len(st.rows)
     if first > have:  # (nothing retained is read any more, nor the rows up to first)
         st.rows = []
         st.base = have = min(first, end)
     if end > have:
         j0, j1 = off + have, off + end
-        # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
-        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
+        if arrays:
+            st.rows.extend(zip(*[c[j0:j1].tolist() for c in cols]))
+        else:  # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
+            st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
 
 
 def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: np.ndarray, nr: int, emit,
-              stats: StepStats) -> None:
+              stats: StepStats, arrays: bool = False) -> None:
     """Output the ``nr`` matches a call of the compiled loop recorded for key ``st`` (rows of ``rec``:
     start row, last row, R rows), in order, as ``PatternAutomaton._resolve`` outputs a lane match:
     numbered, counted, its rows retained first (batch row ``off + r`` is partition row r)."""
@@ -1375,7 +1458,7 @@ def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: 
     fast = plan.fast_match
     s_, r_, b_ = plan.s, plan.r, plan.b
     for start, end, k in rec[:nr].tolist():
-        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
+        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1, arrays)
         st.match_number += 1
         stats.matches += 1
         if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
