@@ -183,7 +183,7 @@ def _run(XB, s, n, masks, ts, rno0, io,
         rno = rno0 + j
         m = masks[s + j]
         t = ts[s + j]
-        cur = XB[s + j]
+        xr = s + j  # (the row's values are read from XB in place: a view of the row per row costs its reference count)
         starts = (m & start_bits) != 0 and rno >= resume
         if qt == qh and not starts:
             j += 1
@@ -196,9 +196,9 @@ def _run(XB, s, n, masks, ts, rno0, io,
                     x = agg_x[q]
                     if x < 0:
                         add_cnt[v, q] = 1
-                    elif cur[x] == cur[x]:
+                    elif XB[xr, x] == XB[xr, x]:
                         add_cnt[v, q] = 1
-                        add_sum[v, q] = cur[x]
+                        add_sum[v, q] = XB[xr, x]
         take_r = (m & bit_r) != 0
         take_b = (m & bit_b) != 0
         total = 0
@@ -218,9 +218,11 @@ def _run(XB, s, n, masks, ts, rno0, io,
         # each condition for every live start row at once (one instruction over all of them)
         exact = True
         if nid > 0 and take_r and cond_r:
+            cur = XB[xr]
             exact = _many(code_r, lits_r, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[1],
                           add_sum[1], stack, out_r)
         if nid > 0 and take_b and cond_b:
+            cur = XB[xr]
             exact = _many(code_b, lits_b, cur, cur, ids, nid, prev_ok, L_S, L_CNT, L_SUM, add_cnt[2],
                           add_sum[2], stack, out_b) and exact
         if not exact:  # an intermediate reached 2**53: the row goes to the exact path, nothing of it applied
@@ -281,7 +283,7 @@ def _run(XB, s, n, masks, ts, rno0, io,
             if keep_rb:
                 for q in range(nlc):
                     if lvar[q] == v:
-                        L_S[i, q] = cur[lx[q]]
+                        L_S[i, q] = XB[xr, lx[q]]
             L_sid[i] = nx
             total += nthreads[nx]
         if starts:
@@ -300,7 +302,7 @@ def _run(XB, s, n, masks, ts, rno0, io,
             L_alive[i] = 1
             L_best[i] = -1
             for q in range(nlc):
-                L_S[i, q] = cur[lx[q]] if lvar[q] == 0 else np.nan
+                L_S[i, q] = XB[xr, lx[q]] if lvar[q] == 0 else np.nan
             for q in range(na):
                 L_CNT[i, q] = add_cnt[0, q]
                 L_SUM[i, q] = add_sum[0, q]
