@@ -1200,28 +1200,38 @@ class LaneBatch:
         of each (``deferred`` outputs a key's matches held for NEXT; ``active`` holds the keys with
         start rows or held matches; ``watch``, when the rule has a WITHIN, is told each key with
         start rows): the operator's loop when the call took all its busy keys, without a method
-        call and a look-up per key for the keys the loop finished (nearly all)."""
+        call and a look-up per key for the keys the loop finished (nearly all).
+
+        With arrays, the rows that the recorded matches' outputs retain (:func:`_emit_rec` keeps
+        each match's rows before outputting it) are read from the batch for all keys at once
+        (:func:`_match_steps`), not by one slice of every column per match."""
         a, pool, made, max_back = self.a, self.pool, self.made, self.a.max_back
+        objs, Q = pool.objs, self.Q
         arrays = self.lists is not None
         later = self.later
         ts, rec, cols = self.ts, self.rec, self.cols
         took = self.took
+        keys = self.keys
         last = ts[np.array(ends, np.int64)[took] - 1].tolist() if arrays else None
         LK = self.kp.lk
-        K_S, K_N, K_RNO, K_MOFF, K_ROFF = LK.K_S, LK.K_N, LK.K_RNO, LK.K_MOFF, LK.K_ROFF
+        K_S, K_N, K_RNO, K_MOFF, K_ROFF, K_QOFF = LK.K_S, LK.K_N, LK.K_RNO, LK.K_MOFF, LK.K_ROFF, LK.K_QOFF
         status_at, middle_at, qh_at = LK.K_IO + LK.IO_STATUS, LK.K_IO + LK.IO_MIDDLE, LK.K_IO + LK.IO_QH
-        nm_at, nr_at, resume_at = LK.K_IO + LK.IO_NMADE, LK.K_IO + LK.IO_NREC, LK.K_IO + LK.IO_RESUME
-        for x, row in enumerate(self.keys):
+        nm_at, nr_at, resume_at, qt_at = LK.K_IO + LK.IO_NMADE, LK.K_IO + LK.IO_NREC, LK.K_IO + LK.IO_RESUME, LK.K_IO + LK.IO_QT
+        steps, rows_made = _match_steps(self, states, max_back) if arrays else ({}, [])
+        at = 0  # (the next of rows_made)
+        for x, row in enumerate(keys):
             i = took[x]
             st = states[i]
-            e = ends[i]
-            if row[status_at] or row[middle_at]:  # (the general form)
-                self.finish(x, st, emit, stats, e)
+            if row[status_at]:  # (the loop returned at a row that needs the engine)
+                self.finish(x, st, emit, stats, ends[i])
             else:
                 s, n, rno0 = row[K_S], row[K_N], row[K_RNO]
                 qh, nm, nr, moff = row[qh_at], row[nm_at], row[nr_at], row[K_MOFF]
                 attempts = st.attempts
-                if qh <= len(attempts):
+                if row[middle_at]:
+                    qoff = row[K_QOFF]
+                    attempts[:] = [objs[q] for q in Q[qoff + qh: qoff + row[qt_at]].tolist()]
+                elif qh <= len(attempts):
                     if qh:
                         del attempts[:qh]
                     if nm:
@@ -1231,10 +1241,13 @@ class LaneBatch:
                 st.lanes = pool
                 end = rno0 + n
                 st.nrows = end
-                st.last_ts = last[x] if last is not None else ts[e - 1]
+                st.last_ts = last[x] if last is not None else ts[ends[i] - 1]
                 if nr:
-                    roff = row[K_ROFF]
-                    _emit_rec(a, st, cols, s - rno0, None, rec[roff: roff + nr], nr, emit, stats, arrays)
+                    if arrays:
+                        at = _emit_steps(a, st, steps[x], rows_made, at, emit, stats)
+                    else:
+                        roff = row[K_ROFF]
+                        _emit_rec(a, st, cols, s - rno0, None, rec[roff: roff + nr], nr, emit, stats)
                     st.resume = row[resume_at]
                 later.append((st, (attempts[0].start if attempts else end) - max_back, end, s - rno0))
             key = seg_keys[i]
@@ -1465,6 +1478,69 @@ def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: 
             emit(st, fast(start, end, [s_] + [r_] * k + [b_] * (end - start - k)))
         else:
             emit(st, _chain(a, st, start, k, end - start - k))
+
+
+def _match_steps(batch: LaneBatch, states: list, max_back: int) -> tuple[dict[int, list[tuple]], list[tuple]]:
+    """For :meth:`LaneBatch.finish_all` (arrays): per key row whose matches the call recorded (and
+    that it finished), what :func:`_emit_rec` does to the key's retained rows before each match
+    (start row, last row, R rows; base after forgetting the rows before it, -1: none forgotten;
+    rows added), and the row tuples all of them add, in key and match order, read from the
+    batch at once. The same steps as :func:`_keep_rows` per match, on numbers first."""
+    LK = batch.kp.lk
+    status_at, nr_at = LK.K_IO + LK.IO_STATUS, LK.K_IO + LK.IO_NREC
+    K_S, K_RNO, K_ROFF = LK.K_S, LK.K_RNO, LK.K_ROFF
+    rec, took = batch.rec, batch.took
+    steps: dict[int, list[tuple]] = {}
+    idx: list[int] = []
+    for x, row in enumerate(batch.keys):
+        nr = row[nr_at]
+        if not nr or row[status_at]:
+            continue
+        st = states[took[x]]
+        off = row[K_S] - row[K_RNO]
+        have = st.base + len(st.rows)
+        roff = row[K_ROFF]
+        out = []
+        for start, end, k in rec[roff: roff + nr].tolist():
+            first, stop = start - max_back, end + 1
+            base = -1
+            if first > have:
+                base = have = min(first, stop)
+            cnt = 0
+            if stop > have:
+                cnt = stop - have
+                idx.extend(range(off + have, off + stop))
+                have = stop
+            out.append((start, end, k, base, cnt))
+        steps[x] = out
+    made: list[tuple] = []
+    if idx:
+        sel = np.array(idx, np.int64)
+        made = list(zip(*[c[sel].tolist() for c in batch.cols]))
+    return steps, made
+
+
+def _emit_steps(a: PatternAutomaton, st: KeyState, steps: list[tuple], rows: list[tuple], at: int, emit,
+                stats: StepStats) -> int:
+    """:func:`_emit_rec` of one key's matches with the retained rows' steps made by
+    :func:`_match_steps` (its rows from ``rows[at]`` on); the next unread of ``rows``."""
+    plan = a.lanes
+    fast = plan.fast_match
+    s_, r_, b_ = plan.s, plan.r, plan.b
+    for start, end, k, base, cnt in steps:
+        if base >= 0:
+            st.rows = []
+            st.base = base
+        if cnt:
+            st.rows.extend(rows[at: at + cnt])
+            at += cnt
+        st.match_number += 1
+        stats.matches += 1
+        if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
+            emit(st, fast(start, end, [s_] + [r_] * k + [b_] * (end - start - k)))
+        else:
+            emit(st, _chain(a, st, start, k, end - start - k))
+    return at
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:
