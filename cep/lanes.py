@@ -176,6 +176,9 @@ class LanePlan:
         # cep.nfa.FastMatch when every measure is a row lookup (PatternAutomaton.row_plan): a match
         # the compiled loop recorded is output without its node chain
         self.fast_match: Any = None
+        # each row's variable of a match, by (R rows, rows after S): one list for the many matches
+        # of the same shape (FastMatch only reads it)
+        self.vids: dict[tuple[int, int], list[int]] = {}
 
 
 class _Env:
@@ -1358,6 +1361,8 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     qlens: list[int] = []
     live: list[int] = []
     dead: list[int] = []
+    rnos: list[int] = []
+    resumes: list[int] = []
     ids, objs = pool.ids, pool.objs
     for i in segs:
         st = states[i]
@@ -1391,10 +1396,14 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                     qflat.append(li)
                 qlens.append(len(q))
                 took.append(i)
+                rnos.append(st.nrows)
+                resumes.append(st.resume)
                 rows += ends[i] - starts[i]
             continue
         qlens.append(0)
         took.append(i)
+        rnos.append(st.nrows)
+        resumes.append(st.resume)
         rows += ends[i] - starts[i]
     if not took:
         return None
@@ -1414,8 +1423,8 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     np.cumsum(room[:-1], out=qoff[1:])
     keys[:, LK.K_S] = st_a
     keys[:, LK.K_N] = n_a
-    keys[:, LK.K_RNO] = [states[i].nrows for i in took]
-    keys[:, LK.K_RESUME] = [states[i].resume for i in took]
+    keys[:, LK.K_RNO] = rnos
+    keys[:, LK.K_RESUME] = resumes
     keys[:, LK.K_QOFF] = qoff
     keys[:, LK.K_QLEN] = ql
     total = int(room.sum())
@@ -1527,6 +1536,7 @@ def _emit_steps(a: PatternAutomaton, st: KeyState, steps: list[tuple], rows: lis
     plan = a.lanes
     fast = plan.fast_match
     s_, r_, b_ = plan.s, plan.r, plan.b
+    vids_of = plan.vids
     for start, end, k, base, cnt in steps:
         if base >= 0:
             st.rows = []
@@ -1537,7 +1547,12 @@ def _emit_steps(a: PatternAutomaton, st: KeyState, steps: list[tuple], rows: lis
         st.match_number += 1
         stats.matches += 1
         if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
-            emit(st, fast(start, end, [s_] + [r_] * k + [b_] * (end - start - k)))
+            vids = vids_of.get((k, end - start))
+            if vids is None:
+                vids = [s_] + [r_] * k + [b_] * (end - start - k)
+                if len(vids_of) < 1024:
+                    vids_of[(k, end - start)] = vids
+            emit(st, fast(start, end, vids))
         else:
             emit(st, _chain(a, st, start, k, end - start - k))
     return at
