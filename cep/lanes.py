@@ -950,11 +950,23 @@ def _kernel_module(kp: _KernelPlan, plan: LanePlan, a: PatternAutomaton) -> Any:
         kp.lk = LK
         kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
         pr, pb = kp.prog_r, kp.prog_b
-        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, _simple_program(pr), _simple_program(pb), 1 << plan.r,
+                     1 << plan.b, a.start_bits, plan.has_r,
                      plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
                      kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
                      max(pr.depth, pb.depth, 1))
     return LK
+
+
+def _simple_program(prog: EK.Program) -> np.ndarray:
+    """For the compiled loop (``_lanes_kernel._compare``): a condition that only compares two
+    operands, each the current row's value, a value the lane keeps or a literal, as (opcode,
+    index) of each and the comparison; empty for any other program (the interpreter runs it)."""
+    code = prog.code.tolist()
+    leaves = (EK.CUR, EK.START, EK.LIT)
+    if len(code) == 6 and code[0] in leaves and code[2] in leaves and EK.EQ <= code[4] <= EK.GE:
+        return np.array([code[0], code[1], code[2], code[3], code[4]], np.int64)
+    return np.zeros(0, np.int64)
 
 
 def _scratch(kp: _KernelPlan, cap_q: int) -> None:
