@@ -1255,6 +1255,8 @@ class PatternOperator:
         nseg = len(starts)
         cuts = np.searchsorted(cand_all, starts)
         busy = np.diff(np.append(cuts, len(cand_all))) > 0
+        if busy.all():  # (every key can start a match: a rule whose first variable has no condition)
+            return list(range(nseg))
         active = self.active
         if active:
             # a key with partial matches or matches waiting for NEXT's rows is always in active
