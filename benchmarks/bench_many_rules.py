@@ -22,7 +22,8 @@ rule's (how the cost grows with N) and the speedup over the old path. Both paths
 same rows, late rows, errors and counters: the benchmark checks itself as it measures.
 ``--old-path no-batch-dfa`` compares with the per-key automaton instead (``cep.batch_dfa.USE_BATCH_DFA`` off).
 ``--only-batch-dfa`` keeps, of each N generated rules, those that step on the batch DFA (the
-figures of cep/batch_dfa.py alone). ``--cli`` also times ``cep run`` end to end (the children's CPU time) over a JSON-lines copy of
+figures of cep/batch_dfa.py alone); ``--only-lanes`` the others (of 200: the 11 V-shapes on the
+compiled lane path, cep/lanes.py). ``--cli`` also times ``cep run`` end to end (the children's CPU time) over a JSON-lines copy of
 the events for the largest N and one rule. Writes ``benchmarks/results/many_rules.json``.
 """
 
@@ -196,10 +197,13 @@ def run(rules: list[Rule], batches: list[EventBatch], share: bool, batch_path: b
 
 
 def bench_n(n: int, batches: list[EventBatch], repeat: int, old: bool, old_path: str = "no-sharing",
-            only_batch_dfa: bool = False) -> dict[str, Any]:
+            only_batch_dfa: bool = False, only_lanes: bool = False) -> dict[str, Any]:
     rules = rule_set(n)
     if only_batch_dfa:
         rules = batch_dfa_rules(rules, batches[0])
+    elif only_lanes:
+        on_dfa = {r.name for r in batch_dfa_rules(rules, batches[0])}
+        rules = [r for r in rules if r.name not in on_dfa]
     events = sum(b.n for b in batches)
     cpu_new, cpu_old = [], []
     ref = None
@@ -314,6 +318,8 @@ def main() -> None:
     ap.add_argument("--cli", action="store_true", help="also time `cep run` end to end")
     ap.add_argument("--only-batch-dfa", action="store_true",
                     help="of each N generated rules, run only those on the batch DFA path (cep/batch_dfa.py)")
+    ap.add_argument("--only-lanes", action="store_true",
+                    help="of each N generated rules, run only those not on the batch DFA path (the lane path's)")
     ap.add_argument("--out", type=Path, default=RESULTS / "many_rules.json")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -322,7 +328,9 @@ def main() -> None:
     print(f"{data}: {events:,} events in batches of {args.batch}", flush=True)
     points = []
     for n in sizes:
-        r = bench_n(n, batches, args.repeat, not args.no_old, args.old_path, args.only_batch_dfa)
+        if args.only_batch_dfa and args.only_lanes:
+            raise SystemExit("--only-batch-dfa and --only-lanes exclude each other")
+        r = bench_n(n, batches, args.repeat, not args.no_old, args.old_path, args.only_batch_dfa, args.only_lanes)
         r["generated"] = n
         points.append(r)
     one = next((p for p in points if p["generated"] == 1), None)
@@ -345,6 +353,7 @@ def main() -> None:
         "repeat": args.repeat,
         "old_path": args.old_path,
         "only_batch_dfa": args.only_batch_dfa,
+        "only_lanes": args.only_lanes,
         "points": points,
     }
     if args.cli:

@@ -176,6 +176,9 @@ class LanePlan:
         # cep.nfa.FastMatch when every measure is a row lookup (PatternAutomaton.row_plan): a match
         # the compiled loop recorded is output without its node chain
         self.fast_match: Any = None
+        # each row's variable of a match, by (R rows, rows after S): one list for the many matches
+        # of the same shape (FastMatch only reads it)
+        self.vids: dict[tuple[int, int], list[int]] = {}
 
 
 class _Env:
@@ -947,11 +950,23 @@ def _kernel_module(kp: _KernelPlan, plan: LanePlan, a: PatternAutomaton) -> Any:
         kp.lk = LK
         kp.io = np.zeros(kp.lk.IO_SIZE, np.int64)
         pr, pb = kp.prog_r, kp.prog_b
-        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, 1 << plan.r, 1 << plan.b, a.start_bits, plan.has_r,
+        kp.consts = (pr.code, pr.lits, pb.code, pb.lits, _simple_program(pr), _simple_program(pb), 1 << plan.r,
+                     1 << plan.b, a.start_bits, plan.has_r,
                      plan.has_b, plan.dec, plan.nthreads, plan.can_fork, kp.lvar, kp.lx, kp.agg_x,
                      kp.upd, a.within if a.within is not None else -1, a.max_partial_matches,
                      max(pr.depth, pb.depth, 1))
     return LK
+
+
+def _simple_program(prog: EK.Program) -> np.ndarray:
+    """For the compiled loop (``_lanes_kernel._compare``): a condition that only compares two
+    operands, each the current row's value, a value the lane keeps or a literal, as (opcode,
+    index) of each and the comparison; empty for any other program (the interpreter runs it)."""
+    code = prog.code.tolist()
+    leaves = (EK.CUR, EK.START, EK.LIT)
+    if len(code) == 6 and code[0] in leaves and code[2] in leaves and EK.EQ <= code[4] <= EK.GE:
+        return np.array([code[0], code[1], code[2], code[3], code[4]], np.int64)
+    return np.zeros(0, np.int64)
 
 
 def _scratch(kp: _KernelPlan, cap_q: int) -> None:
@@ -1117,22 +1132,42 @@ def _kernel_loop(a: PatternAutomaton, st: KeyState, kp: _KernelPlan, lanes: _Lan
 class LaneBatch:
     """The keys of one batch that one call of the compiled loop stepped together (:func:`step_batch`):
     what each still needs of the engine, done by :meth:`finish` in the operator's key order, so
-    that matches leave in the same order as when each key steps alone."""
+    that matches leave in the same order as when each key steps alone.
 
-    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later")
+    The batch's columns come as lists (``cols``, ``masks``, ``ts``), or as the operator's arrays
+    with ``lists`` making the lists when a key needs the engine's own stepping (the cap, a fork, an
+    intermediate past 2**53): the keys the loop finished read only the few rows they keep and
+    output, so the arrays spare a list of every column per batch and rule (about a tenth of the
+    200-rule benchmark's V-shapes, counting the lists' freeing)."""
+
+    __slots__ = ("a", "kp", "pool", "got", "keys", "Q", "made", "rec", "cols", "ts", "masks", "where", "later",
+                 "took", "lists", "_made_lists")
 
     def __init__(self, a: PatternAutomaton, kp: _KernelPlan, pool: _Lanes, got: tuple, keys: np.ndarray,
-                 Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int]):
+                 Q: np.ndarray, made: list, rec: np.ndarray, cols, masks, ts, where: dict[int, int],
+                 took: list[int], lists: Callable[[], tuple[list, list, list]] | None = None):
         self.a, self.kp, self.pool, self.got = a, kp, pool, got
         self.rec = rec  # the matches the call recorded for all keys, each key's from its K_ROFF
         self.keys = keys.tolist()  # one row per key stepped (_lanes_kernel.K_*), as the call left it
         self.Q = Q
         self.made = made  # the start-row objects made for all keys, each key's from its K_MOFF
         self.cols, self.masks, self.ts = cols, masks, ts
+        self.lists = lists  # (arrays: makes the lists of cols, ts and masks)
+        self._made_lists: tuple[list, list, list] | None = None
         self.where = where  # segment -> its row in ``keys``
+        self.took = took  # the segments stepped, in key order (``keys``' rows)
         # (state, first row kept, end, batch row of its partition row 0) of each key finished
         # without the engine: its rows are kept by keep_rows, for all such keys at once
         self.later: list[tuple[KeyState, int, int, int]] = []
+
+    def _as_lists(self) -> tuple[list, list, list]:
+        """The batch's columns (with the masks last), masks and times as lists."""
+        if self.lists is None:
+            return self.cols, self.masks, self.ts
+        if self._made_lists is None:
+            cols, ts, masks = self.lists()
+            self._made_lists = (cols, masks, ts)
+        return self._made_lists
 
     def finish(self, x: int, st: KeyState, emit, stats: StepStats, e: int) -> None:
         """The rest of key row ``x``'s step (state ``st``, batch rows up to ``e``): its start rows
@@ -1155,15 +1190,16 @@ class LaneBatch:
             attempts[:] = self.made[moff: moff + nm]
         st.lanes = pool
         st.nrows = rno0 + n
-        st.last_ts = self.ts[e - 1]
-        cols = self.cols
+        arrays = self.lists is not None
+        st.last_ts = int(self.ts[e - 1]) if arrays else self.ts[e - 1]
         if nr:  # the matches the call found (before any row it stopped at), output in order
-            _emit_rec(a, st, cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats)
+            _emit_rec(a, st, self.cols, s - rno0, None, self.rec[roff: roff + nr], nr, emit, stats, arrays)
             st.resume = resume
         if not status:
             self.later.append((st, (attempts[0].start if attempts else rno0 + n) - a.max_back, rno0 + n, s - rno0))
             return
         # the loop returned at row j of this key: go on as the key's own call would
+        cols, masks, ts = self._as_lists()
         pool.reserve(n)
         _scratch(kp, qlen + n)
         io = kp.io
@@ -1171,8 +1207,73 @@ class LaneBatch:
         io[LK.IO_NL] = pool.n  # (lanes made after it, for later keys, are the pool's too)
         taken = _kernel_loop(a, st, kp, pool, self.got, cols, s, n, rno0, qlen + n, emit, stats, None, True)
         if taken < n:
-            step_key_lanes(a, st, cols, s + taken, s + n, self.masks, self.ts, emit, stats, None, None, True)
+            step_key_lanes(a, st, cols, s + taken, s + n, masks, ts, emit, stats, None, None, True)
 
+    def finish_all(self, states: list, seg_keys: list, ends: list[int], emit, stats: StepStats, active: dict,
+                   watch: Callable[[Any], None] | None, deferred: Callable[[KeyState], None]) -> None:
+        """:meth:`finish` of every key the call took, in key order, with the operator's bookkeeping
+        of each (``deferred`` outputs a key's matches held for NEXT; ``active`` holds the keys with
+        start rows or held matches; ``watch``, when the rule has a WITHIN, is told each key with
+        start rows): the operator's loop when the call took all its busy keys, without a method
+        call and a look-up per key for the keys the loop finished (nearly all).
+
+        With arrays, the rows that the recorded matches' outputs retain (:func:`_emit_rec` keeps
+        each match's rows before outputting it) are read from the batch for all keys at once
+        (:func:`_match_steps`), not by one slice of every column per match."""
+        a, pool, made, max_back = self.a, self.pool, self.made, self.a.max_back
+        objs, Q = pool.objs, self.Q
+        arrays = self.lists is not None
+        later = self.later
+        ts, rec, cols = self.ts, self.rec, self.cols
+        took = self.took
+        keys = self.keys
+        last = ts[np.array(ends, np.int64)[took] - 1].tolist() if arrays else None
+        LK = self.kp.lk
+        K_S, K_N, K_RNO, K_MOFF, K_ROFF, K_QOFF = LK.K_S, LK.K_N, LK.K_RNO, LK.K_MOFF, LK.K_ROFF, LK.K_QOFF
+        status_at, middle_at, qh_at = LK.K_IO + LK.IO_STATUS, LK.K_IO + LK.IO_MIDDLE, LK.K_IO + LK.IO_QH
+        nm_at, nr_at, resume_at, qt_at = LK.K_IO + LK.IO_NMADE, LK.K_IO + LK.IO_NREC, LK.K_IO + LK.IO_RESUME, LK.K_IO + LK.IO_QT
+        steps, rows_made = _match_steps(self, states, max_back) if arrays else ({}, [])
+        at = 0  # (the next of rows_made)
+        for x, row in enumerate(keys):
+            i = took[x]
+            st = states[i]
+            if row[status_at]:  # (the loop returned at a row that needs the engine)
+                self.finish(x, st, emit, stats, ends[i])
+            else:
+                s, n, rno0 = row[K_S], row[K_N], row[K_RNO]
+                qh, nm, nr, moff = row[qh_at], row[nm_at], row[nr_at], row[K_MOFF]
+                attempts = st.attempts
+                if row[middle_at]:
+                    qoff = row[K_QOFF]
+                    attempts[:] = [objs[q] for q in Q[qoff + qh: qoff + row[qt_at]].tolist()]
+                elif qh <= len(attempts):
+                    if qh:
+                        del attempts[:qh]
+                    if nm:
+                        attempts.extend(made[moff: moff + nm])
+                else:
+                    attempts[:] = made[moff: moff + nm]
+                st.lanes = pool
+                end = rno0 + n
+                st.nrows = end
+                st.last_ts = last[x] if last is not None else ts[ends[i] - 1]
+                if nr:
+                    if arrays:
+                        at = _emit_steps(a, st, steps[x], rows_made, at, emit, stats)
+                    else:
+                        roff = row[K_ROFF]
+                        _emit_rec(a, st, cols, s - rno0, None, rec[roff: roff + nr], nr, emit, stats)
+                    st.resume = row[resume_at]
+                later.append((st, (attempts[0].start if attempts else end) - max_back, end, s - rno0))
+            key = seg_keys[i]
+            if st.deferred:
+                deferred(st)
+            if st.attempts or st.deferred:
+                active[key] = None
+                if watch is not None and st.attempts:
+                    watch(key)
+            elif key in active:
+                del active[key]
 
     def keep_rows(self) -> None:
         """What :func:`_keep_rows` does for each key :meth:`finish` left in ``later`` (the engine
@@ -1192,7 +1293,11 @@ class LaneBatch:
             if end > have:
                 idx.extend(range(off + have, off + end))
         made: list = []
-        if len(idx) == 1:
+        if self.lists is not None:
+            if idx:
+                at = np.array(idx, np.int64)
+                made = list(zip(*[c[at].tolist() for c in cols]))
+        elif len(idx) == 1:
             made = [tuple(c[idx[0]] for c in cols)]
         elif idx:
             take = itemgetter(*idx)
@@ -1211,7 +1316,8 @@ class LaneBatch:
 
 def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, starts: list[int], ends: list[int],
                cuts: list[int], cols, masks, ts, all_states: Any, stats: StepStats, masks_np: np.ndarray | None = None,
-               arrays: tuple[list, np.ndarray] | None = None) -> LaneBatch | None:
+               arrays: tuple[list, np.ndarray] | None = None,
+               lists: Callable[[], tuple[list, list, list]] | None = None) -> LaneBatch | None:
     """Step every key of segments ``segs`` whose start rows are all on the compiled lane path (or
     that has none) in one call of the compiled loop; the rest of each key's step is
     :meth:`LaneBatch.finish`, in key order (None: no key taken, each steps alone).
@@ -1221,7 +1327,9 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     it as before, so snapshots, ``cep state``, matches and caps read them unchanged.
     ``all_states`` (every key state of the operator) tells which lanes are still queued when the
     arrays are compacted. ``arrays``: the operator's arrays of ``cols`` and ``ts`` (see
-    :func:`_batch_values`).
+    :func:`_batch_values`). ``lists``: ``cols`` (with the masks last), ``masks`` and ``ts`` are
+    the operator's arrays (``ts`` int64), and this makes them as lists (column lists with the
+    masks last, times, masks) for a key that needs the engine's stepping (see :class:`LaneBatch`).
     """
     plan = a.lanes
     kp = plan.kernel if plan is not None else None
@@ -1265,6 +1373,8 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     qlens: list[int] = []
     live: list[int] = []
     dead: list[int] = []
+    rnos: list[int] = []
+    resumes: list[int] = []
     ids, objs = pool.ids, pool.objs
     for i in segs:
         st = states[i]
@@ -1298,10 +1408,14 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
                     qflat.append(li)
                 qlens.append(len(q))
                 took.append(i)
+                rnos.append(st.nrows)
+                resumes.append(st.resume)
                 rows += ends[i] - starts[i]
             continue
         qlens.append(0)
         took.append(i)
+        rnos.append(st.nrows)
+        resumes.append(st.resume)
         rows += ends[i] - starts[i]
     if not took:
         return None
@@ -1321,8 +1435,8 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     np.cumsum(room[:-1], out=qoff[1:])
     keys[:, LK.K_S] = st_a
     keys[:, LK.K_N] = n_a
-    keys[:, LK.K_RNO] = [states[i].nrows for i in took]
-    keys[:, LK.K_RESUME] = [states[i].resume for i in took]
+    keys[:, LK.K_RNO] = rnos
+    keys[:, LK.K_RESUME] = resumes
     keys[:, LK.K_QOFF] = qoff
     keys[:, LK.K_QLEN] = ql
     total = int(room.sum())
@@ -1348,25 +1462,28 @@ def step_batch(a: PatternAutomaton, pool: _Lanes | None, states: list, segs, sta
     peak = int(keys[:, LK.K_IO + LK.IO_PEAK].max())
     if peak > stats.partial_matches_peak:
         stats.partial_matches_peak = peak
-    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))))
+    return LaneBatch(a, kp, pool, got, keys, Q, made, rec, cols, masks, ts, dict(zip(took, range(K))), took, lists)
 
 
-def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int) -> None:
+def _keep_rows(st: KeyState, cols, off: int, rows_all, first: int, end: int, arrays: bool = False) -> None:
     """Retain the key's partition rows up to ``end`` (exclusive), as tuples made from the batch
     (partition row r is batch row ``off + r``), forgetting every retained row before ``first``
-    (rows no live start row or PREV reads)."""
+    (rows no live start row or PREV reads). ``arrays``: ``cols`` are arrays (their values are
+    read as ``tolist`` gives them, as in the lists)."""
     have = st.base + len(st.rows)
     if first > have:  # (nothing retained is read any more, nor the rows up to first)
         st.rows = []
         st.base = have = min(first, end)
     if end > have:
         j0, j1 = off + have, off + end
-        # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
-        st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
+        if arrays:
+            st.rows.extend(zip(*[c[j0:j1].tolist() for c in cols]))
+        else:  # (one slice per column by map: a third cheaper than a list of slices for a key's few rows)
+            st.rows.extend(rows_all[j0:j1] if rows_all is not None else zip(*map(itemgetter(slice(j0, j1)), cols)))
 
 
 def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: np.ndarray, nr: int, emit,
-              stats: StepStats) -> None:
+              stats: StepStats, arrays: bool = False) -> None:
     """Output the ``nr`` matches a call of the compiled loop recorded for key ``st`` (rows of ``rec``:
     start row, last row, R rows), in order, as ``PatternAutomaton._resolve`` outputs a lane match:
     numbered, counted, its rows retained first (batch row ``off + r`` is partition row r)."""
@@ -1375,13 +1492,82 @@ def _emit_rec(a: PatternAutomaton, st: KeyState, cols, off: int, rows_all, rec: 
     fast = plan.fast_match
     s_, r_, b_ = plan.s, plan.r, plan.b
     for start, end, k in rec[:nr].tolist():
-        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1)
+        _keep_rows(st, cols, off, rows_all, start - max_back, end + 1, arrays)
         st.match_number += 1
         stats.matches += 1
         if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
             emit(st, fast(start, end, [s_] + [r_] * k + [b_] * (end - start - k)))
         else:
             emit(st, _chain(a, st, start, k, end - start - k))
+
+
+def _match_steps(batch: LaneBatch, states: list, max_back: int) -> tuple[dict[int, list[tuple]], list[tuple]]:
+    """For :meth:`LaneBatch.finish_all` (arrays): per key row whose matches the call recorded (and
+    that it finished), what :func:`_emit_rec` does to the key's retained rows before each match
+    (start row, last row, R rows; base after forgetting the rows before it, -1: none forgotten;
+    rows added), and the row tuples all of them add, in key and match order, read from the
+    batch at once. The same steps as :func:`_keep_rows` per match, on numbers first."""
+    LK = batch.kp.lk
+    status_at, nr_at = LK.K_IO + LK.IO_STATUS, LK.K_IO + LK.IO_NREC
+    K_S, K_RNO, K_ROFF = LK.K_S, LK.K_RNO, LK.K_ROFF
+    rec, took = batch.rec, batch.took
+    steps: dict[int, list[tuple]] = {}
+    idx: list[int] = []
+    for x, row in enumerate(batch.keys):
+        nr = row[nr_at]
+        if not nr or row[status_at]:
+            continue
+        st = states[took[x]]
+        off = row[K_S] - row[K_RNO]
+        have = st.base + len(st.rows)
+        roff = row[K_ROFF]
+        out = []
+        for start, end, k in rec[roff: roff + nr].tolist():
+            first, stop = start - max_back, end + 1
+            base = -1
+            if first > have:
+                base = have = min(first, stop)
+            cnt = 0
+            if stop > have:
+                cnt = stop - have
+                idx.extend(range(off + have, off + stop))
+                have = stop
+            out.append((start, end, k, base, cnt))
+        steps[x] = out
+    made: list[tuple] = []
+    if idx:
+        sel = np.array(idx, np.int64)
+        made = list(zip(*[c[sel].tolist() for c in batch.cols]))
+    return steps, made
+
+
+def _emit_steps(a: PatternAutomaton, st: KeyState, steps: list[tuple], rows: list[tuple], at: int, emit,
+                stats: StepStats) -> int:
+    """:func:`_emit_rec` of one key's matches with the retained rows' steps made by
+    :func:`_match_steps` (its rows from ``rows[at]`` on); the next unread of ``rows``."""
+    plan = a.lanes
+    fast = plan.fast_match
+    s_, r_, b_ = plan.s, plan.r, plan.b
+    vids_of = plan.vids
+    for start, end, k, base, cnt in steps:
+        if base >= 0:
+            st.rows = []
+            st.base = base
+        if cnt:
+            st.rows.extend(rows[at: at + cnt])
+            at += cnt
+        st.match_number += 1
+        stats.matches += 1
+        if fast is not None:  # (the measures are row lookups: each row's variable is all they need)
+            vids = vids_of.get((k, end - start))
+            if vids is None:
+                vids = [s_] + [r_] * k + [b_] * (end - start - k)
+                if len(vids_of) < 1024:
+                    vids_of[(k, end - start)] = vids
+            emit(st, fast(start, end, vids))
+        else:
+            emit(st, _chain(a, st, start, k, end - start - k))
+    return at
 
 
 def _made(lanes: _Lanes, new_attempt: Any, dead: Any, rows: np.ndarray, nm: int) -> list:

@@ -1137,11 +1137,11 @@ class PatternAutomaton:
         return out
 
     def _fast_row(self, st: KeyState, fm: FastMatch, number: int) -> dict[str, Any]:
-        rows, base = st.rows, st.base
-        start = fm.rno - fm.n + 1
-        at = start - base
-        first_row = rows[at]
-        out = {c: first_row[i] for i, c in enumerate(self.mr.partition_by)}
+        rows = st.rows
+        at = fm.rno - fm.n + 1 - st.base
+        # (the partition columns lead each row; zip stops at them. Not a dict comprehension: in
+        # this Python one costs a function call per match)
+        out = dict(zip(self.mr.partition_by, rows[at]))
         assert self.row_plan is not None
         for (name, _, _, ci), idx in zip(self.row_plan, self._fast_rows_of(fm.vids)):
             if idx >= 0:

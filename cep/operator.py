@@ -1090,24 +1090,58 @@ class PatternOperator:
             if not segs:
                 self.stats.seconds_automaton += time.perf_counter() - t1
                 return
-        if ko.rows is not None:
-            col_lists = [ko.column_list(shared.batch, c) for c in self.columns]  # type: ignore[union-attr]
-            ts_list = ko.lists.get("\0ts")
-            if ts_list is None:
-                ts_list = ko.lists["\0ts"] = ts.tolist()
-        else:
-            col_lists = [c.tolist() for c in cols]
-            ts_list = ts.tolist()
-        if self.keep_records:
-            col_lists.append(p.records[sel].tolist())
-        masks_list = masks.tolist()
-        if self.careful:
-            # rows stepped later (held for NEXT) carry their event time in ms: the field itself may
-            # be text or another unit
-            col_lists.append(ts_list)
-        col_lists.append(masks_list)  # each retained row ends with its mask (replay of DFA matches)
         emit = self._emitter(out)
         cuts = np.searchsorted(cand_all, starts).tolist() + [len(cand_all)]
+        stats = self.stats
+        active = self.active
+        watch = a.within is not None
+        starts_l, ends_l = starts.tolist(), ends.tolist()
+        # (the compiled lane path makes the tuples of only the rows it keeps: cep/lanes.py)
+        own_rows = a.lanes is not None and a.lanes.kernel is not None and not self.careful
+
+        made_lists: list[tuple[list, list, list]] = []
+
+        def as_lists() -> tuple[list, list, list]:
+            """The batch's columns as lists (each retained row is a tuple of them), its times, its masks."""
+            if made_lists:
+                return made_lists[0]
+            if ko.rows is not None:
+                col_lists = [ko.column_list(shared.batch, c) for c in self.columns]  # type: ignore[union-attr]
+                ts_list = ko.lists.get("\0ts")
+                if ts_list is None:
+                    ts_list = ko.lists["\0ts"] = ts.tolist()
+            else:
+                col_lists = [c.tolist() for c in cols]
+                ts_list = ts.tolist()
+            if self.keep_records:
+                col_lists.append(p.records[sel].tolist())
+            masks_list = masks.tolist()
+            if self.careful:
+                # rows stepped later (held for NEXT) carry their event time in ms: the field itself may
+                # be text or another unit
+                col_lists.append(ts_list)
+            col_lists.append(masks_list)  # each retained row ends with its mask (replay of DFA matches)
+            made_lists.append((col_lists, ts_list, masks_list))
+            return made_lists[0]
+
+        batch = None
+        if own_rows and sessions is None and lanes_path.USE_BATCH and ts.dtype == np.int64:
+            # every key on the compiled lane path steps in one call; what each still needs of the
+            # engine (a match to output, the cap) is done below in key order. It reads the
+            # columns as arrays (the rows it keeps and outputs are few): lists only if a key
+            # needs the engine's own stepping
+            arrs = list(cols) + ([p.records[sel]] if self.keep_records else []) + [masks]
+            batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, arrs, masks, ts,
+                                          states_map.values(), stats, masks, (arrs, ts), as_lists)
+            if batch is not None:
+                self._lane_pool = batch.pool
+                if len(batch.took) == len(segs):  # (the call took every key to step: no list needed)
+                    batch.finish_all(states, seg_keys, ends_l, emit, stats, active, self._watch if watch else None,
+                                     lambda st: self._emit_deferred(st, emit))
+                    batch.keep_rows()
+                    stats.seconds_automaton += time.perf_counter() - t1
+                    return
+        col_lists, ts_list, masks_list = as_lists()
         # (as a list only when a key steps on its own: on the compiled lane path every key of a
         # batch usually steps in one call, and every row of a rule whose first variable has no
         # condition is a candidate, so the list cost about 4% of such rules' time)
@@ -1118,21 +1152,13 @@ class PatternOperator:
         if busy * 8 <= n and self.active:
             seg_len = ends - starts
             busy += int(seg_len[np.fromiter((bool(st.attempts) for st in states), dtype=bool, count=len(states))].sum())
-        # (the compiled lane path makes the tuples of only the rows it keeps: cep/lanes.py)
-        own_rows = a.lanes is not None and a.lanes.kernel is not None and not self.careful
         rows_all = list(zip(*col_lists)) if busy * 8 > n and not own_rows else None
         step = a.step_key
-        stats = self.stats
-        active = self.active
-        watch = a.within is not None
         max_back = a.max_back
-        starts_l, ends_l = starts.tolist(), ends.tolist()
-        batch = None
-        if own_rows and sessions is None and lanes_path.USE_BATCH:
-            # every key on the compiled lane path steps in one call; what each still needs of the
-            # engine (a match to output, the cap) is done below in key order
+        if batch is None and own_rows and sessions is None and lanes_path.USE_BATCH:
+            # (event times not int64: the same call over the lists)
             batch = lanes_path.step_batch(a, self._lane_pool, states, segs, starts_l, ends_l, cuts, col_lists, masks_list,
-                                     ts_list, states_map.values(), stats, masks, (cols, ts))
+                                          ts_list, states_map.values(), stats, masks, (cols, ts))
             if batch is not None:
                 self._lane_pool = batch.pool
         where = batch.where if batch is not None else {}
@@ -1229,6 +1255,8 @@ class PatternOperator:
         nseg = len(starts)
         cuts = np.searchsorted(cand_all, starts)
         busy = np.diff(np.append(cuts, len(cand_all))) > 0
+        if busy.all():  # (every key can start a match: a rule whose first variable has no condition)
+            return list(range(nseg))
         active = self.active
         if active:
             # a key with partial matches or matches waiting for NEXT's rows is always in active

@@ -47,10 +47,15 @@ def _recorded(sql: str, events: list[dict], cuts: list[int], snap_at: int | None
     records and the rows output at the end of input (matches still growing there)."""
     seen = [0, 0]
     real, real_init, real_finish = lanes._emit_rec, PatternOperator.__init__, PatternOperator.finish
+    real_steps = lanes._emit_steps
 
     def counting(a: Any, st_: Any, cols: Any, off: int, rows_all: Any, rec: Any, nr: int, *rest: Any) -> None:
         seen[0] += nr
         real(a, st_, cols, off, rows_all, rec, nr, *rest)
+
+    def counting_steps(a: Any, st_: Any, steps: list, *rest: Any) -> int:
+        seen[0] += len(steps)  # (LaneBatch.finish_all: the recorded matches of a key, their rows read at once)
+        return real_steps(a, st_, steps, *rest)
 
     def init(self: PatternOperator, *args: Any, **kw: Any) -> None:
         real_init(self, *args, **kw)
@@ -62,11 +67,13 @@ def _recorded(sql: str, events: list[dict], cuts: list[int], snap_at: int | None
         return out
 
     lanes._emit_rec = counting  # type: ignore[assignment]
+    lanes._emit_steps = counting_steps  # type: ignore[assignment]
     PatternOperator.__init__, PatternOperator.finish = init, finish  # type: ignore[method-assign]
     try:
         rows, op, _ = _run(sql, events, cuts, snap_at, mode, check=mode == "batch")
     finally:
         lanes._emit_rec = real  # type: ignore[assignment]
+        lanes._emit_steps = real_steps  # type: ignore[assignment]
         PatternOperator.__init__, PatternOperator.finish = real_init, real_finish  # type: ignore[method-assign]
     return rows, op, seen[0], seen[1]
 
