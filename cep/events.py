@@ -881,6 +881,62 @@ def event_times(
                        max_future_skew_ms=max_future_skew_ms)
 
 
+_CODE_TIMES: Any = None  # weakref.WeakKeyDictionary: StringDictionary -> {unit: (ms, ok, reasons) per code}
+
+
+def batch_times(batch: EventBatch, field: str, unit: str = "ms") -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """:func:`parse_times` of a batch's field (without the future guard), each distinct text once.
+
+    A column the flat JSON scanner dictionary-encoded (:meth:`EventBatch.encoded`) is parsed per
+    distinct string and gathered by code, and with a file-wide dictionary
+    (:meth:`EventBatch.dictionary`) each string is parsed once per file, not once per batch: a
+    batch of daily bars holds a few dates, each many times, and the next batch most of the same
+    ones. The values, validity and reasons are those :func:`parse_times` gives the column (it
+    reads each value on its own).
+
+    Example:
+        >>> b = batch_from_records([{"ts": "2017-01-02"}, {"ts": None}])
+        >>> ms, ok, why = batch_times(b, "ts")
+        >>> ms[0].item(), ok.tolist(), why[1]
+        (1483315200000, [True, False], 'missing (null)')
+    """
+    global _CODE_TIMES
+    col = batch.column(field)
+    conv = batch.epoch_ms.get(field)
+    enc = batch.encoded(field) if conv is None or conv is False else None
+    if enc is None:
+        return parse_times(col, unit, converted=conv)
+    codes, uniq = enc
+    d = batch.dictionary(field)
+    if d is None:
+        ms_u, ok_u, why_u = parse_times(uniq, unit)
+    else:
+        if _CODE_TIMES is None:
+            import weakref
+
+            _CODE_TIMES = weakref.WeakKeyDictionary()
+        by_unit = _CODE_TIMES.setdefault(d, {})
+        have = by_unit.get(unit)
+        done = 0 if have is None else len(have[0])
+        if done < len(uniq):  # (the dictionary only grows: a code keeps its string)
+            new = parse_times(uniq[done:], unit)
+            have = new if have is None else (np.concatenate((have[0], new[0])), np.concatenate((have[1], new[1])),
+                                             have[2] + new[2])
+            by_unit[unit] = have
+        ms_u, ok_u, why_u = have
+    null = codes < 0
+    if null.any():  # NULL (code -1) as parse_times reads None
+        ms_n, ok_n, why_n = parse_times(np.array([None], dtype=object), unit)
+        at = np.where(null, len(ms_u), codes)
+        ms_u, ok_u, why_u = np.append(ms_u, ms_n), np.append(ok_u, ok_n), list(why_u) + why_n
+    else:
+        at = codes
+    ms, ok = ms_u[at], ok_u[at]
+    if ok.all():
+        return ms, ok, [None] * len(at)
+    return ms, ok, [why_u[c] for c in at.tolist()]
+
+
 def _scale_ints(raw: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
     """Integers in ``unit`` as epoch ms (division rounds towards the past) and which fit."""
     mul, div = _SCALE[unit]

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cep.events import EventBatch, UnitHint, parse_times, unit_hint
+from cep.events import EventBatch, UnitHint, batch_times, unit_hint
 from patterns import ast as A
 
 __all__ = ["SharedBatch", "PartitionKeys", "KeyOrder", "Judged", "partition_keys", "arrange", "judge", "kernel_key",
@@ -382,8 +382,7 @@ class SharedBatch:
         key = (field_name, unit)
         got = self._times.get(key)
         if got is None:
-            b = self.batch
-            got = self._times[key] = parse_times(b.column(field_name), unit, converted=b.epoch_ms.get(field_name))
+            got = self._times[key] = batch_times(self.batch, field_name, unit)
         return got
 
     def latest(self, field_name: str, unit: str) -> tuple[int | None, bool]:
