@@ -384,20 +384,20 @@ class Packer:
             taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
             parts, buckets = [], []
             # every group's stream written one after the other into one buffer, which becomes the binary
-            # column as it is (its ends the offsets): no copy of the packed rows into Python bytes and back
+            # column as it is (where each stream stops: its offsets): no copy of the packed rows into Python bytes
             sink = pa.BufferOutputStream()
-            ends = [0]
+            stops = [0]
             for bucket, a, e in wanted:
                 sub = taken.slice(a, e - a)
                 with pa.ipc.new_stream(sink, sub.schema) as w:
                     w.write_table(sub)
-                ends.append(sink.tell())
+                stops.append(sink.tell())
                 parts.append(self.parts[bucket % len(self.parts)])
                 buckets.append(bucket)
             n = len(buckets)
             out.append(pa.RecordBatch.from_pydict({
                 PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array([ks] * n, pa.int32()),
-                "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: _binary(sink.getvalue(), ends),
+                "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: _binary(sink.getvalue(), stops),
                 "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
                 "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
             }))
