@@ -382,23 +382,46 @@ class Packer:
             if not wanted:
                 continue
             taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
-            parts, buckets, blobs = [], [], []
+            parts, buckets = [], []
+            # every group's stream written one after the other into one buffer, which becomes the binary
+            # column as it is (where each stream stops: its offsets): no copy of the packed rows into Python bytes
+            sink = pa.BufferOutputStream()
+            stops = [0]
             for bucket, a, e in wanted:
                 sub = taken.slice(a, e - a)
-                sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, sub.schema) as w:
                     w.write_table(sub)
+                stops.append(sink.tell())
                 parts.append(self.parts[bucket % len(self.parts)])
                 buckets.append(bucket)
-                blobs.append(sink.getvalue().to_pybytes())
-            n = len(blobs)
+            n = len(buckets)
             out.append(pa.RecordBatch.from_pydict({
                 PART_COL: pa.array(parts, pa.int32()), "_cep_ks": pa.array([ks] * n, pa.int32()),
-                "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: pa.array(blobs, pa.binary()),
+                "_cep_bucket": pa.array(buckets, pa.int32()), ROWS_COL: _binary(sink.getvalue(), stops),
                 "_cep_seg": pa.array([None] * n, pa.string()), "_cep_mx": pa.array([None] * n, pa.int64()),
                 "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
             }))
         return out
+
+
+def _binary(data: Any, ends: list[int]) -> Any:
+    """An Arrow binary array over ``data``, value ``i`` its bytes ``ends[i]:ends[i + 1]``, without copying them.
+
+    A binary array's offsets are 32-bit: past 2 GiB (``flush_bytes`` far above its default) Arrow
+    refuses the values, as it refused them when they were Python bytes.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> _binary(pa.py_buffer(b"abcde"), [0, 2, 5]).to_pylist()
+        [b'ab', b'cde']
+    """
+    import pyarrow as pa
+
+    if ends[-1] > np.iinfo(np.int32).max:
+        raise pa.ArrowCapacityError(f"packed rows of {ends[-1]:,} bytes in one flush: a binary column holds at most "
+                                    "2 GiB; lower the packer's flush_bytes")
+    offsets = pa.py_buffer(np.asarray(ends, dtype=np.int32))
+    return pa.Array.from_buffers(pa.binary(), len(ends) - 1, [None, offsets, data])
 
 
 def _array(col: Any) -> Any:

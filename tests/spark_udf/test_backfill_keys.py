@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,40 @@ def test_wide_rows_flush_by_bytes_and_each_key_set_leaves_as_its_own_batch() -> 
     orders = sorted(o for rb in data for b in rb.column("_cep_rows").to_pylist() if b is not None
                     for o in pa.ipc.open_stream(b).read_all().column("_cep_order").to_pylist())
     assert orders == sorted(list(range(200)) * 2)  # every row once per key set, in its place
+
+
+def test_groups_of_one_flush_share_one_buffer_and_each_value_is_its_own_stream() -> None:
+    """A flush's groups are written into one buffer that becomes the binary column without a copy: each
+    value is still one whole Arrow stream holding exactly its group's rows (keys of hundreds of rows,
+    flushes that split a key's run), and the column's values end where the next begins."""
+    schema = pa.schema([("k", pa.string()), ("ts", pa.int64()), ("v", pa.float64())])
+    rows = [{"k": f"k{n % 5}", "ts": n, "v": n / 7} for n in range(2_000)]  # 400 rows per key
+    table = pa.Table.from_pylist(rows, schema=schema)
+    packer = Packer("ts", [("k",)], (), TimeReading(max_future_skew_ms=None), partition_values(4), flush_rows=700)
+    out = [rb for rb in packer.pack_task(iter(table.to_batches(max_chunksize=64)), 0)
+           if rb.column("_cep_rows").null_count < rb.num_rows]
+    assert len(out) == 3  # flushes of 704, 704 and 592 rows (whole input batches), one packed batch each
+    got: dict[int, list[tuple[str, int, float]]] = defaultdict(list)
+    for rb in out:
+        col = rb.column("_cep_rows")
+        assert col.buffers()[2].size == sum(len(b) for b in col.to_pylist())  # one buffer, no gaps
+        for bucket, blob in zip(rb.column("_cep_bucket").to_pylist(), col.to_pylist()):
+            t = pa.ipc.open_stream(blob).read_all()
+            got[bucket] += zip(t.column("k").to_pylist(), t.column("ts").to_pylist(), t.column("v").to_pylist())
+    assert sorted(r for g in got.values() for r in g) == sorted((r["k"], r["ts"], r["v"]) for r in rows)
+    for g in got.values():  # each group's rows in input order, every key in one group
+        assert [ts for _, ts, _ in g] == sorted(ts for _, ts, _ in g)
+    assert sum(len({k for k, _, _ in g}) for g in got.values()) == 5
+
+
+def test_packed_rows_past_two_gib_in_one_flush_are_refused_with_the_next_step() -> None:
+    """Arrow's binary column holds 2 GiB: a flush that packed more (only with a flush_bytes set far above its
+    default) is refused with what to change, before any value is built."""
+    from spark_udf.backfill import _binary
+
+    with pytest.raises(pa.ArrowCapacityError, match="2,147,483,648 bytes in one flush.*lower the packer's flush_bytes"):
+        _binary(pa.py_buffer(b"x"), [0, 2**31])
+    assert _binary(pa.py_buffer(b""), [0]).to_pylist() == []
 
 
 def test_a_null_arrival_column_ranks_its_segment_first_instead_of_failing() -> None:
