@@ -61,3 +61,29 @@ def test_a_batch_without_codes_is_parsed_as_it_is():
     assert b.encoded("t") is None
     _same(batch_times(b, "t", "s"), parse_times(b.column("t"), "s"))
     assert batch_times(b, "t", "s")[0][2] == 5000
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plain_dates_parse_as_pandas_iso_parse_does(monkeypatch, seed):
+    """The plain-date shortcut (cep.events._plain_dates) against the ISO-8601 parse it skips."""
+    import cep.events as ev
+
+    rnd = random.Random(seed)
+
+    def text() -> str:
+        r = rnd.random()
+        if r < 0.6:  # a date of the shape, valid or not (month 13, day 31 of a short month, 1899, 2200)
+            return f"{rnd.choice([1899, 1900, 1970, 2016, 2017, 2199, 2200, 9999])}-{rnd.randint(0, 13):02d}-{rnd.randint(0, 31):02d}"
+        if r < 0.8:  # ten characters of the alphabet
+            return "".join(rnd.choice("0123456789-/ T:+aZ") for _ in range(10))
+        return rnd.choice(["today", "now", "2017-01-02T00:00Z", "2017-1-2", "٢٠١٧-٠١-٠٢", "2017-01-02 "])
+
+    for _ in range(30):
+        values = np.array([text() for _ in range(rnd.randint(1, 6))], dtype=object)
+        got = parse_times(values, "ms")
+        with monkeypatch.context() as m:
+            m.setattr(ev, "_plain_dates", lambda texts: None)
+            want = parse_times(values, "ms")
+        _same(got, want)
+    # and the shortcut is taken for plain dates
+    assert ev._plain_dates(np.array(["2017-01-02", "1900-01-01", "2199-12-31"], dtype=object)) is not None
