@@ -42,7 +42,7 @@ import orjson
 
 from cep.compiled import numba_allowed
 
-__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "DICT_MAX_BYTES", "DICT_MAX_CODES", "StringDictionary", "flat_enabled", "flat_for",
+__all__ = ["FLAT_ENV", "FLAT_MIN_BYTES", "FLAT_WITH_NUMBA_BYTES", "DICT_MAX_BYTES", "DICT_MAX_CODES", "StringDictionary", "flat_enabled", "flat_for",
            "decode_flat", "newlines"]
 
 FLAT_ENV = "CEP_FLAT_JSON"

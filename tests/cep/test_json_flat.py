@@ -266,3 +266,61 @@ def test_a_few_escaped_strings_among_many_plain_ones() -> None:
     lines = [orjson.dumps({"u": v}) if "\\u" not in v else b'{"u":"' + v.encode() + b'"}' for v in vals]
     block, ends = block_of(lines)
     assert_same(decode_flat(block, ends), per_line(lines))
+
+
+def test_a_file_that_switches_to_the_scanner_mid_way_decodes_as_the_line_decoder(tmp_path, monkeypatch):
+    """Under auto a file's first block goes to Arrow and, once the rules import numba, the rest to
+    the scanner: decimals, integers and columns mixing them across and within blocks, NULLs,
+    escaped strings, numbers at 2**53; every batch bit for bit as the line decoder's."""
+    import random
+
+    import cep.events as ev
+
+    rnd = random.Random(7)
+    lines = []
+    for i in range(12_000):
+        blk = i // 1000
+        if blk % 4 == 1:
+            p: object = rnd.randint(-1000, 1000)
+        elif blk % 4 == 2 and rnd.random() < 0.01:
+            p = rnd.randint(0, 9)  # an integer among decimals: that block goes to Arrow
+        else:
+            p = round(rnd.uniform(-1000, 1000), rnd.randint(0, 6))
+        txt = orjson.dumps(p)
+        r = rnd.random()
+        if r < 0.01:
+            txt = b"null"
+        elif r < 0.0103:  # (rare: one of the last two sends its block to Arrow)
+            txt = rnd.choice([b"-0.0", b"0.0", b"1E+2", b"1.5e-0", b"9007199254740992e0", b"900719925474099.2",
+                              b"1e22", b"1e-22", b"1e23", b"0.1e1", b"12345678901234567890.5"])
+        q = rnd.choice([2**53, 2**53 - 1, -(2**53), 7, 0]) if rnd.random() < 0.05 else rnd.randint(-10**6, 10**6)
+        sym = rnd.choice(["A", "B\\u00e9", 'C\\"x', "D", "E/F"])
+        lines.append(b'{"sym":"' + sym.encode() + b'","p":' + txt + b',"q":' + str(q).encode() + b',"b":'
+                     + rnd.choice([b"true", b"false", b"null"]) + b"}")
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def canon(batches) -> list:
+        out = []
+        for b in batches:
+            for k, c in b.columns.items():
+                out.append((k, str(c.dtype), [struct.pack("<d", v) if isinstance(v, float) else (type(v).__name__, v)
+                                              for v in c.tolist()]))
+            out.append(("lines", b.lines.tolist()))
+        return out
+
+    monkeypatch.setenv("CEP_JSONL_DECODER", "lines")
+    want = canon(ev.read_events(str(path), 700))
+    monkeypatch.setenv("CEP_JSONL_DECODER", "blocks")
+    asked = []
+
+    def switching(size):  # Arrow for the first block, the scanner after (numba imported by then)
+        asked.append(size)
+        return len(asked) > 1
+
+    monkeypatch.setattr(ev, "flat_for", switching)
+    got = list(ev.read_events(str(path), 700))
+    assert canon(got) == want
+    assert not got[0].dict_codes and sum(bool(b.dict_codes) for b in got) >= 3  # (blocks mixing kinds go to Arrow)
+    # decimals read by the scanner (an object column where a NULL is among them)
+    assert any(b.dict_codes and any(isinstance(v, float) for v in b.columns["p"].tolist()) for b in got)
