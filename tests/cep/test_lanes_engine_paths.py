@@ -281,7 +281,7 @@ def _lane_rules(rules: list[LaneRule]) -> int:
         lanes.USE_LANES = old
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), nrules=st.integers(3, 6), light=st.integers(20, 120), heavy=st.integers(1, 3),
        heavy_rows=st.integers(100, 350), ncuts=st.integers(1, 14), snap=st.booleans(),
        total=st.sampled_from([None, None, 6, 40]))
