@@ -18,7 +18,7 @@ from cep.operator import PatternOperator
 from patterns.match_recognize import parse_statement
 from patterns.rules import parse_rules
 from tests.cep.test_lanes import _counters
-from tests.cep.test_lanes_many_keys import _check_retained
+from tests.cep.test_lanes_many_keys import _check_retained, key_walks
 from tests.reference import reference_matches
 
 # One comparison of a condition: (left, op, right), each operand ("cur", col) the current row,
@@ -177,21 +177,10 @@ def _events(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -> list
     integers just below 2**53 (exact as floats), their floats, NULLs and now and then one past
     2**53, ``s`` text or NULL. Values the lane loop cannot take exactly are rare, so that it
     steps most rows of the rules that read them."""
-    labels = [k for k in range(heavy) for _ in range(heavy_rows)]
-    labels += [k for k in range(heavy, heavy + light) for _ in range(rnd.randint(1, 6))]
-    rnd.shuffle(labels)
-    x: dict[int, int] = {}
-    d: dict[int, int] = {}
     out = []
-    for i, k in enumerate(labels):
-        if k not in x:
-            x[k], d[k] = rnd.randrange(0, 21), rnd.choice((-1, 1))
-        if rnd.random() < 0.3:
-            d[k] = rnd.choice((-1, 0, 1))
-        step = d[k] * rnd.choice((1, 1, 2)) if d[k] else rnd.choice((-1, 0, 1))
-        x[k] = max(0, min(20, x[k] + step))
+    for i, k, xk in key_walks(rnd, light, heavy, heavy_rows):
         r = rnd.random()
-        xv: Any = x[k] if r >= 0.04 else (x[k] + 0.5 if r < 0.03 else None)
+        xv: Any = xk if r >= 0.04 else (xk + 0.5 if r < 0.03 else None)
         r = rnd.random()
         vv: Any = rnd.randrange(1, 100)
         if r < 0.08:
@@ -199,14 +188,14 @@ def _events(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -> list
         elif r < 0.085:
             vv = _BIG + 1  # (not exact as a float: the general path compares it)
         r = rnd.random()
-        wv: Any = _BIG - 24 + x[k]  # (exact as a float)
+        wv: Any = _BIG - 24 + xk  # (exact as a float)
         if r < 0.15:
             wv = float(wv)
         elif r < 0.155:
-            wv = _BIG + x[k]
+            wv = _BIG + xk
         elif r < 0.17:
             wv = None
-        sv = None if rnd.random() < 0.05 else "abcde"[min(4, x[k] // 5)]
+        sv = None if rnd.random() < 0.05 else "abcde"[min(4, xk // 5)]
         key: Any = k if k % 3 else f"k{k}"
         out.append({"k": key, "ts": i, "x": xv, "v": vv, "w": wv, "s": sv})
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -17,15 +18,15 @@ from tests.cep.test_lanes import SHAPES, _counters, _three_paths_agree
 from tests.reference import reference_matches
 
 
-def _mixed_events(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -> list[dict]:
-    """``light`` keys of 1 to 6 rows and ``heavy`` keys of ``heavy_rows`` rows, interleaved at
-    random (each key's rows in order); trending walks (falls and rises of several rows)."""
+def key_walks(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -> Iterator[tuple[int, int, int]]:
+    """(row, key, x) of ``light`` keys of 1 to 6 rows and ``heavy`` keys of ``heavy_rows`` rows,
+    interleaved at random (each key's rows in order); ``x`` a trending walk in 0..20 per key
+    (falls and rises of several rows)."""
     labels = [k for k in range(heavy) for _ in range(heavy_rows)]
     labels += [k for k in range(heavy, heavy + light) for _ in range(rnd.randint(1, 6))]
     rnd.shuffle(labels)
     x: dict[int, int] = {}
     d: dict[int, int] = {}
-    out = []
     for i, k in enumerate(labels):
         if k not in x:
             x[k], d[k] = rnd.randrange(0, 21), rnd.choice((-1, 1))
@@ -33,8 +34,13 @@ def _mixed_events(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -
             d[k] = rnd.choice((-1, 0, 1))
         step = d[k] * rnd.choice((1, 1, 2)) if d[k] else rnd.choice((-1, 0, 1))
         x[k] = max(0, min(20, x[k] + step))
-        out.append({"k": k, "ts": i, "x": x[k], "v": None if rnd.random() < 0.05 else rnd.randrange(1, 100)})
-    return out
+        yield i, k, x[k]
+
+
+def _mixed_events(rnd: random.Random, light: int, heavy: int, heavy_rows: int) -> list[dict]:
+    """:func:`key_walks` as events, ``v`` small with NULLs."""
+    return [{"k": k, "ts": i, "x": x, "v": None if rnd.random() < 0.05 else rnd.randrange(1, 100)}
+            for i, k, x in key_walks(rnd, light, heavy, heavy_rows)]
 
 
 def _brute(sql: str, cond: dict, events: list[dict]) -> list[tuple]:
