@@ -1,6 +1,6 @@
 """Events in, as columnar batches: decoding JSON lines, CSV, Parquet, pandas and Arrow; event time.
 
-One concept over about 1,190 lines, so one module: every reader ends in the same
+One concept over about 1,280 lines, so one module: every reader ends in the same
 :class:`EventBatch` with the same value and dtype rules (numbers narrowed alike, dates left as
 text, bad lines kept with their file and line), and event time is read from those columns. The
 block JSON-lines parsers that need none of this live apart in :mod:`cep.json_blocks` and
@@ -16,6 +16,7 @@ import math
 import os
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -881,7 +882,8 @@ def event_times(
                        max_future_skew_ms=max_future_skew_ms)
 
 
-_CODE_TIMES: Any = None  # weakref.WeakKeyDictionary: StringDictionary -> {unit: (ms, ok, reasons) per code}
+# a file's dictionary (StringDictionary) -> {unit: (ms, ok, reasons) per code}, while the dictionary lives
+_CODE_TIMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def batch_times(batch: EventBatch, field: str, unit: str = "ms") -> tuple[np.ndarray, np.ndarray, list[str | None]]:
@@ -900,21 +902,15 @@ def batch_times(batch: EventBatch, field: str, unit: str = "ms") -> tuple[np.nda
         >>> ms[0].item(), ok.tolist(), why[1]
         (1483315200000, [True, False], 'missing (null)')
     """
-    global _CODE_TIMES
-    col = batch.column(field)
     conv = batch.epoch_ms.get(field)
     enc = batch.encoded(field) if conv is None or conv is False else None
     if enc is None:
-        return parse_times(col, unit, converted=conv)
+        return parse_times(batch.column(field), unit, converted=conv)
     codes, uniq = enc
     d = batch.dictionary(field)
     if d is None:
         ms_u, ok_u, why_u = parse_times(uniq, unit)
     else:
-        if _CODE_TIMES is None:
-            import weakref
-
-            _CODE_TIMES = weakref.WeakKeyDictionary()
         by_unit = _CODE_TIMES.setdefault(d, {})
         have = by_unit.get(unit)
         done = 0 if have is None else len(have[0])

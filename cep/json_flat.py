@@ -659,25 +659,12 @@ def decode_flat(block: bytes, ends: np.ndarray,
                 col[~nonnull] = None
                 cols[name] = col
             enc[name] = (vcodes, uniq)
-        elif kind == _INT:
+        else:  # integers, decimals, booleans: a typed column, or Python values and None
+            vals = ivals[f] if kind == _INT else fvals[f] if kind == _FLOAT else ivals[f] != 0
             if allvalid:
-                cols[name] = ivals[f].copy()
+                cols[name] = vals.copy()  # (not a view that keeps the whole scan matrix alive)
             else:
-                obj = ivals[f].astype(object)
-                obj[~nonnull] = None
-                cols[name] = obj
-        elif kind == _FLOAT:
-            if allvalid:
-                cols[name] = fvals[f].copy()
-            else:
-                obj = fvals[f].astype(object)
-                obj[~nonnull] = None
-                cols[name] = obj
-        else:
-            if allvalid:
-                cols[name] = ivals[f] != 0
-            else:
-                obj = (ivals[f] != 0).astype(object)
+                obj = vals.astype(object)
                 obj[~nonnull] = None
                 cols[name] = obj
     if codes is not None:

@@ -19,7 +19,7 @@ match becomes a node chain (the general path's form) whenever something needs on
 ``cep state``, a row whose values are not numbers, a fork, or a match to output whose measures
 are more than row lookups (the compiled loop records its matches: :func:`_emit_rec`).
 
-About 1,700 lines in one module because the plan, the numpy stepping and the handover to and from
+About 1,950 lines in one module because the plan, the numpy stepping and the handover to and from
 node chains are one mechanism (a lane's arrays and its Attempt must agree at every row); the
 compiled loop and its condition bytecode live apart in :mod:`cep._lanes_kernel` and
 :mod:`cep._expr_kernel`.

@@ -5,7 +5,7 @@ the watermark (largest event time seen minus the allowed lateness) passes them, 
 the automaton in event-time order (ties keep arrival order). An event behind the watermark is
 late: it goes to the late output with its reason. ``finish`` is the final watermark.
 
-One concept over about 1,860 lines, so one module: :class:`PatternOperator` is a single class whose
+One concept over about 1,900 lines, so one module: :class:`PatternOperator` is a single class whose
 parts (buffering to the watermark, the deadline heap, idle sessions and state caps, the column-wise
 masks it feeds the automaton, snapshot and restore) all read and write the same per-key states,
 buffers and counters. Split across files they would be one class spread over mixins, or functions
