@@ -26,6 +26,7 @@ workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spa
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -74,7 +75,8 @@ from spark_udf.schema import (
 from spark_udf.state import STATE_ENCODING_VERSION, STATE_SCHEMA
 from spark_udf.tables import tick_stream
 
-__all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings"]
+__all__ = ["SparkRunConfig", "CepResult", "apply_rules", "ProgressCounts", "METRICS_NAME", "time_unit_warnings",
+           "read_json_lines"]
 
 METRICS_NAME = "cep"
 GROUP_RULE, GROUP_BUCKET, WM_COL, TIME_COL = "_cep_rule", "_cep_bucket", "_cep_wm", "_cep_time"
@@ -265,6 +267,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     start with ``_cep_`` are reserved.
     """
     cfg = config or SparkRunConfig()
+    twin = _JSON_TEXT.get(frame) if isinstance(frame, DataFrame) else None
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
     views = dict(getattr(rules, "views", None) or {})
@@ -333,7 +336,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     if keyed or staged:
         # malformed records ride along to one group of the stage (one scan of the input)
         stage, keyed_groups = _stateful_stage(frame, keyed, staged, cfg, env, engine_types, by_type, corrupt is not None,
-                                              layout, bindings, changelogs, view_rules)
+                                              layout, bindings, changelogs, view_rules, twin)
         parts.append(stage)
     rest = sorted(n for n in by_kind if n not in staged)
     reporter = None
@@ -659,7 +662,8 @@ def _row_hash_columns(frame: DataFrame) -> list[Column]:
 def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[Any]], cfg: SparkRunConfig,
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
                     layout: InputLayout, bindings: dict[str, Any] | None = None,
-                    changelogs: list[str] | None = None, views: list[Any] | None = None) -> tuple[DataFrame, str]:
+                    changelogs: list[str] | None = None, views: list[Any] | None = None,
+                    twin: tuple[DataFrame, str] | None = None) -> tuple[DataFrame, str]:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules, and which form it took
     (``"stream"``, ``"key-set"`` or ``"rule"`` groups: :attr:`CepResult.keyed_groups`).
 
@@ -758,7 +762,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
 
     if cfg.key_set_groups and _key_set_ready(keyed, bindings, views, layout, live):
         return _key_set_stage(frame, keyed, kinds, cfg, core, schema, time_col, key_sets, corrupt, layout,
-                              TimeReading(unit, skew, clock)), "key-set"
+                              TimeReading(unit, skew, clock), twin), "key-set"
     x = frame
     priors = None
     if cfg.arrival_order:
@@ -801,7 +805,7 @@ def _key_set_ready(keyed: list[Any], bindings: Mapping[str, Any], views: list[An
 
 def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig, core: GroupCore,
                    schema: T.StructType, time_col: str, key_sets: list[tuple[str, ...]], corrupt: bool,
-                   layout: InputLayout, reading: TimeReading) -> DataFrame:
+                   layout: InputLayout, reading: TimeReading, twin: tuple[DataFrame, str] | None = None) -> DataFrame:
     """A backfill of pattern rules in one scan: each map task packs its rows by (key set, group), the
     packed rows meet per reduce partition, where every rule of the key set runs over its group.
 
@@ -809,7 +813,9 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     once, keeps the arrival statistics of the former first pass and each row's watermark within its
     segment, and sends each group's rows as one Arrow stream; the segments' statistics go to every
     reduce partition, so the reduce side (:class:`spark_udf.backfill.PackedGroups`, ``mapInPandas``)
-    knows the arrival plan without a second job (docs/spark.md, "Key-set groups").
+    knows the arrival plan without a second job (docs/spark.md, "Key-set groups"). Given the text
+    ``twin`` of a JSON lines input (:func:`read_json_lines`), the map side reads the lines and decodes
+    them with the engine (:mod:`spark_udf.json_lines`) when the schema allows it.
     """
     from spark_udf.backfill import PACKED_SCHEMA, PART_COL, PackedGroups, Packer, partition_values
 
@@ -822,10 +828,72 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
         lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
     seg_cols = tuple(layout.segment_columns)
     parts = _backfill_partitions(frame, cfg, len(key_sets))
-    packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts))
+    decoder = _engine_decoder(frame, twin, corrupt) if twin is not None else None
+    packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts), decoder=decoder)
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
-    packed = frame.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
+    source = twin[0] if decoder is not None and twin is not None else frame
+    packed = source.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
+
+
+def _engine_decoder(frame: DataFrame, twin: tuple[DataFrame, str], corrupt: bool) -> Any:
+    """The engine's decoder of the JSON lines ``twin`` for the planned ``frame`` (its engine view), or
+    None when Spark's reader must read them: a column type the engine does not read as Spark does
+    (:func:`spark_udf.json_lines.column_kinds`), a reserved column the text has not, the reader's
+    malformed-record column not the one the run reads, or column names matched without case."""
+    from spark_udf.json_lines import JsonLinesDecoder, column_kinds
+
+    text, corrupt_name = twin
+    if not corrupt or corrupt_name in frame.columns:
+        return None
+    if str(frame.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
+        return None
+    fields, passed = [], []
+    for f in frame.schema.fields:
+        if f.name == CORRUPT_COL:
+            continue
+        if f.name.startswith(RESERVED_PREFIX):
+            if f.name not in text.columns or text.schema[f.name].dataType != f.dataType:
+                return None
+            passed.append(f.name)
+            continue
+        fields.append((f.name, f.dataType.simpleString()))
+    kinds = column_kinds(fields)
+    if kinds is None:
+        return None
+    return JsonLinesDecoder(kinds, CORRUPT_COL, tuple(passed))
+
+
+# a DataFrame of read_json_lines -> (its lines as text, the reader's malformed-record column)
+_JSON_TEXT: weakref.WeakKeyDictionary[DataFrame, tuple[DataFrame, str]] = weakref.WeakKeyDictionary()
+
+
+def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, source_column: str = SOURCE_COL,
+                    block_column: str = "_cep_block", corrupt_column: str = "_corrupt_record") -> DataFrame:
+    """A static JSON lines input for a backfill, read as ``cep spark backfill`` reads it.
+
+    Spark's JSON reader gives the DataFrame (``schema``: a ``StructType`` or DDL; None infers it from
+    the files), with each row's file in ``source_column`` and its file block's offset in
+    ``block_column`` (pass both as :attr:`SparkRunConfig.source_column` and
+    :attr:`SparkRunConfig.arrival_columns`). When :func:`apply_rules` runs its rules in key-set
+    groups and the schema is flat, the map tasks read the same files as text and decode the lines
+    with the engine's decoder instead of Spark's reader (docs/spark.md, "Engine-decoded JSON lines"):
+    the same rows, a third of the CPU. Any other use of the DataFrame reads it with Spark's reader.
+    """
+    if schema is None:
+        schema = spark.read.json(path).schema
+    elif isinstance(schema, str):
+        schema = spark.createDataFrame([], schema).schema
+    if corrupt_column not in schema.fieldNames():
+        schema = T.StructType(schema.fields + [T.StructField(corrupt_column, T.StringType(), True)])
+
+    def tagged(df: DataFrame) -> DataFrame:
+        return (df.withColumn(source_column, F.col("_metadata.file_path"))
+                .withColumn(block_column, F.col("_metadata.file_block_start")))
+
+    frame = tagged(spark.read.schema(schema).json(path))
+    _JSON_TEXT[frame] = (tagged(spark.read.text(path)), corrupt_column)
+    return frame
 
 
 def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig, key_sets: int = 1) -> int:

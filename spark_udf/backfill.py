@@ -245,6 +245,9 @@ class Packer:
     parts: list[int]
     flush_rows: int = 400_000
     flush_bytes: int = FLUSH_BYTES
+    decoder: Any = None
+    """The engine's decoder of a JSON lines input read as text (:class:`spark_udf.json_lines.JsonLinesDecoder`):
+    the task's batches are its lines, decoded here into the columns Spark's reader would give."""
 
     def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Inside a Spark task: the task's input batches, packed (see :meth:`pack_task`)."""
@@ -252,6 +255,8 @@ class Packer:
 
         from spark_udf.core import partition_id
 
+        if self.decoder is not None:
+            batches = self.decoder.decode(batches)
         return self.pack_task(batches, partition_id(TaskContext))
 
     def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:

@@ -283,6 +283,11 @@ def _read(spark: Any, args: Any, streaming: bool, path: str | None = None) -> tu
         schema = None
     if fmt in ("json", "csv") and schema is not None:
         schema = _with_corrupt(schema)
+    if fmt == "json" and not streaming and not opts and path:
+        # the map tasks of a key-set backfill decode the lines with the engine (docs/spark.md)
+        from spark_udf.api import read_json_lines
+
+        return read_json_lines(spark, path, schema, SOURCE, BLOCK), SOURCE
     r = reader.format(fmt).options(**opts)
     if schema is not None:
         r = r.schema(schema)

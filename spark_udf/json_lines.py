@@ -1,0 +1,276 @@
+"""JSON lines decoded by the engine inside a backfill's map tasks, not by Spark's JSON reader; no pyspark.
+
+A key-set backfill (:mod:`spark_udf.backfill`) of a JSON lines input can read the files as text
+(``spark.read.text``) and decode each task's lines with the engine's own decoders, the ones
+``cep run`` uses (:func:`cep.json_flat.decode_flat` for a block of flat lines, the per-line
+decoder for the rest), then hand the :class:`~spark_udf.backfill.Packer` the same Arrow batches
+Spark's reader would have (the schema's columns, typed as it types them, the malformed record's
+column, the row's file and block). Spark's JSON parser is the largest single cost of a backfill
+(about 1.1 of 5-6 CPU seconds over the S&P file, and most of the first run's JIT compilation);
+the engine's scanner decodes the same lines in about 0.2.
+
+The rows are Spark's reader's with the given schema wherever the two decoders agree, which is
+every line whose values fit the schema's types; where they do not, the engine's reading wins, as
+``cep run`` has it (docs/spark.md, "Engine-decoded JSON lines"):
+
+* a value that does not fit its column's type makes the row a malformed record, as Spark's
+  permissive reader makes it: a fraction or text in an integer column, an integer beyond the
+  column's range, text other than ``NaN``/``Infinity``/``INF`` (signed) or a boolean in a
+  ``double`` column, anything but ``true``/``false`` in a ``boolean`` column;
+* a number, boolean, array or object in a ``string`` column becomes its text as written in the
+  line, as Spark's reader gives it;
+* a line the engine's decoder refuses (``NaN`` or ``1e400`` unquoted, a lone surrogate, invalid
+  UTF-8) is a malformed record, as ``cep run`` reports it; Spark's reader would have read the
+  first two as numbers.
+
+Only flat schemas take this path: ``string``, ``bigint``, ``int``, ``smallint``, ``tinyint``,
+``double`` and ``boolean`` columns (:func:`column_kinds`). ``float`` (rounded to 32 bits),
+decimals (rounded to their scale), dates, timestamps and nested types stay with Spark's reader.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+__all__ = ["JsonLinesDecoder", "column_kinds", "field_texts", "TEXT_COL"]
+
+TEXT_COL = "value"  # spark.read.text's column: one line per row
+
+_INT_RANGES = {"bigint": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1), "smallint": (-(2**15), 2**15 - 1),
+               "tinyint": (-(2**7), 2**7 - 1)}
+_ARROW = {"bigint": "int64", "int": "int32", "smallint": "int16", "tinyint": "int8", "double": "float64",
+          "boolean": "bool", "string": "string"}
+# the quoted texts Spark's JSON reader reads as a double (JacksonParser: allowNonNumericNumbers)
+_SPECIAL_DOUBLES = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "INF": float("inf"),
+                    "+INF": float("inf"), "-Infinity": float("-inf"), "-INF": float("-inf")}
+
+
+def column_kinds(fields: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """The schema's ``(name, Spark type)`` columns if every one can be decoded by the engine, else None.
+
+    Example:
+        >>> column_kinds([("sym", "string"), ("px", "double"), ("n", "bigint")])
+        [('sym', 'string'), ('px', 'double'), ('n', 'bigint')]
+        >>> column_kinds([("ts", "timestamp")]) is None
+        True
+    """
+    if any(t not in _ARROW for _, t in fields):
+        return None
+    return list(fields)
+
+
+def field_texts(line: str) -> dict[str, str]:
+    """Each top-level field of a JSON object line as the text of its value, as written (the last of a
+    repeated name wins, as in Spark's reader and the engine's decoder).
+
+    Example:
+        >>> field_texts('{"a": 1.50, "b": [1, 2], "c": "x", "a": -0}')
+        {'a': '-0', 'b': '[1, 2]', 'c': '"x"'}
+    """
+    dec = json.JSONDecoder()
+    ws = " \t\n\r"
+    out: dict[str, str] = {}
+    i = 0
+    n = len(line)
+    while i < n and line[i] in ws:
+        i += 1
+    if i >= n or line[i] != "{":
+        return out
+    i += 1
+    while i < n:
+        while i < n and line[i] in ws + ",":
+            i += 1
+        if i >= n or line[i] == "}":
+            break
+        key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+        while i < n and line[i] in ws + ":":
+            i += 1
+        _, end = dec.raw_decode(line, i)
+        out[key] = line[i:end]
+        i = end
+    return out
+
+
+@dataclass
+class JsonLinesDecoder:
+    """Text batches (a line per row, plus pass-through columns) to the batches Spark's JSON reader gives.
+
+    ``fields``: the schema's data columns in order, ``(name, Spark type)`` (:func:`column_kinds`);
+    ``corrupt``: the output column that holds a malformed record's line (None: no such column, a
+    malformed line is dropped as Spark's reader drops it then); ``passed``: columns of the text
+    batches copied as they are (the file path, the block offset). Blank lines give no row, as in
+    Spark's reader and ``cep run``.
+    """
+
+    fields: list[tuple[str, str]]
+    corrupt: str | None
+    passed: tuple[str, ...] = ()
+    text_col: str = TEXT_COL
+
+    def decode(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The decoded batch of every non-empty text batch, in order."""
+        dicts: dict[str, Any] = {}  # the string columns' dictionaries, kept across the task's blocks
+        for rb in batches:
+            if rb.num_rows:
+                out = self.decode_batch(rb, dicts)
+                if out.num_rows:
+                    yield out
+
+    def schema(self) -> Any:
+        import pyarrow as pa
+
+        cols = [pa.field(n, pa.type_for_alias(_ARROW[t])) for n, t in self.fields]
+        if self.corrupt:
+            cols.append(pa.field(self.corrupt, pa.string()))
+        return cols
+
+    def decode_batch(self, rb: Any, dicts: dict[str, Any] | None = None) -> Any:
+        """One text batch decoded: the flat scanner over the whole block when it takes it, else line by line."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from cep.json_flat import decode_flat
+
+        text = rb.column(rb.schema.get_field_index(self.text_col))
+        # each line followed by a newline, in one buffer: the block the engine's decoders read
+        joined = pc.binary_join_element_wise(text.fill_null(""), "", "\n")
+        offs = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset:joined.offset + len(joined) + 1]
+        offs = offs.astype(np.int64)
+        block = joined.buffers()[2].to_pybytes()[int(offs[0]):int(offs[-1])]
+        ends = offs[1:] - offs[0]
+        codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        cols = decode_flat(block, ends, codes, dicts) if len(ends) else None
+        got = self._flat(cols, codes, len(ends)) if cols is not None else None
+        if got is None:
+            keep, arrays = self._lines(block, ends)
+        else:
+            keep, arrays = None, got
+        out = dict(zip([n for n, _ in self.fields], arrays[:len(self.fields)]))
+        if self.corrupt:
+            out[self.corrupt] = arrays[len(self.fields)]
+        for name in self.passed:
+            col = rb.column(rb.schema.get_field_index(name))
+            out[name] = col if keep is None else col.take(pa.array(keep))
+        return pa.RecordBatch.from_pydict(out, schema=pa.schema(
+            self.schema() + [rb.schema.field(rb.schema.get_field_index(n)) for n in self.passed]))
+
+    def _flat(self, cols: dict[str, np.ndarray], codes: dict[str, tuple[np.ndarray, np.ndarray]], n: int) -> list[Any] | None:
+        """The scanner's columns as typed Arrow arrays, or None when some column needs a line's own
+        reading (a value that does not fit its type, a non-string in a string column)."""
+        import pyarrow as pa
+
+        out = []
+        for name, typ in self.fields:
+            col = cols.get(name)
+            atype = pa.type_for_alias(_ARROW[typ])
+            if col is None:
+                out.append(pa.nulls(n, atype))
+                continue
+            if name in codes:  # strings (and NULLs), dictionary-coded by the scanner
+                if typ != "string":
+                    return None
+                vc, uniq = codes[name]
+                out.append(pa.DictionaryArray.from_arrays(pa.array(vc, mask=vc < 0), pa.array(uniq, pa.string()))
+                           .cast(pa.string()))
+                continue
+            if col.dtype == object:  # NULLs among numbers or booleans, or NULLs only
+                vals = [v for v in col if v is not None]
+                if not vals:
+                    out.append(pa.nulls(n, atype))
+                    continue
+                kind = type(vals[0])
+                mask = np.fromiter((v is None for v in col), dtype=bool, count=n)
+                dense = np.asarray([0 if v is None else v for v in col],
+                                   dtype=np.float64 if kind is float else np.int64 if kind is int else bool)
+            else:
+                kind = float if col.dtype == np.float64 else bool if col.dtype == bool else int
+                mask, dense = None, col
+            if typ == "boolean":
+                if kind is not bool:
+                    return None
+            elif typ == "double":
+                if kind is bool:
+                    return None
+                dense = dense.astype(np.float64)
+            elif typ in _INT_RANGES:
+                lo, hi = _INT_RANGES[typ]
+                if kind is not int or (len(dense) and (dense.min() < lo or dense.max() > hi)):
+                    return None
+            else:  # a number or boolean in a string column: its text as written, per line
+                return None
+            out.append(pa.array(dense, type=atype, mask=mask))
+        if self.corrupt:
+            out.append(pa.nulls(n, pa.string()))
+        return out
+
+    def _lines(self, block: bytes, ends: np.ndarray) -> tuple[list[int], list[Any]]:
+        """Line by line, with the engine's per-line decoder: the rows kept (blank lines give none) and
+        the columns, a line whose values do not fit the schema a malformed record."""
+        import pyarrow as pa
+
+        from cep.events import BadLine, decode_json_line
+
+        keep: list[int] = []
+        values: list[list[Any]] = [[] for _ in self.fields]
+        bad: list[str | None] = []
+        start = 0
+        for i, end in enumerate(ends.tolist()):
+            raw = block[start:end]
+            start = end
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+            got = decode_json_line(raw, i + 1, None)
+            if got is None:
+                continue
+            row = None if isinstance(got, BadLine) else self._row(got, raw)
+            if row is None and self.corrupt is None:
+                continue  # Spark's reader drops a malformed record when the schema has no column for it
+            keep.append(i)
+            if row is None:
+                for v in values:
+                    v.append(None)
+                bad.append(raw.decode("utf-8", errors="replace"))
+                continue
+            for v, x in zip(values, row):
+                v.append(x)
+            bad.append(None)
+        arrays = [pa.array(v, type=pa.type_for_alias(_ARROW[t])) for v, (_, t) in zip(values, self.fields)]
+        if self.corrupt:
+            arrays.append(pa.array(bad, type=pa.string()))
+        return keep, arrays
+
+    def _row(self, rec: dict[str, Any], raw: bytes) -> list[Any] | None:
+        """One decoded object's values for the schema's columns, or None when one does not fit its type."""
+        row: list[Any] = []
+        texts: dict[str, str] | None = None
+        for name, typ in self.fields:
+            v = rec.get(name)
+            if v is None:
+                row.append(None)
+            elif typ == "string":
+                if not isinstance(v, str):
+                    if texts is None:
+                        texts = field_texts(raw.decode("utf-8"))
+                    v = texts[name]
+                row.append(v)
+            elif typ == "boolean":
+                if not isinstance(v, bool):
+                    return None
+                row.append(v)
+            elif typ == "double":
+                if isinstance(v, str):
+                    if v not in _SPECIAL_DOUBLES:
+                        return None
+                    v = _SPECIAL_DOUBLES[v]
+                elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                    return None
+                row.append(float(v))
+            else:
+                lo, hi = _INT_RANGES[typ]
+                if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                    return None
+                row.append(v)
+        return row
