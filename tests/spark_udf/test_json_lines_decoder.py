@@ -1,0 +1,198 @@
+"""The engine's JSON lines decoder of a backfill's map tasks (spark_udf/json_lines.py), without Spark.
+
+Each decoded row is compared with a reading of the same line by ``json.loads`` and the schema's
+rules written out here (the reference); tests/spark_udf/test_json_lines_spark.py compares the
+decoder with Spark's own reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_udf.json_lines import JsonLinesDecoder, column_kinds, field_texts
+
+FIELDS = [("s", "string"), ("n", "bigint"), ("i", "int"), ("t", "tinyint"), ("d", "double"), ("b", "boolean")]
+RANGES = {"bigint": 2**63, "int": 2**31, "tinyint": 2**7}
+SPECIAL = {"NaN", "Infinity", "+Infinity", "INF", "+INF", "-Infinity", "-INF"}
+
+
+def _reference(line: str) -> tuple[list[Any] | None, str | None] | None:
+    """(values, None) for a row that fits, (None, line) for a malformed record, None for no row."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None, line
+    if not isinstance(rec, dict):
+        return None, line
+    out: list[Any] = []
+    for name, typ in FIELDS:
+        v = rec.get(name)
+        if v is None:
+            out.append(None)
+        elif typ == "string":
+            out.append(v if isinstance(v, str) else field_texts(line)[name])
+        elif typ == "boolean":
+            if not isinstance(v, bool):
+                return None, line
+            out.append(v)
+        elif typ == "double":
+            if isinstance(v, str) and v in SPECIAL:
+                v = float("nan") if v == "NaN" else float("-inf") if v.startswith("-") else float("inf")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return None, line
+            out.append(float(v))
+        else:
+            lim = RANGES[typ]
+            if isinstance(v, bool) or not isinstance(v, int) or not -lim <= v < lim:
+                return None, line
+            out.append(v)
+    return out, None
+
+
+def _decode(lines: list[str], cuts: list[int], corrupt: str | None = "_c") -> list[dict[str, Any]]:
+    dec = JsonLinesDecoder(FIELDS, corrupt, ("seq",))
+    batches = []
+    bounds = [0, *cuts, len(lines)]
+    for a, b in zip(bounds, bounds[1:]):
+        batches.append(pa.RecordBatch.from_pydict({"value": lines[a:b], "seq": list(range(a, b))}))
+    return [row for rb in dec.decode(iter(batches)) for row in rb.to_pylist()]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return type(a) is type(b) and a == b
+
+
+def _check(lines: list[str], got: list[dict[str, Any]], corrupt: str | None = "_c") -> None:
+    expected = []
+    for seq, line in enumerate(lines):
+        ref = _reference(line)
+        if ref is None or (ref[0] is None and corrupt is None):
+            continue
+        expected.append((seq, ref))
+    assert [r["seq"] for r in got] == [seq for seq, _ in expected]
+    for row, (seq, (values, bad)) in zip(got, expected):
+        if values is None:
+            assert row[corrupt] == bad and all(row[n] is None for n, _ in FIELDS), (seq, row)
+            continue
+        if corrupt:
+            assert row[corrupt] is None, (seq, row)
+        for (name, _), want in zip(FIELDS, values):
+            assert _same(row[name], want), (seq, name, row[name], want, lines[seq])
+
+
+def _value(rng: random.Random, typ: str, fit: bool) -> Any:
+    if rng.random() < 0.1:
+        return None
+    if typ == "string":
+        return rng.choice(["a", "b\\\"q", "é😀", "x" * rng.randint(0, 12), "\\u00e9\\ud83d\\ude00", "tab\\t"]) if fit \
+            else rng.choice([12, -0.0, 1.5e300, True, [1, {"a": 2}], {"k": [None]}])
+    if typ == "boolean":
+        return rng.random() < 0.5 if fit else rng.choice([1, "true", 0.0])
+    if typ == "double":
+        return rng.choice([rng.uniform(-1e6, 1e6), rng.randint(-2**62, 2**62), 0.1, -0.0, 5e-324, "NaN", "-INF"]) if fit \
+            else rng.choice(["1.5", True, "inf", [1.0]])
+    lim = RANGES[typ]
+    return rng.choice([rng.randint(-lim, lim - 1), -lim, lim - 1, 0]) if fit else rng.choice([lim, -lim - 1, 1.0, "3", False])
+
+
+def _line(rng: random.Random, fit: bool) -> str:
+    parts = []
+    for name, typ in FIELDS:
+        if rng.random() < 0.08:
+            continue  # a missing field
+        v = _value(rng, typ, fit or rng.random() < 0.8)
+        text = json.dumps(v) if not isinstance(v, str) or "\\" not in v else '"' + v + '"'
+        parts.append(f'"{name}": {text}')
+    if rng.random() < 0.05:
+        parts.append('"extra": [1, 2]')
+    return "{" + ", ".join(parts) + "}"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_row_as_json_and_the_schema_read_it(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CEP_FLAT_JSON", "on")
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(rng.randint(200, 600)):
+        r = rng.random()
+        lines.append(_line(rng, fit=r < 0.85) if r < 0.96 else rng.choice(["", "   ", "[1, 2]", "3", '{"s": "x", ', "nope"]))
+    cuts = sorted(rng.sample(range(1, len(lines)), 3))
+    _check(lines, _decode(lines, cuts))
+    _check(lines, _decode(lines, cuts, corrupt=None), corrupt=None)
+
+
+def test_flat_blocks_and_per_line_blocks_share_the_string_dictionaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CEP_FLAT_JSON", "on")
+    rng = random.Random(7)
+    flat = [json.dumps({"s": rng.choice(["p", "q", "r"]), "n": i, "d": i / 4, "b": i % 2 == 0}) for i in range(300)]
+    # the second batch has a fraction in the bigint column (per line), the third is flat again with new strings
+    mixed = [json.dumps({"s": "q", "n": 1.5})] + flat[:50]
+    more = [json.dumps({"s": f"new{i % 7}", "n": -i, "d": 1, "b": True}) for i in range(200)]
+    lines = flat + mixed + more
+    _check(lines, _decode(lines, [300, 351]))
+
+
+def test_values_that_do_not_fit_make_the_row_malformed() -> None:
+    lines = ['{"s": "ok", "n": 9223372036854775807, "i": -2147483648, "t": 127, "d": 1, "b": false}',
+             '{"n": 9223372036854775808}', '{"i": 2147483648}', '{"t": -129}', '{"n": 2.0}', '{"n": "12"}',
+             '{"d": "1.5"}', '{"d": true}', '{"b": 1}', '{"b": "true"}', '{"d": "NaN", "s": 1.50}',
+             '{"s": [1, {"a": 2}], "d": "-INF"}']
+    rows = _decode(lines, [])
+    assert [r["_c"] is None for r in rows] == [True] + [False] * 9 + [True, True]
+    assert rows[0]["n"] == 2**63 - 1 and rows[0]["i"] == -(2**31) and rows[0]["t"] == 127 and rows[0]["d"] == 1.0
+    assert math.isnan(rows[10]["d"]) and rows[10]["s"] == "1.50"  # a number in a string column: its text as written
+    assert rows[11]["s"] == '[1, {"a": 2}]' and rows[11]["d"] == float("-inf")
+    _check(lines, rows)
+
+
+def test_field_texts_reads_each_value_as_written() -> None:
+    assert field_texts('{"a": 1.50, "b": [1, 2], "c": "x", "a": -0}') == {"a": "-0", "b": "[1, 2]", "c": '"x"'}
+    assert field_texts(' {"k" : {"x": [true, null]} , "e":1e3}') == {"k": '{"x": [true, null]}', "e": "1e3"}
+    assert field_texts('{"q\\"uote": "a\\"b"}') == {'q"uote': '"a\\"b"'}
+    assert field_texts("[1]") == {} and field_texts("{}") == {}
+
+
+def test_only_flat_schemas_are_decoded_by_the_engine() -> None:
+    assert column_kinds([("a", "string"), ("b", "double"), ("c", "smallint"), ("d", "boolean")]) is not None
+    for typ in ("float", "decimal(10,2)", "timestamp", "date", "array<int>", "struct<a:int>", "binary"):
+        assert column_kinds([("a", "string"), ("b", typ)]) is None, typ
+
+
+def test_a_flat_block_is_read_by_the_scanner_and_checked_column_by_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cep.json_flat import decode_flat
+
+    monkeypatch.setenv("CEP_FLAT_JSON", "on")
+    per_line: list[int] = []
+    lines_of = JsonLinesDecoder._lines
+    monkeypatch.setattr(JsonLinesDecoder, "_lines", lambda self, block, ends: (per_line.append(len(ends)),
+                                                                              lines_of(self, block, ends))[1])
+    scanner = decode_flat(b'{"a":1}\n', [8]) is not None  # None where numba is absent: then every block goes per line
+    # integers in a double column (beyond float32's 24 bits), in range in the integer columns
+    ok = [json.dumps({"s": "x", "n": 2**50 + i, "i": -i, "t": i % 100, "d": 2**40 + i, "b": True}) for i in range(100)]
+    rows = _decode(ok, [])
+    _check(ok, rows)
+    assert rows[5]["d"] == float(2**40 + 5) and isinstance(rows[5]["d"], float)
+    assert per_line == ([] if scanner else [100])
+    # one integer beyond tinyint's range: the block goes per line, that row alone is malformed
+    per_line.clear()
+    wide = ok[:50] + [json.dumps({"s": "x", "n": 1, "i": 1, "t": 300, "d": 1, "b": True})] + ok[50:]
+    rows = _decode(wide, [])
+    _check(wide, rows)
+    assert [i for i, r in enumerate(rows) if r["_c"] is not None] == [50]
+    assert per_line == [101]
+    # a column of one kind that is not the schema's in every line: every row malformed
+    for col, val in (("n", 0.5), ("b", 1), ("n", "12"), ("d", False), ("i", 2**40)):
+        lines = [json.dumps({"s": "x", col: val}) for i in range(20)]
+        rows = _decode(lines, [])
+        _check(lines, rows)
+        assert all(r["_c"] is not None for r in rows), (col, val)
