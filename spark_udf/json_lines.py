@@ -137,10 +137,12 @@ class JsonLinesDecoder:
 
         text = rb.column(rb.schema.get_field_index(self.text_col))
         # each line followed by a newline, in one buffer: the block the engine's decoders read
-        joined = pc.binary_join_element_wise(text.fill_null(""), "", "\n")
-        offs = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset:joined.offset + len(joined) + 1]
-        offs = offs.astype(np.int64)
-        block = joined.buffers()[2].to_pybytes()[int(offs[0]):int(offs[-1])]
+        empty, newline = pa.scalar("", text.type), pa.scalar("\n", text.type)
+        joined = pc.binary_join_element_wise(text.fill_null(empty), empty, newline)
+        wide = pa.types.is_large_string(joined.type) or pa.types.is_large_binary(joined.type)
+        offs = np.frombuffer(joined.buffers()[1], dtype=np.int64 if wide else np.int32)
+        offs = offs[joined.offset:joined.offset + len(joined) + 1].astype(np.int64)
+        block = joined.buffers()[2].slice(int(offs[0]), int(offs[-1] - offs[0])).to_pybytes()
         ends = offs[1:] - offs[0]
         codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         cols = decode_flat(block, ends, codes, dicts) if len(ends) else None

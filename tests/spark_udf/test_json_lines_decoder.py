@@ -196,3 +196,11 @@ def test_a_flat_block_is_read_by_the_scanner_and_checked_column_by_column(monkey
         rows = _decode(lines, [])
         _check(lines, rows)
         assert all(r["_c"] is not None for r in rows), (col, val)
+
+
+@pytest.mark.parametrize("text_type", [pa.string(), pa.large_string()])
+def test_a_sliced_or_large_text_batch_reads_its_own_lines(text_type: pa.DataType) -> None:
+    lines = [json.dumps({"s": f"v{i}", "n": i}) for i in range(40)]
+    rb = pa.RecordBatch.from_pydict({"value": pa.array(lines, text_type), "seq": list(range(40))}).slice(7, 20)
+    rows = JsonLinesDecoder(FIELDS, "_c", ("seq",)).decode_batch(rb, {}).to_pylist()
+    assert [(r["s"], r["n"], r["seq"]) for r in rows] == [(f"v{i}", i, i) for i in range(7, 27)]
