@@ -10,18 +10,31 @@ column, the row's file and block). Spark's JSON parser is the largest single cos
 the engine's scanner decodes the same lines in about 0.2.
 
 The rows are Spark's reader's with the given schema wherever the two decoders agree, which is
-every line whose values fit the schema's types; where they do not, the engine's reading wins, as
-``cep run`` has it (docs/spark.md, "Engine-decoded JSON lines"):
+every line the engine's decoder reads as a JSON object; where they do not, the engine's reading wins,
+as ``cep run`` has it (docs/spark.md, "Engine-decoded JSON lines"). What Spark's permissive reader
+does, and this decoder with it (tests/spark_udf/test_json_lines_spark.py compares the two):
 
-* a value that does not fit its column's type makes the row a malformed record, as Spark's
-  permissive reader makes it: a fraction or text in an integer column, an integer beyond the
-  column's range, text other than ``NaN``/``Infinity``/``INF`` (signed) or a boolean in a
-  ``double`` column, anything but ``true``/``false`` in a ``boolean`` column;
+* a value that does not fit its column's type makes the row a malformed record, and the column
+  NULL while the row's other columns keep their values (Spark's partial results): a fraction or text
+  in an integer column, an integer beyond the column's range, a boolean or text other than ``NaN``,
+  ``Infinity``, ``+Infinity``, ``+INF``, ``-Infinity``, ``-INF`` in a ``double`` column (not ``INF``),
+  anything but ``true``/``false`` in a ``boolean`` column;
+* a ``tinyint`` column reads 128 to 255 as the byte of the same bits (200 is -56): Jackson's byte
+  reading, which Spark's reader uses, takes unsigned bytes too;
+* an integer beyond a double's range in a ``double`` column is an infinity of its sign;
 * a number, boolean, array or object in a ``string`` column becomes its text as written in the
   line, as Spark's reader gives it;
-* a line the engine's decoder refuses (``NaN`` or ``1e400`` unquoted, a lone surrogate, invalid
-  UTF-8) is a malformed record, as ``cep run`` reports it; Spark's reader would have read the
-  first two as numbers.
+* a repeated name is read in turn: each value that fits replaces the one before, and any that does
+  not makes the row malformed (the last fitting value stays);
+* without a malformed-record column (``corrupt=None``) such a row is kept with what fitted, a line
+  that is not JSON as a row of NULLs; blank and whitespace-only lines give no row.
+
+Where the engine's decoder differs: a line it refuses is a malformed record with every column NULL,
+as ``cep run`` reports it, where Spark's reader reads it: ``NaN``, ``Infinity`` or ``1e400``
+unquoted (Spark: a double), a lone surrogate escape (Spark: ``?``), single-quoted strings or
+names, text after the object's closing brace (Spark reads the object and ignores the rest), and a
+line holding an array (Spark: a row per object in it, none for ``[]``). Invalid UTF-8 is a
+malformed record in both.
 
 Only flat schemas take this path: ``string``, ``bigint``, ``int``, ``smallint``, ``tinyint``,
 ``double`` and ``boolean`` columns (:func:`column_kinds`). ``float`` (rounded to 32 bits),
@@ -31,7 +44,7 @@ decimals (rounded to their scale), dates, timestamps and nested types stay with 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -44,9 +57,11 @@ _INT_RANGES = {"bigint": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1), "s
                "tinyint": (-(2**7), 2**7 - 1)}
 _ARROW = {"bigint": "int64", "int": "int32", "smallint": "int16", "tinyint": "int8", "double": "float64",
           "boolean": "bool", "string": "string"}
-# the quoted texts Spark's JSON reader reads as a double (JacksonParser: allowNonNumericNumbers)
-_SPECIAL_DOUBLES = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "INF": float("inf"),
-                    "+INF": float("inf"), "-Infinity": float("-inf"), "-INF": float("-inf")}
+# the quoted texts Spark's JSON reader reads as a double
+# (JacksonParser: allowNonNumericNumbers; "INF" unsigned is not among them)
+_SPECIAL_DOUBLES = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "+INF": float("inf"),
+                    "-Infinity": float("-inf"), "-INF": float("-inf")}
+_MISFIT = object()  # a value that does not fit its column's type
 
 
 def column_kinds(fields: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
@@ -101,7 +116,7 @@ class JsonLinesDecoder:
 
     ``fields``: the schema's data columns in order, ``(name, Spark type)`` (:func:`column_kinds`);
     ``corrupt``: the output column that holds a malformed record's line (None: no such column, a
-    malformed line is dropped as Spark's reader drops it then); ``passed``: columns of the text
+    malformed record's row is kept without it, as Spark's reader keeps it); ``passed``: columns of the text
     batches copied as they are (the file path, the block offset). Blank lines give no row, as in
     Spark's reader and ``cep run``.
     """
@@ -110,6 +125,11 @@ class JsonLinesDecoder:
     corrupt: str | None
     passed: tuple[str, ...] = ()
     text_col: str = TEXT_COL
+    _typed_names: list[bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the typed columns' names as a line writes them plainly, to see whether one is repeated
+        self._typed_names = [json.dumps(n, ensure_ascii=False).encode() for n, t in self.fields if t != "string"]
 
     def decode(self, batches: Iterator[Any]) -> Iterator[Any]:
         """The decoded batch of every non-empty text batch, in order."""
@@ -211,7 +231,7 @@ class JsonLinesDecoder:
 
     def _lines(self, block: bytes, ends: np.ndarray) -> tuple[list[int], list[Any]]:
         """Line by line, with the engine's per-line decoder: the rows kept (blank lines give none) and
-        the columns, a line whose values do not fit the schema a malformed record."""
+        the columns, a line whose values do not all fit the schema a malformed record."""
         import pyarrow as pa
 
         from cep.events import BadLine, decode_json_line
@@ -227,52 +247,74 @@ class JsonLinesDecoder:
             got = decode_json_line(raw, i + 1, None)
             if got is None:
                 continue
-            row = None if isinstance(got, BadLine) else self._row(got, raw)
-            if row is None and self.corrupt is None:
-                continue  # Spark's reader drops a malformed record when the schema has no column for it
             keep.append(i)
-            if row is None:
-                for v in values:
-                    v.append(None)
-                bad.append(raw.decode("utf-8", errors="replace"))
-                continue
+            if isinstance(got, BadLine):
+                row, fits = [None] * len(self.fields), False
+            else:
+                row, fits = self._row(got, raw)
             for v, x in zip(values, row):
                 v.append(x)
-            bad.append(None)
+            bad.append(None if fits else raw.decode("utf-8", errors="replace"))
         arrays = [pa.array(v, type=pa.type_for_alias(_ARROW[t])) for v, (_, t) in zip(values, self.fields)]
         if self.corrupt:
             arrays.append(pa.array(bad, type=pa.string()))
         return keep, arrays
 
-    def _row(self, rec: dict[str, Any], raw: bytes) -> list[Any] | None:
-        """One decoded object's values for the schema's columns, or None when one does not fit its type."""
-        row: list[Any] = []
+    def _row(self, rec: dict[str, Any], raw: bytes) -> tuple[list[Any], bool]:
+        """One decoded object's values for the schema's columns, and whether they all fit their types.
+
+        As in Spark's permissive reader, a value that does not fit leaves its column as it was (NULL,
+        or the value of the same name before it) and the row's other columns keep theirs."""
+        row: list[Any] = [None] * len(self.fields)
+        fits = True
         texts: dict[str, str] | None = None
-        for name, typ in self.fields:
-            v = rec.get(name)
-            if v is None:
-                row.append(None)
-            elif typ == "string":
-                if not isinstance(v, str):
+        pairs = self._pairs(raw)
+        for j, (name, typ) in enumerate(self.fields):
+            if typ == "string":  # every value fits: the last one stands
+                v = rec.get(name)
+                if v is not None and not isinstance(v, str):
                     if texts is None:
-                        texts = field_texts(raw.decode("utf-8"))
+                        texts = field_texts(raw.decode("utf-8-sig"))  # a BOM the engine's decoder skipped
                     v = texts[name]
-                row.append(v)
-            elif typ == "boolean":
-                if not isinstance(v, bool):
-                    return None
-                row.append(v)
-            elif typ == "double":
-                if isinstance(v, str):
-                    if v not in _SPECIAL_DOUBLES:
-                        return None
-                    v = _SPECIAL_DOUBLES[v]
-                elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                    return None
-                row.append(float(v))
-            else:
-                lo, hi = _INT_RANGES[typ]
-                if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                    return None
-                row.append(v)
-        return row
+                row[j] = v
+                continue
+            for v in (pairs.get(name, ()) if pairs is not None else (rec[name],) if name in rec else ()):
+                got = None if v is None else _fit(v, typ)
+                if got is _MISFIT:
+                    fits = False
+                else:
+                    row[j] = got
+        return row, fits
+
+    def _pairs(self, raw: bytes) -> dict[str, list[Any]] | None:
+        """Every value of each top-level name in the line's order, when a name of a typed column may be
+        repeated (written twice, or a name spelled with an escape), else None: then the decoded object
+        holds each name's only value."""
+        if not self._typed_names or (b"\\" not in raw and all(raw.count(q) < 2 for q in self._typed_names)):
+            return None
+        out: dict[str, list[Any]] = {}
+        # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs: no matter)
+        for name, v in json.loads(raw, object_pairs_hook=list):
+            out.setdefault(name, []).append(v)
+        return out
+
+
+def _fit(v: Any, typ: str) -> Any:
+    """A JSON value read into a column of Spark type ``typ`` (not string) as Spark's reader reads it, or _MISFIT."""
+    if typ == "boolean":
+        return v if isinstance(v, bool) else _MISFIT
+    if typ == "double":
+        if isinstance(v, str):
+            return _SPECIAL_DOUBLES.get(v, _MISFIT)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return _MISFIT
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond a double's range: Spark's reader (BigInteger.doubleValue) rounds it to infinity
+            return float("inf") if v > 0 else float("-inf")
+    if isinstance(v, bool) or not isinstance(v, int):
+        return _MISFIT
+    lo, hi = _INT_RANGES[typ]
+    if typ == "tinyint" and hi < v <= 255:
+        return v - 256  # Jackson's getByteValue, which Spark's reader calls, takes an unsigned byte too
+    return v if lo <= v <= hi else _MISFIT
