@@ -663,7 +663,7 @@ def _stateful_stage(frame: DataFrame, keyed: list[Any], staged: dict[str, list[A
                     env: Envelope, engine_types: dict[str, str], by_type: dict[str, T.DataType], corrupt: bool,
                     layout: InputLayout, bindings: dict[str, Any] | None = None,
                     changelogs: list[str] | None = None, views: list[Any] | None = None,
-                    twin: tuple[DataFrame, str] | None = None) -> tuple[DataFrame, str]:
+                    twin: JsonText | None = None) -> tuple[DataFrame, str]:
     """The keyed stage: pattern and analytics rules, and (streams) the search rules, and which form it took
     (``"stream"``, ``"key-set"`` or ``"rule"`` groups: :attr:`CepResult.keyed_groups`).
 
@@ -805,7 +805,7 @@ def _key_set_ready(keyed: list[Any], bindings: Mapping[str, Any], views: list[An
 
 def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: SparkRunConfig, core: GroupCore,
                    schema: T.StructType, time_col: str, key_sets: list[tuple[str, ...]], corrupt: bool,
-                   layout: InputLayout, reading: TimeReading, twin: tuple[DataFrame, str] | None = None) -> DataFrame:
+                   layout: InputLayout, reading: TimeReading, twin: JsonText | None = None) -> DataFrame:
     """A backfill of pattern rules in one scan: each map task packs its rows by (key set, group), the
     packed rows meet per reduce partition, where every rule of the key set runs over its group.
 
@@ -831,19 +831,22 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     decoder = _engine_decoder(frame, twin, corrupt) if twin is not None else None
     packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts), decoder=decoder)
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
-    source = twin[0] if decoder is not None and twin is not None else frame
+    source = twin.text if decoder is not None and twin is not None else frame
     packed = source.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
 
 
-def _engine_decoder(frame: DataFrame, twin: tuple[DataFrame, str], corrupt: bool) -> Any:
+def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     """The engine's decoder of the JSON lines ``twin`` for the planned ``frame`` (its engine view), or
     None when Spark's reader must read them: a column type the engine does not read as Spark does
     (:func:`spark_udf.json_lines.column_kinds`), a reserved column the text has not, the reader's
-    malformed-record column not the one the run reads, or column names matched without case."""
+    malformed-record column not the one the run reads, or column names matched without case.
+
+    The types are the reader's: the engine view has a timestamp or date as epoch milliseconds
+    (bigint) and a decimal as a double, which the lines do not hold."""
     from spark_udf.json_lines import JsonLinesDecoder, column_kinds
 
-    text, corrupt_name = twin
+    text, corrupt_name = twin.text, twin.corrupt
     if not corrupt or corrupt_name in frame.columns:
         return None
     if str(frame.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
@@ -858,14 +861,27 @@ def _engine_decoder(frame: DataFrame, twin: tuple[DataFrame, str], corrupt: bool
             passed.append(f.name)
             continue
         fields.append((f.name, f.dataType.simpleString()))
+    read = [(f.name, f.dataType.simpleString()) for f in twin.schema.fields if f.name != corrupt_name]
+    if fields != read:  # a column the view converted (a time, a decimal), or one not read from the lines
+        return None
     kinds = column_kinds(fields)
     if kinds is None:
         return None
     return JsonLinesDecoder(kinds, CORRUPT_COL, tuple(passed))
 
 
-# a DataFrame of read_json_lines -> (its lines as text, the reader's malformed-record column)
-_JSON_TEXT: weakref.WeakKeyDictionary[DataFrame, tuple[DataFrame, str]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class JsonText:
+    """The lines of a :func:`read_json_lines` frame: the files read as text (with the frame's reserved
+    columns), the reader's malformed-record column and the reader's schema (with that column)."""
+
+    text: DataFrame
+    corrupt: str
+    schema: T.StructType
+
+
+# a DataFrame of read_json_lines -> its lines
+_JSON_TEXT: weakref.WeakKeyDictionary[DataFrame, JsonText] = weakref.WeakKeyDictionary()
 
 
 def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, source_column: str = SOURCE_COL,
@@ -892,7 +908,7 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
                 .withColumn(block_column, F.col("_metadata.file_block_start")))
 
     frame = tagged(spark.read.schema(schema).json(path))
-    _JSON_TEXT[frame] = (tagged(spark.read.text(path)), corrupt_column)
+    _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema)
     return frame
 
 

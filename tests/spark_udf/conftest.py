@@ -33,6 +33,19 @@ def spark() -> Iterator[Any]:
     yield session
 
 
+@pytest.fixture
+def case_sensitive(spark: Any) -> Iterator[Any]:
+    """The shared session reading column names with case, as ``cep spark`` sets it (the engine's JSON
+    lines decoder of a backfill needs it), for one test."""
+    key = "spark.sql.caseSensitive"
+    before = spark.conf.get(key, "false")
+    spark.conf.set(key, "true")
+    try:
+        yield spark
+    finally:
+        spark.conf.set(key, before)
+
+
 def write_events(folder: Path, index: int, rows: Iterable[Any]) -> Path:
     """Write one JSON-lines file of a stream; its modification time orders it after earlier ones.
 

@@ -190,6 +190,74 @@ def test_key_set_groups_give_cep_runs_rows(spark: Any, tmp_path: Path, seed: int
     assert len({r["source"] for r in rows if r["output"] == "late"}) > 1  # rows of several files were late
 
 
+def _json_backfill(spark: Any, folder: Path, schema: str = SCHEMA, names: tuple[str, ...] | None = None,
+                   where: str | None = None, **config: Any) -> Any:
+    """The backfill of ``_backfill`` over the frame of ``read_json_lines`` (optionally filtered after it)."""
+    from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
+
+    frame = read_json_lines(spark, str(folder), schema)
+    if where is not None:
+        frame = frame.where(where)
+    return apply_rules(frame, _rules(names), SparkRunConfig(
+        buckets=5, source_column="_cep_source", arrival_columns=("_cep_source", "_cep_block"), **config))
+
+
+def _plan(df: Any, capsys: Any) -> str:
+    capsys.readouterr()
+    df.explain()
+    return capsys.readouterr().out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("key_set_groups", [True, False])
+def test_json_lines_read_by_the_engine_give_cep_runs_rows(case_sensitive: Any, tmp_path: Path, key_set_groups: bool,
+                                                          capsys: Any) -> None:
+    spark = case_sensitive
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(2, True))]
+    exp = _embedded(paths)
+    result = _json_backfill(spark, tmp_path / "in", key_set_groups=key_set_groups)
+    assert result.keyed_groups == ("key-set" if key_set_groups else "rule")
+    plan = _plan(result.envelope, capsys)
+    if key_set_groups:
+        # the map tasks read the files once, as text, and decode the lines with the engine
+        assert plan.count("FileScan text") == 1 and "FileScan json" not in plan, plan
+    else:  # the rule groups read the frame as it is: Spark's reader
+        assert "FileScan json" in plan and "FileScan text" not in plan, plan
+    rows = [r.asDict() for r in result.envelope.collect()]
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
+    assert len({m["rule"] for m in exp.matches}) == 4 and exp.late
+    assert _problems(rows, "late") == _expected(exp.late)
+    assert _problems(rows, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
+        [e for e in exp.errors if e.get("rule") is not None])
+    assert sum(1 for r in rows if r["output"] == "error" and r["reason"] == MALFORMED) == 1
+    files = {p.resolve().as_uri().replace("file:///", "file:/") for p in paths} | {p.resolve().as_uri() for p in paths}
+    assert {r["source"] for r in rows if r["output"] in ("late", "error")} <= files
+
+
+@pytest.mark.spark
+def test_json_lines_the_engine_does_not_read_as_spark_keep_sparks_reader(case_sensitive: Any, tmp_path: Path,
+                                                                         capsys: Any) -> None:
+    spark = case_sensitive
+    for i, rows in enumerate(_files(1, False)):
+        write_events(tmp_path / "in", i, rows)
+
+    def scans(**kw: Any) -> tuple[int, int]:
+        plan = _plan(_json_backfill(spark, tmp_path / "in", **kw).envelope, capsys)
+        return plan.count("FileScan text"), plan.count("FileScan json")
+
+    assert scans() == (1, 0)
+    # a float (rounded to 32 bits), a decimal (to its scale), a timestamp, a date: Spark's parse of
+    # the value, which the engine's decoder does not repeat; so is a frame changed after read_json_lines
+    for schema in ("k string, g string, ts timestamp, px long", "k string, g string, ts long, px float",
+                   "k string, g string, ts long, px decimal(10, 2)", "k string, g date, ts long, px long",
+                   "k string, g array<string>, ts long, px long"):
+        assert scans(schema=schema) == (0, 1), schema
+    assert scans(where="px > 0") == (0, 1)
+    # a session that matches names without case: Spark's reader (the engine's decoder reads them with case)
+    spark.conf.set("spark.sql.caseSensitive", "false")
+    assert scans() == (0, 1)
+
+
 ANALYTICS = """
 rules:
   - name: per_key

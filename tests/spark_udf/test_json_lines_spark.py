@@ -15,7 +15,7 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -70,18 +70,6 @@ HAND_WRITTEN = [
     '{"s": "trailing"}   ', '\t{"s": "leading"}', "\ufeff" + '{"s": 12.0, "n": 1}', '{"d": 1e-400}', '{"d": -1e-400}',
     '{"d": 2.4703282292062328e-324}', '{"d": 4.9e-324}', '{"S": "case", "s": 5}', '{"s": "\\u00e9\\ud83d\\ude00"}',
 ]
-
-
-@pytest.fixture
-def case_sensitive(spark: Any) -> Iterator[Any]:
-    """The session reads names with case, as ``cep spark`` sets it (and the decoder needs it)."""
-    key = "spark.sql.caseSensitive"
-    before = spark.conf.get(key, "false")
-    spark.conf.set(key, "true")
-    try:
-        yield spark
-    finally:
-        spark.conf.set(key, before)
 
 
 def _write(path: Path, lines: list[str], crlf: set[int] = frozenset()) -> str:  # type: ignore[assignment]
