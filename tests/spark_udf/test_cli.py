@@ -153,3 +153,64 @@ def test_run_and_backfill_print_the_counts_and_agree(spark: Any, tmp_path: Path,
     late = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert late and {(r["output"], r["rule"]) for r in late} == {("late", "within")}
     assert len(late) == sum(1 for r in rows if r["output"] == "late" and r["rule"] == "within")
+
+
+@pytest.mark.spark
+def test_a_json_backfill_decoded_by_the_engine_gives_the_rows_of_sparks_reader_and_cep_run(
+        spark: Any, tmp_path: Path, capsys, monkeypatch) -> None:
+    from spark_udf import api
+    from spark_udf.json_lines import JsonLinesDecoder
+    from tests.spark_udf.workload import SCHEMA, events
+
+    files = stream(23, files=3)  # file 1 holds a malformed line, a row without a key and one without a time
+    # values that do not fit the schema: malformed records under Spark's reader and the engine's
+    # decoder alike, whose other values stay (Spark's partial result): the first one's time, 3 s
+    # ahead, moves the arrival watermark, so that rows after it are late, as cep run has them (a malformed
+    # record is never late itself: the second is not behind the first)
+    ahead = max(r["ts"] for r in files[1][:12] if isinstance(r, dict) and r["ts"] is not None) + 3000
+    misfits = {f'{{"k": "zz", "ts": {ahead}, "px": "high", "tag": "warm"}}': {"k": "zz", "ts": ahead, "tag": "warm"},
+               f'{{"k": "yy", "ts": {ahead + 1}, "px": 5.5, "tag": "warm"}}': {"k": "yy", "ts": ahead + 1, "tag": "warm"},
+               '{"k": "xx", "ts": "soon", "px": 1, "tag": "warm"}': None}
+    for at, line in zip((12, 16, 20), misfits):
+        files[1].insert(at, line)
+    for i, rows in enumerate(files):
+        write_events(tmp_path / "in", i, rows)
+    rules = _rules(tmp_path)
+    decoders: list[Any] = []
+    planned = api._engine_decoder
+    monkeypatch.setattr(api, "_engine_decoder", lambda *a: decoders.append(planned(*a)) or decoders[-1])
+    common = ["backfill", str(rules), "--input", str(tmp_path / "in"), "--schema", SCHEMA, "--shuffle-partitions", "2",
+              "--buckets", "4"]
+    counts = re.compile(r"cep spark backfill: [\d,]+ complex events, \d+ late, \d+ errors")
+    assert spark_cli.main([*common, "--output", str(tmp_path / "engine")]) == 0
+    engine_counts = counts.findall(capsys.readouterr().err)
+    assert len(decoders) == 1 and isinstance(decoders[0], JsonLinesDecoder)
+    # a source option keeps Spark's JSON reader (it would not see the option otherwise)
+    assert spark_cli.main([*common, "--output", str(tmp_path / "spark"), "--source-option", "mode=PERMISSIVE"]) == 0
+    assert counts.findall(capsys.readouterr().err) == engine_counts and len(engine_counts) == 1
+    assert len(decoders) == 1
+
+    def outputs(folder: str) -> Counter:
+        return Counter((r["output"], r["rule"], r.get("reason"), r.get("event"), match_key(r)) for r in
+                       sink_rows(spark, tmp_path / folder))
+
+    got = outputs("engine")
+    assert got == outputs("spark")
+    # cep run has no schema: it reads a misfit as an event (of a key of its own, a tag that no rule
+    # waits for), which moves the watermark as the malformed record's time moves the backfill's
+    def as_cep_run_reads(rows: list[Any]) -> list[dict[str, Any]]:
+        got = [misfits[r] if isinstance(r, str) and r in misfits else r for r in rows]
+        return events([r for r in got if r is not None])  # (and no malformed line: cep run reports it alike)
+
+    eng = Engine(parse_rules(RULES_YAML))
+    exp = eng.run([as_cep_run_reads(rows) for rows in files])
+    rows = sink_rows(spark, tmp_path / "engine")
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches) and exp.matches
+    late = Counter((r["rule"], json.dumps(json.loads(r["event"]), sort_keys=True)) for r in rows if r["output"] == "late")
+    assert late == Counter((e["rule"], json.dumps({k: v for k, v in e["event"].items() if v is not None}, sort_keys=True))
+                           for e in exp.late)
+    assert len(exp.late) > 6  # the rows behind the misfit's time, and the stream's late rows
+    malformed = sorted(r["event"] for r in rows if r["output"] == "error" and r["rule"] is None)
+    assert malformed == sorted([*misfits, '{"k": "a", "ts": 12, '])
+    assert (Counter(r["reason"] for r in rows if r["output"] == "error" and r["rule"] is not None)
+            == Counter(e["reason"] for e in exp.errors if e.get("rule") is not None))
