@@ -265,33 +265,48 @@ class JsonLinesDecoder:
 
         As in Spark's permissive reader, a value that does not fit leaves its column as it was (NULL,
         or the value of the same name before it) and the row's other columns keep theirs."""
+        pairs = self._pairs(raw) if self._repeats(raw) else None
         row: list[Any] = [None] * len(self.fields)
         fits = True
         texts: dict[str, str] | None = None
-        pairs = self._pairs(raw)
         for j, (name, typ) in enumerate(self.fields):
-            if typ == "string":  # every value fits: the last one stands
-                v = rec.get(name)
-                if v is not None and not isinstance(v, str):
+            if pairs is not None and typ != "string":  # each value in turn, each that fits replacing the last
+                for v in pairs.get(name, ()):
+                    got = None if v is None else _fit(v, typ)
+                    if got is _MISFIT:
+                        fits = False
+                    else:
+                        row[j] = got
+                continue
+            v = rec.get(name)  # a string column takes every value: the last one stands
+            if v is None:
+                continue
+            if typ == "string":
+                if type(v) is not str:
                     if texts is None:
                         texts = field_texts(raw.decode("utf-8-sig"))  # a BOM the engine's decoder skipped
                     v = texts[name]
-                row[j] = v
-                continue
-            for v in (pairs.get(name, ()) if pairs is not None else (rec[name],) if name in rec else ()):
-                got = None if v is None else _fit(v, typ)
-                if got is _MISFIT:
+            elif not (typ == "double" and type(v) is float):  # the common case, checked first
+                v = _fit(v, typ)
+                if v is _MISFIT:
                     fits = False
-                else:
-                    row[j] = got
+                    continue
+            row[j] = v
         return row, fits
 
-    def _pairs(self, raw: bytes) -> dict[str, list[Any]] | None:
-        """Every value of each top-level name in the line's order, when a name of a typed column may be
-        repeated (written twice, or a name spelled with an escape), else None: then the decoded object
-        holds each name's only value."""
-        if not self._typed_names or (b"\\" not in raw and all(raw.count(q) < 2 for q in self._typed_names)):
-            return None
+    def _repeats(self, raw: bytes) -> bool:
+        """Whether a typed column's name may be repeated in the line: written twice, or some name
+        spelled with an escape (the decoded object holds only each name's last value)."""
+        if b"\\" in raw:
+            return bool(self._typed_names)
+        for q in self._typed_names:
+            if raw.count(q) > 1:
+                return True
+        return False
+
+    @staticmethod
+    def _pairs(raw: bytes) -> dict[str, list[Any]]:
+        """Every value of each top-level name, in the line's order."""
         out: dict[str, list[Any]] = {}
         # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs: no matter)
         for name, v in json.loads(raw, object_pairs_hook=list):
