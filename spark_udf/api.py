@@ -21,7 +21,8 @@ Example:
 
 About 1,170 lines: the public entry point and the plan of one query (which stage each rule takes,
 the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
-workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.json_lines`, :mod:`spark_udf.tables`).
+workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.json_lines`,
+:mod:`spark_udf.tables`).
 """
 
 from __future__ import annotations
