@@ -33,8 +33,9 @@ Where the engine's decoder differs: a line it refuses is a malformed record with
 as ``cep run`` reports it, where Spark's reader reads it: ``NaN``, ``Infinity`` or ``1e400``
 unquoted (Spark: a double), a lone surrogate escape (Spark: ``?``), single-quoted strings or
 names, text after the object's closing brace (Spark reads the object and ignores the rest), and a
-line holding an array (Spark: a row per object in it, none for ``[]``). Invalid UTF-8 is a
-malformed record in both.
+line holding an array (Spark: a row per object in it, none for ``[]``). A line nested more than
+1,000 levels deep (Jackson's limit in Spark's reader: a malformed record, with partial values) is
+read by the engine up to orjson's 1,024 levels. Invalid UTF-8 is a malformed record in both.
 
 Only flat schemas take this path: ``string``, ``bigint``, ``int``, ``smallint``, ``tinyint``,
 ``double`` and ``boolean`` columns (:func:`column_kinds`). ``float`` (rounded to 32 bits),
@@ -44,6 +45,7 @@ decimals (rounded to their scale), dates, timestamps and nested types stay with 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -86,28 +88,65 @@ def field_texts(line: str) -> dict[str, str]:
         >>> field_texts('{"a": 1.50, "b": [1, 2], "c": "x", "a": -0}')
         {'a': '-0', 'b': '[1, 2]', 'c': '"x"'}
     """
-    dec = json.JSONDecoder()
-    ws = " \t\n\r"
-    out: dict[str, str] = {}
-    i = 0
+    return {key: line[s:e] for key, s, e in _top_level(line)}
+
+
+_WS = " \t\n\r"
+_SCALAR = re.compile(r"[^\s,\]}]+")  # a number, true, false or null: up to the next separator
+_NESTING = re.compile(r'["\[\]{}]')  # what a nested value's end depends on
+
+
+def _top_level(line: str) -> Iterator[tuple[str, int, int]]:
+    """Each top-level field of a JSON object line: its name and where its value's text starts and ends.
+
+    Without recursion: the engine's decoder takes values nested some thousand levels deep (orjson's
+    limit is 1024), deeper than Python's recursion limit lets :mod:`json` read them (a task would
+    fail with a RecursionError). The line is one the engine's decoder read as an object; a line that
+    is not raises ValueError."""
     n = len(line)
-    while i < n and line[i] in ws:
+    i = 0
+    while i < n and line[i] in _WS:
         i += 1
     if i >= n or line[i] != "{":
-        return out
+        return
     i += 1
     while i < n:
-        while i < n and line[i] in ws + ",":
+        while i < n and line[i] in _WS + ",":
             i += 1
         if i >= n or line[i] == "}":
-            break
+            return
+        if line[i] != '"':
+            raise ValueError(f"a JSON object's name expected at {i}: {line[:80]!r}")
         key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
-        while i < n and line[i] in ws + ":":
+        while i < n and line[i] in _WS + ":":
             i += 1
-        _, end = dec.raw_decode(line, i)
-        out[key] = line[i:end]
-        i = end
-    return out
+        start = i
+        if i >= n:
+            raise ValueError(f"a value expected at {i}: {line[:80]!r}")
+        c = line[i]
+        if c == '"':
+            _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+        elif c in "[{":
+            depth = 0
+            while True:
+                m = _NESTING.search(line, i)
+                if m is None:
+                    raise ValueError(f"an unterminated value at {start}: {line[:80]!r}")
+                i = m.start()
+                c = line[i]
+                if c == '"':
+                    _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+                    continue
+                i += 1
+                depth += 1 if c in "[{" else -1
+                if depth == 0:
+                    break
+        else:
+            m = _SCALAR.match(line, i)
+            if m is None:
+                raise ValueError(f"a value expected at {i}: {line[:80]!r}")
+            i = m.end()
+        yield key, start, i
 
 
 @dataclass
@@ -306,10 +345,13 @@ class JsonLinesDecoder:
 
     @staticmethod
     def _pairs(raw: bytes) -> dict[str, list[Any]]:
-        """Every value of each top-level name, in the line's order."""
+        """Every value of each top-level name, in the line's order (an array or object as an empty
+        list: no typed column takes one, and reading it could recurse past Python's limit)."""
         out: dict[str, list[Any]] = {}
-        # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs: no matter)
-        for name, v in json.loads(raw, object_pairs_hook=list):
+        # the engine's decoder took the line, so it is one JSON object (a BOM aside, which it skipped)
+        line = raw.decode("utf-8-sig")
+        for name, s, e in _top_level(line):
+            v = [] if line[s] in "[{" else json.loads(line[s:e])
             out.setdefault(name, []).append(v)
         return out
 
