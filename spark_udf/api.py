@@ -896,8 +896,11 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
     with the engine's decoder instead of Spark's reader (docs/spark.md, "Engine-decoded JSON lines"):
     the same rows, a third of the CPU. Any other use of the DataFrame reads it with Spark's reader.
     """
+    # the reader's malformed-record column is the one named here, not the session's
+    # (spark.sql.columnNameOfCorruptRecord): the engine's decoder fills this one
+    read = spark.read.option("columnNameOfCorruptRecord", corrupt_column)
     if schema is None:
-        schema = spark.read.json(path).schema
+        schema = read.json(path).schema
     elif isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
     if corrupt_column not in schema.fieldNames():
@@ -907,7 +910,7 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
         return (df.withColumn(source_column, F.col("_metadata.file_path"))
                 .withColumn(block_column, F.col("_metadata.file_block_start")))
 
-    frame = tagged(spark.read.schema(schema).json(path))
+    frame = tagged(read.schema(schema).json(path))
     _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema)
     return frame
 
