@@ -480,7 +480,8 @@ def test_the_group_stage_gets_a_partition_per_core_each_its_share(spark: Any, tm
 
 
 @pytest.mark.spark
-def test_json_lines_in_several_blocks_per_file_give_sparks_and_cep_runs_rows(case_sensitive: Any, tmp_path: Path) -> None:
+def test_json_lines_in_several_blocks_per_file_give_sparks_and_cep_runs_rows(case_sensitive: Any, tmp_path: Path,
+                                                                             capsys: Any) -> None:
     """Files split into several blocks (a small ``maxPartitionBytes``), an empty file, one with CRLF
     line ends and one without a final newline: the engine's decoder gives the rows of Spark's reader
     (the same backfill over a frame changed after ``read_json_lines``, which Spark's reader reads) and
@@ -495,9 +496,14 @@ def test_json_lines_in_several_blocks_per_file_give_sparks_and_cep_runs_rows(cas
     key = "spark.sql.files.maxPartitionBytes"
     before = spark.conf.get(key)
     spark.conf.set(key, "2000")
+    # the malformed-record column first, the others in another order than the file's: the decoder's
+    # batches name their columns, the planned frame's order is not theirs
+    schema = "_corrupt_record string, px long, ts long, g string, k string"
     try:
-        engine = [r.asDict() for r in _json_backfill(spark, folder).envelope.collect()]
-        reader = [r.asDict() for r in _json_backfill(spark, folder, where="true").envelope.collect()]
+        result = _json_backfill(spark, folder, schema)
+        assert "FileScan text" in _plan(result.envelope, capsys)  # the engine's decoder reads them
+        engine = [r.asDict() for r in result.envelope.collect()]
+        reader = [r.asDict() for r in _json_backfill(spark, folder, schema, where="true").envelope.collect()]
     finally:
         spark.conf.set(key, before)
 
