@@ -254,6 +254,19 @@ def test_json_lines_the_engine_does_not_read_as_spark_keep_sparks_reader(case_se
                    "k string, g array<string>, ts long, px long"):
         assert scans(schema=schema) == (0, 1), schema
     assert scans(where="px > 0") == (0, 1)
+    assert scans(schema="k long, g long, ts long, px long") == (1, 0)
+    # session settings under which Spark's reader reads otherwise than the engine's decoder: an empty
+    # string NULL in a long column (not malformed), a number in a string column written again by
+    # Jackson ("1.50" as "1.5"; the default before Spark 4.0)
+    for key, value in (("spark.sql.legacy.json.allowEmptyString.enabled", "true"),
+                       ("spark.sql.json.enableExactStringParsing", "false")):
+        before = spark.conf.get(key)
+        spark.conf.set(key, value)
+        try:
+            assert scans() == (0, 1), key
+            assert scans(schema="k long, g long, ts long, px long") == ((1, 0) if "Exact" in key else (0, 1)), key
+        finally:
+            spark.conf.set(key, before)
     # a session that matches names without case: Spark's reader (the engine's decoder reads them with case)
     spark.conf.set("spark.sql.caseSensitive", "false")
     assert scans() == (0, 1)
