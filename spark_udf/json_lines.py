@@ -10,7 +10,7 @@ column, the row's file and block). Spark's JSON parser is the largest single cos
 the engine's scanner decodes the same lines in about 0.2.
 
 The rows are Spark's reader's with the given schema wherever the two decoders agree, which is
-every line the engine's decoder reads as a JSON object; where they do not, the engine's reading wins,
+every line both read as a JSON object; where they do not, the engine's reading wins,
 as ``cep run`` has it (docs/spark.md, "Engine-decoded JSON lines"). What Spark's permissive reader
 does, and this decoder with it (tests/spark_udf/test_json_lines_spark.py compares the two):
 
@@ -33,9 +33,11 @@ Where the engine's decoder differs: a line it refuses is a malformed record with
 as ``cep run`` reports it, where Spark's reader reads it: ``NaN``, ``Infinity`` or ``1e400``
 unquoted (Spark: a double), a lone surrogate escape (Spark: ``?``), single-quoted strings or
 names, text after the object's closing brace (Spark reads the object and ignores the rest), and a
-line holding an array (Spark: a row per object in it, none for ``[]``). A line nested more than
-1,000 levels deep (Jackson's limit in Spark's reader: a malformed record, with partial values) is
-read by the engine up to orjson's 1,024 levels. Invalid UTF-8 is a malformed record in both.
+line holding an array (Spark: a row per object in it, none for ``[]``). The other way round, Spark's
+reader (Jackson's read limits) makes a malformed record of a line with a number of more than 1,000
+characters, a string of more than 20,000,000 or a value nested more than 1,000 levels deep, which
+the engine reads as ``cep run`` does (integers to 4,300 digits, orjson's 1,024 levels). Invalid
+UTF-8 is a malformed record in both.
 
 Only flat schemas take this path: ``string``, ``bigint``, ``int``, ``smallint``, ``tinyint``,
 ``double`` and ``boolean`` columns (:func:`column_kinds`). ``float`` (rounded to 32 bits),
