@@ -347,13 +347,16 @@ class JsonLinesDecoder:
 
     @staticmethod
     def _pairs(raw: bytes) -> dict[str, list[Any]]:
-        """Every value of each top-level name, in the line's order (an array or object as an empty
-        list: no typed column takes one, and reading it could recurse past Python's limit)."""
+        """Every value of each top-level name, in the line's order (no typed column takes an array or
+        an object, so what one becomes does not matter)."""
         out: dict[str, list[Any]] = {}
-        # the engine's decoder took the line, so it is one JSON object (a BOM aside, which it skipped)
-        line = raw.decode("utf-8-sig")
-        for name, s, e in _top_level(line):
-            v = [] if line[s] in "[{" else json.loads(line[s:e])
+        # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs)
+        try:
+            pairs = json.loads(raw, object_pairs_hook=list)
+        except RecursionError:  # nested deeper than Python's json reads (orjson takes 1,024 levels)
+            line = raw.decode("utf-8-sig")  # (a BOM the engine's decoder skipped)
+            pairs = [(name, [] if line[s] in "[{" else json.loads(line[s:e])) for name, s, e in _top_level(line)]
+        for name, v in pairs:
             out.setdefault(name, []).append(v)
         return out
 
