@@ -90,7 +90,29 @@ def field_texts(line: str) -> dict[str, str]:
         >>> field_texts('{"a": 1.50, "b": [1, 2], "c": "x", "a": -0}')
         {'a': '-0', 'b': '[1, 2]', 'c': '"x"'}
     """
-    return {key: line[s:e] for key, s, e in _top_level(line)}
+    dec = json.JSONDecoder()
+    out: dict[str, str] = {}
+    i, n = 0, len(line)
+    while i < n and line[i] in _WS:
+        i += 1
+    if i >= n or line[i] != "{":
+        return out
+    i += 1
+    try:  # each value read by json's C decoder, which recurses once per level of nesting
+        while i < n:
+            while i < n and line[i] in _WS + ",":
+                i += 1
+            if i >= n or line[i] == "}":
+                break
+            key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+            while i < n and line[i] in _WS + ":":
+                i += 1
+            _, end = dec.raw_decode(line, i)
+            out[key] = line[i:end]
+            i = end
+    except RecursionError:  # nested deeper than it reads (orjson, the engine's decoder, takes 1,024 levels)
+        return {key: line[s:e] for key, s, e in _top_level(line)}
+    return out
 
 
 _WS = " \t\n\r"
