@@ -841,7 +841,9 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     """The engine's decoder of the JSON lines ``twin`` for the planned ``frame`` (its engine view), or
     None when Spark's reader must read them: a column type the engine does not read as Spark does
     (:func:`spark_udf.json_lines.column_kinds`), a reserved column the text has not, the reader's
-    malformed-record column not the one the run reads, or column names matched without case.
+    malformed-record column not the one the run reads, column names matched without case, or a
+    session whose JSON settings make Spark's reader read otherwise (empty strings as NULL; string
+    columns not read exactly as written, the default before Spark 4.0).
 
     The types are the reader's: the engine view has a timestamp or date as epoch milliseconds
     (bigint) and a decimal as a double, which the lines do not hold."""
@@ -850,8 +852,16 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     text, corrupt_name = twin.text, twin.corrupt
     if not corrupt or corrupt_name in frame.columns:
         return None
-    if str(frame.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
+    conf = frame.sparkSession.conf
+    if str(conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
         return None
+    # session settings that change what Spark's reader gives: an empty string as NULL in an integer
+    # or boolean column (not a malformed record), and a number, array or object in a string column
+    # written again by Jackson ("1.50" as "1.5", "[1, 2]" as "[1,2]"), Spark before 4.0 without the
+    # setting; the engine's decoder reads neither so
+    if str(conf.get("spark.sql.legacy.json.allowEmptyString.enabled", "false")).lower() == "true":
+        return None
+    exact = _session_setting(conf, "spark.sql.json.enableExactStringParsing") == "true"
     fields, passed = [], []
     for f in frame.schema.fields:
         if f.name == CORRUPT_COL:
@@ -866,9 +876,19 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     if fields != read:  # a column the view converted (a time, a decimal), or one not read from the lines
         return None
     kinds = column_kinds(fields)
-    if kinds is None:
+    if kinds is None or (not exact and any(t == "string" for _, t in kinds)):
         return None
     return JsonLinesDecoder(kinds, CORRUPT_COL, tuple(passed))
+
+
+def _session_setting(conf: Any, key: str) -> str | None:
+    """A Spark setting's value in the session, its registered default when not set, None when this
+    Spark has no such setting (``conf.get(key, default)`` would give ``default`` whenever the
+    session has not set the key, not the setting's own default)."""
+    try:
+        return str(conf.get(key)).lower()
+    except Exception:  # noqa: BLE001 - an unknown key: Py4J's or Spark Connect's NoSuchElement error
+        return None
 
 
 @dataclass(frozen=True)
@@ -897,8 +917,11 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
     with the engine's decoder instead of Spark's reader (docs/spark.md, "Engine-decoded JSON lines"):
     the same rows, a third of the CPU. Any other use of the DataFrame reads it with Spark's reader.
     """
+    # the reader's malformed-record column is the one named here, not the session's
+    # (spark.sql.columnNameOfCorruptRecord): the engine's decoder fills this one
+    read = spark.read.option("columnNameOfCorruptRecord", corrupt_column)
     if schema is None:
-        schema = spark.read.json(path).schema
+        schema = read.json(path).schema
     elif isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
     if corrupt_column not in schema.fieldNames():
@@ -908,7 +931,7 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
         return (df.withColumn(source_column, F.col("_metadata.file_path"))
                 .withColumn(block_column, F.col("_metadata.file_block_start")))
 
-    frame = tagged(spark.read.schema(schema).json(path))
+    frame = tagged(read.schema(schema).json(path))
     _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema)
     return frame
 

@@ -10,7 +10,7 @@ column, the row's file and block). Spark's JSON parser is the largest single cos
 the engine's scanner decodes the same lines in about 0.2.
 
 The rows are Spark's reader's with the given schema wherever the two decoders agree, which is
-every line the engine's decoder reads as a JSON object; where they do not, the engine's reading wins,
+every line both read as a JSON object; where they do not, the engine's reading wins,
 as ``cep run`` has it (docs/spark.md, "Engine-decoded JSON lines"). What Spark's permissive reader
 does, and this decoder with it (tests/spark_udf/test_json_lines_spark.py compares the two):
 
@@ -33,8 +33,11 @@ Where the engine's decoder differs: a line it refuses is a malformed record with
 as ``cep run`` reports it, where Spark's reader reads it: ``NaN``, ``Infinity`` or ``1e400``
 unquoted (Spark: a double), a lone surrogate escape (Spark: ``?``), single-quoted strings or
 names, text after the object's closing brace (Spark reads the object and ignores the rest), and a
-line holding an array (Spark: a row per object in it, none for ``[]``). Invalid UTF-8 is a
-malformed record in both.
+line holding an array (Spark: a row per object in it, none for ``[]``). The other way round, Spark's
+reader (Jackson's read limits) makes a malformed record of a line with a number of more than 1,000
+characters, a string of more than 20,000,000 or a value nested more than 1,000 levels deep, which
+the engine reads as ``cep run`` does (integers to 4,300 digits, orjson's 1,024 levels). Invalid
+UTF-8 is a malformed record in both.
 
 Only flat schemas take this path: ``string``, ``bigint``, ``int``, ``smallint``, ``tinyint``,
 ``double`` and ``boolean`` columns (:func:`column_kinds`). ``float`` (rounded to 32 bits),
@@ -44,6 +47,7 @@ decimals (rounded to their scale), dates, timestamps and nested types stay with 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -87,27 +91,86 @@ def field_texts(line: str) -> dict[str, str]:
         {'a': '-0', 'b': '[1, 2]', 'c': '"x"'}
     """
     dec = json.JSONDecoder()
-    ws = " \t\n\r"
     out: dict[str, str] = {}
-    i = 0
-    n = len(line)
-    while i < n and line[i] in ws:
+    i, n = 0, len(line)
+    while i < n and line[i] in _WS:
         i += 1
     if i >= n or line[i] != "{":
         return out
     i += 1
+    try:  # each value read by json's C decoder, which recurses once per level of nesting
+        while i < n:
+            while i < n and line[i] in _WS + ",":
+                i += 1
+            if i >= n or line[i] == "}":
+                break
+            key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+            while i < n and line[i] in _WS + ":":
+                i += 1
+            _, end = dec.raw_decode(line, i)
+            out[key] = line[i:end]
+            i = end
+    except RecursionError:  # nested deeper than it reads (orjson, the engine's decoder, takes 1,024 levels)
+        return {key: line[s:e] for key, s, e in _top_level(line)}
+    return out
+
+
+_WS = " \t\n\r"
+_SCALAR = re.compile(r"[^\s,\]}]+")  # a number, true, false or null: up to the next separator
+_NESTING = re.compile(r'["\[\]{}]')  # what a nested value's end depends on
+
+
+def _top_level(line: str) -> Iterator[tuple[str, int, int]]:
+    """Each top-level field of a JSON object line: its name and where its value's text starts and ends.
+
+    Without recursion: the engine's decoder takes values nested some thousand levels deep (orjson's
+    limit is 1024), deeper than Python's recursion limit lets :mod:`json` read them (a task would
+    fail with a RecursionError). The line is one the engine's decoder read as an object; a line that
+    is not raises ValueError."""
+    n = len(line)
+    i = 0
+    while i < n and line[i] in _WS:
+        i += 1
+    if i >= n or line[i] != "{":
+        return
+    i += 1
     while i < n:
-        while i < n and line[i] in ws + ",":
+        while i < n and line[i] in _WS + ",":
             i += 1
         if i >= n or line[i] == "}":
-            break
+            return
+        if line[i] != '"':
+            raise ValueError(f"a JSON object's name expected at {i}: {line[:80]!r}")
         key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
-        while i < n and line[i] in ws + ":":
+        while i < n and line[i] in _WS + ":":
             i += 1
-        _, end = dec.raw_decode(line, i)
-        out[key] = line[i:end]
-        i = end
-    return out
+        start = i
+        if i >= n:
+            raise ValueError(f"a value expected at {i}: {line[:80]!r}")
+        c = line[i]
+        if c == '"':
+            _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+        elif c in "[{":
+            depth = 0
+            while True:
+                m = _NESTING.search(line, i)
+                if m is None:
+                    raise ValueError(f"an unterminated value at {start}: {line[:80]!r}")
+                i = m.start()
+                c = line[i]
+                if c == '"':
+                    _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+                    continue
+                i += 1
+                depth += 1 if c in "[{" else -1
+                if depth == 0:
+                    break
+        else:
+            m = _SCALAR.match(line, i)
+            if m is None:
+                raise ValueError(f"a value expected at {i}: {line[:80]!r}")
+            i = m.end()
+        yield key, start, i
 
 
 @dataclass
@@ -306,10 +369,16 @@ class JsonLinesDecoder:
 
     @staticmethod
     def _pairs(raw: bytes) -> dict[str, list[Any]]:
-        """Every value of each top-level name, in the line's order."""
+        """Every value of each top-level name, in the line's order (no typed column takes an array or
+        an object, so what one becomes does not matter)."""
         out: dict[str, list[Any]] = {}
-        # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs: no matter)
-        for name, v in json.loads(raw, object_pairs_hook=list):
+        # the engine's decoder took the line, so Python's reads it alike (nested objects become lists of pairs)
+        try:
+            pairs = json.loads(raw, object_pairs_hook=list)
+        except RecursionError:  # nested deeper than Python's json reads (orjson takes 1,024 levels)
+            line = raw.decode("utf-8-sig")  # (a BOM the engine's decoder skipped)
+            pairs = [(name, [] if line[s] in "[{" else json.loads(line[s:e])) for name, s, e in _top_level(line)]
+        for name, v in pairs:
             out.setdefault(name, []).append(v)
         return out
 

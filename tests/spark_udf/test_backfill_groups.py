@@ -195,7 +195,8 @@ def _json_backfill(spark: Any, folder: Path, schema: str = SCHEMA, names: tuple[
     """The backfill of ``_backfill`` over the frame of ``read_json_lines`` (optionally filtered after it)."""
     from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
 
-    frame = read_json_lines(spark, str(folder), schema)
+    frame = read_json_lines(spark, str(folder), schema, **({"corrupt_column": config["corrupt_column"]}
+                                                           if "corrupt_column" in config else {}))
     if where is not None:
         frame = frame.where(where)
     return apply_rules(frame, _rules(names), SparkRunConfig(
@@ -253,6 +254,19 @@ def test_json_lines_the_engine_does_not_read_as_spark_keep_sparks_reader(case_se
                    "k string, g array<string>, ts long, px long"):
         assert scans(schema=schema) == (0, 1), schema
     assert scans(where="px > 0") == (0, 1)
+    assert scans(schema="k long, g long, ts long, px long") == (1, 0)
+    # session settings under which Spark's reader reads otherwise than the engine's decoder: an empty
+    # string NULL in a long column (not malformed), a number in a string column written again by
+    # Jackson ("1.50" as "1.5"; the default before Spark 4.0)
+    for key, value in (("spark.sql.legacy.json.allowEmptyString.enabled", "true"),
+                       ("spark.sql.json.enableExactStringParsing", "false")):
+        before = spark.conf.get(key)
+        spark.conf.set(key, value)
+        try:
+            assert scans() == (0, 1), key
+            assert scans(schema="k long, g long, ts long, px long") == ((1, 0) if "Exact" in key else (0, 1)), key
+        finally:
+            spark.conf.set(key, before)
     # a session that matches names without case: Spark's reader (the engine's decoder reads them with case)
     spark.conf.set("spark.sql.caseSensitive", "false")
     assert scans() == (0, 1)
@@ -476,3 +490,58 @@ def test_the_group_stage_gets_a_partition_per_core_each_its_share(spark: Any, tm
         got = spark.createDataFrame([(v,) for v in vals], "v int").repartition(n, "v").rdd.glom().collect()
         assert sorted(row.v for part in got for row in part) == sorted(vals)
         assert [[row.v for row in part] for part in got] == [[v] for v in vals]
+
+
+@pytest.mark.spark
+def test_json_lines_in_several_blocks_per_file_give_sparks_and_cep_runs_rows(case_sensitive: Any, tmp_path: Path,
+                                                                             capsys: Any) -> None:
+    """Files split into several blocks (a small ``maxPartitionBytes``), an empty file, one with CRLF
+    line ends and one without a final newline: the engine's decoder gives the rows of Spark's reader
+    (the same backfill over a frame changed after ``read_json_lines``, which Spark's reader reads) and
+    ``cep run``'s matches and late rows."""
+    spark = case_sensitive
+    folder = tmp_path / "in"
+    paths = [write_events(folder, i, rows) for i, rows in enumerate(_files(2, True))]
+    paths[0].write_bytes(paths[0].read_bytes().replace(b"\n", b"\r\n"))
+    paths[2].write_bytes(paths[2].read_bytes().rstrip(b"\n"))
+    (folder / "empty.jsonl").write_bytes(b"")
+    exp = _embedded(paths)
+    key = "spark.sql.files.maxPartitionBytes"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "2000")
+    # the malformed-record column first, the others in another order than the file's: the decoder's
+    # batches name their columns, the planned frame's order is not theirs
+    schema = "_corrupt_record string, px long, ts long, g string, k string"
+    try:
+        result = _json_backfill(spark, folder, schema)
+        assert "FileScan text" in _plan(result.envelope, capsys)  # the engine's decoder reads them
+        engine = [r.asDict() for r in result.envelope.collect()]
+        reader = [r.asDict() for r in _json_backfill(spark, folder, schema, where="true").envelope.collect()]
+    finally:
+        spark.conf.set(key, before)
+
+    def rows(rs: list[dict[str, Any]]) -> Counter:
+        return Counter(json.dumps(r, sort_keys=True, default=str) for r in rs)
+
+    assert rows(engine) == rows(reader)
+    assert counted(engine, "match") == Counter(match_key(m) for m in exp.matches)
+    assert exp.late and _problems(engine, "late") == _expected(exp.late)
+
+
+@pytest.mark.spark
+def test_json_lines_with_a_malformed_record_column_of_another_name(case_sensitive: Any, tmp_path: Path) -> None:
+    """``read_json_lines(corrupt_column=...)`` names the column Spark's reader puts a malformed record
+    in (not only the engine's decoder): both routes report the malformed line, with its text."""
+    spark = case_sensitive
+    for i, rows in enumerate(_files(1, False)):
+        write_events(tmp_path / "in", i, rows)
+    schema = "k string, g string, ts long, px long"
+
+    def errors(**kw: Any) -> Counter:
+        rows = [r.asDict() for r in _json_backfill(spark, tmp_path / "in", schema, corrupt_column="bad", **kw)
+                .envelope.collect()]
+        return _problems(rows, "error")
+
+    engine, reader = errors(), errors(where="true")
+    assert engine == reader
+    assert engine[(None, MALFORMED, '{"k": "key2", "ts": ')] == 1

@@ -214,3 +214,31 @@ def test_a_json_backfill_decoded_by_the_engine_gives_the_rows_of_sparks_reader_a
     assert malformed == sorted([*misfits, '{"k": "a", "ts": 12, '])
     assert (Counter(r["reason"] for r in rows if r["output"] == "error" and r["rule"] is not None)
             == Counter(e["reason"] for e in exp.errors if e.get("rule") is not None))
+
+
+@pytest.mark.spark
+def test_a_json_backfill_with_an_inferred_schema_is_decoded_by_the_engine(spark: Any, tmp_path: Path, capsys,
+                                                                           monkeypatch) -> None:
+    # without --schema: the schema inferred from the files (names in sorted order, the malformed
+    # line's column among them) plans the frame, and the engine's decoder gives Spark's reader's rows
+    from spark_udf import api
+    from spark_udf.json_lines import JsonLinesDecoder
+
+    for i, rows in enumerate(stream(5, files=2)):
+        write_events(tmp_path / "in", i, rows)
+    decoders: list[Any] = []
+    planned = api._engine_decoder
+    monkeypatch.setattr(api, "_engine_decoder", lambda *a: decoders.append(planned(*a)) or decoders[-1])
+    common = ["backfill", str(_rules(tmp_path)), "--input", str(tmp_path / "in"), "--shuffle-partitions", "2",
+              "--buckets", "4"]
+    assert spark_cli.main([*common, "--output", str(tmp_path / "engine")]) == 0
+    assert spark_cli.main([*common, "--output", str(tmp_path / "spark"), "--source-option", "mode=PERMISSIVE"]) == 0
+    capsys.readouterr()
+    assert len(decoders) == 1 and isinstance(decoders[0], JsonLinesDecoder)
+
+    def outputs(folder: str) -> Counter:
+        return Counter(json.dumps(r, sort_keys=True, default=str) for r in sink_rows(spark, tmp_path / folder))
+
+    got = outputs("engine")
+    assert got == outputs("spark")
+    assert any('"output": "match"' in r for r in got) and any('"output": "error"' in r for r in got)

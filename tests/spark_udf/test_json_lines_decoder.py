@@ -166,6 +166,19 @@ def test_field_texts_reads_each_value_as_written() -> None:
     assert field_texts("[1]") == {} and field_texts("{}") == {}
 
 
+def test_values_nested_deeper_than_pythons_recursion_limit_are_read_without_recursion() -> None:
+    # orjson (the engine's decoder) takes 1,024 levels; Python's json module recursed once per level
+    # and a task failed with a RecursionError: a text value in a string column, a repeated typed
+    # name (each value read in turn), a nested value in a column outside the schema
+    deep = "[" * 1000 + '"]{"' + "]" * 1000
+    lines = ['{"s": %s, "n": 1}' % deep, '{"n": 1, "n": 2, "s": %s}' % deep, '{"n": 1, "x": {"y": %s}, "n": 3}' % deep,
+             '{"n": 1, "n": %s}' % deep, '{"s": ["]", "{", "\\"]"], "n": 1, "n": 4}']
+    rows = _decode(lines, [])
+    assert [(r["s"], r["n"], r["_c"]) for r in rows] == [
+        (deep, 1, None), (deep, 2, None), (None, 3, None), (None, 1, lines[3]), ('["]", "{", "\\"]"]', 4, None)]
+    assert field_texts('{"a": %s, "b" : {"c": "}"} }' % deep) == {"a": deep, "b": '{"c": "}"}'}
+
+
 def test_only_flat_schemas_are_decoded_by_the_engine() -> None:
     assert column_kinds([("a", "string"), ("b", "double"), ("c", "smallint"), ("d", "boolean")]) is not None
     for typ in ("float", "decimal(10,2)", "timestamp", "date", "array<int>", "struct<a:int>", "binary"):

@@ -225,3 +225,25 @@ def test_lines_the_engine_refuses_are_malformed_where_spark_reads_them(case_sens
         dec.decode, f"{ddl}, {CORRUPT} string").collect()]
     texts = [line.decode("utf-8", errors="replace") for line in lines]
     assert got == [(None, None, t) for t in texts[:-1]] + [("ok", 1.0, None)]
+
+
+def test_lines_past_jacksons_limits_are_malformed_in_spark_and_read_by_the_engine(case_sensitive: Any,
+                                                                                  tmp_path: Path) -> None:
+    # Spark's reader (Jackson's StreamReadConstraints) refuses a number of more than 1,000 characters
+    # and a value nested more than 1,000 levels deep; the engine's decoder reads them as cep run does
+    # (orjson nests to 1,024 levels; the per-line decoder reads integers to 4,300 digits): the rows
+    # differ, as docs/spark.md says. (A string of more than 20,000,000 characters is the third limit.)
+    spark = case_sensitive
+    long_int, long_fraction, deep = "1" + "0" * 1500, "0." + "1" * 1500, "[" * 1000 + "]" * 1000
+    lines = [f'{{"s": {long_int}, "n": 1}}', f'{{"d": {long_fraction}, "n": 2}}', f'{{"s": {deep}, "n": 3}}',
+             '{"s": "ok", "n": 4}']
+    path = _write(tmp_path / "limits.json", lines)
+    ddl = "s string, d double, n bigint"
+    spark_rows = [(r.s, r.d, r.n, r[CORRUPT] is not None)
+                  for r in spark.read.schema(f"{ddl}, {CORRUPT} string").json(path).collect()]
+    assert [r[3] for r in spark_rows] == [True, True, True, False] and spark_rows[3] == ("ok", None, 4, False)
+    dec = JsonLinesDecoder([("s", "string"), ("d", "double"), ("n", "bigint")], CORRUPT)
+    rows = next(dec.decode(iter([pa.RecordBatch.from_pydict({"value": lines})]))).to_pylist()
+    got = [(r["s"], r["d"], r["n"], r[CORRUPT]) for r in rows]
+    assert got == [(long_int, None, 1, None), (None, float(long_fraction), 2, None), (deep, None, 3, None),
+                   ("ok", None, 4, None)]
