@@ -90,43 +90,21 @@ def field_texts(line: str) -> dict[str, str]:
         >>> field_texts('{"a": 1.50, "b": [1, 2], "c": "x", "a": -0}')
         {'a': '-0', 'b': '[1, 2]', 'c': '"x"'}
     """
-    dec = json.JSONDecoder()
-    out: dict[str, str] = {}
-    i, n = 0, len(line)
-    while i < n and line[i] in _WS:
-        i += 1
-    if i >= n or line[i] != "{":
-        return out
-    i += 1
-    try:  # each value read by json's C decoder, which recurses once per level of nesting
-        while i < n:
-            while i < n and line[i] in _WS + ",":
-                i += 1
-            if i >= n or line[i] == "}":
-                break
-            key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
-            while i < n and line[i] in _WS + ":":
-                i += 1
-            _, end = dec.raw_decode(line, i)
-            out[key] = line[i:end]
-            i = end
-    except RecursionError:  # nested deeper than it reads (orjson, the engine's decoder, takes 1,024 levels)
-        return {key: line[s:e] for key, s, e in _top_level(line)}
-    return out
+    return {key: line[s:e] for key, s, e in _top_level(line)}
 
 
 _WS = " \t\n\r"
-_SCALAR = re.compile(r"[^\s,\]}]+")  # a number, true, false or null: up to the next separator
+_DECODER = json.JSONDecoder()
 _NESTING = re.compile(r'["\[\]{}]')  # what a nested value's end depends on
 
 
 def _top_level(line: str) -> Iterator[tuple[str, int, int]]:
     """Each top-level field of a JSON object line: its name and where its value's text starts and ends.
 
-    Without recursion: the engine's decoder takes values nested some thousand levels deep (orjson's
-    limit is 1024), deeper than Python's recursion limit lets :mod:`json` read them (a task would
-    fail with a RecursionError). The line is one the engine's decoder read as an object; a line that
-    is not raises ValueError."""
+    A value's end is found by json's C decoder, or, for a value nested deeper than Python's recursion
+    limit lets it read (the engine's decoder takes some thousand levels, orjson's limit is 1024; a
+    task would fail with a RecursionError), by counting brackets outside strings. The line is one
+    the engine's decoder read as an object; a line that is not raises ValueError."""
     n = len(line)
     i = 0
     while i < n and line[i] in _WS:
@@ -147,30 +125,29 @@ def _top_level(line: str) -> Iterator[tuple[str, int, int]]:
         start = i
         if i >= n:
             raise ValueError(f"a value expected at {i}: {line[:80]!r}")
-        c = line[i]
-        if c == '"':
-            _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
-        elif c in "[{":
-            depth = 0
-            while True:
-                m = _NESTING.search(line, i)
-                if m is None:
-                    raise ValueError(f"an unterminated value at {start}: {line[:80]!r}")
-                i = m.start()
-                c = line[i]
-                if c == '"':
-                    _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
-                    continue
-                i += 1
-                depth += 1 if c in "[{" else -1
-                if depth == 0:
-                    break
-        else:
-            m = _SCALAR.match(line, i)
-            if m is None:
-                raise ValueError(f"a value expected at {i}: {line[:80]!r}")
-            i = m.end()
+        try:  # json's C decoder finds where the value ends; it recurses once per level of nesting
+            _, i = _DECODER.raw_decode(line, start)
+        except RecursionError:  # an array or object nested deeper than it reads: count the brackets
+            i = _nested_end(line, start)
         yield key, start, i
+
+
+def _nested_end(line: str, start: int) -> int:
+    """Where the array or object starting at ``start`` ends, counting brackets outside strings
+    (no recursion, whatever the depth)."""
+    depth, i = 0, start
+    while True:
+        m = _NESTING.search(line, i)
+        if m is None:
+            raise ValueError(f"an unterminated value at {start}: {line[:80]!r}")
+        i = m.start()
+        if line[i] == '"':
+            _, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+            continue
+        depth += 1 if line[i] in "[{" else -1
+        i += 1
+        if depth == 0:
+            return i
 
 
 @dataclass
