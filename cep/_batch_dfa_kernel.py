@@ -17,30 +17,48 @@ __all__ = ["step", "flush", "compact", "expire", "keep_batch"]
 _NROWS, _RESUME, _MNUM, _LAST, _ACT, _AOFF = 0, 1, 2, 3, 4, 5
 # attempt rows: start row, start time, DFA state, best match's last row (-1 none), its store index
 _START, _TS, _SID, _BEST, _BIDX = 0, 1, 2, 3, 4
+# the ``base`` of a call that steps no batch: every store index is below it
+_NO_BATCH = 1 << 62
 
 
 @njit(cache=True)
-def _emit(key, start, best, bidx, num, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid, start_sid,
-          kinds, bits, o_int, o_meas, no):  # pragma: no cover - compiled
+def _prev(idx, s_prev, base, seg_s, seg_prev):  # pragma: no cover - compiled
+    """The store index of the row before store index ``idx`` of its key: a row of the batch being
+    stepped (``idx >= base``, batch position ``idx - base``, in the segment that starts at
+    ``seg_s``) links to the row before it, the segment's first to ``seg_prev`` (the key's last row
+    before the batch); an earlier row's link is in the store."""
+    if idx < base:
+        return s_prev[idx]
+    return idx - 1 if idx - base > seg_s else seg_prev
+
+
+@njit(cache=True)
+def _emit(key, start, best, bidx, num, s_prev, s_mask, base, seg_s, seg_prev, masks, trans, match_pc, parent,
+          pos, pc_vid, start_sid, kinds, bits, o_int, o_meas, no):  # pragma: no cover - compiled
+    """Output match ``num`` of ``key`` (rows ``start`` to ``best``, the last at store index ``bidx``):
+    rows of the batch being stepped (store index ``base`` on) are read from the batch (``masks``,
+    links by :func:`_prev`); earlier rows from the store."""
     n = best - start + 1
     chain = np.empty(n, np.int64)
+    cmask = np.empty(n, np.int64)
     idx = bidx
     for i in range(n - 1, -1, -1):
         chain[i] = idx
-        idx = s_prev[idx]
+        cmask[i] = s_mask[idx] if idx < base else masks[idx - base]
+        idx = _prev(idx, s_prev, base, seg_s, seg_prev)
     # the DFA state before each row (the attempt's path), replayed from its start
     path = np.empty(n, np.int64)
     sid = start_sid
     for i in range(n):
         path[i] = sid
-        sid = trans[sid, s_mask[chain[i]]]
+        sid = trans[sid, cmask[i]]
     # the program counter that consumed each row, walked back from the one that completed the match
     vids = np.empty(n, np.int64)
-    c = match_pc[path[n - 1], s_mask[chain[n - 1]]]
+    c = match_pc[path[n - 1], cmask[n - 1]]
     vids[n - 1] = pc_vid[c]
     for i in range(n - 1, 0, -1):
         p = path[i - 1]
-        c = parent[p, s_mask[chain[i - 1]], pos[path[i], c]]
+        c = parent[p, cmask[i - 1], pos[path[i], c]]
         vids[i - 1] = pc_vid[c]
     o_int[0, no] = key
     o_int[1, no] = num
@@ -75,9 +93,10 @@ def _emit(key, start, best, bidx, num, s_prev, s_mask, trans, match_pc, parent, 
 
 
 @njit(cache=True)
-def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid, start_sid,
-             kinds, bits, o_int, o_meas, no, counters):  # pragma: no cover - compiled
-    """The automaton's _resolve over attempts sc[:, h:t]: returns the new head and output count."""
+def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, base, seg_s, seg_prev, masks, trans, match_pc, parent,
+             pos, pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters):  # pragma: no cover - compiled
+    """The automaton's _resolve over attempts sc[:, h:t]: returns the new head and output count
+    (``base`` to ``masks``: where the match's rows are, see :func:`_emit`)."""
     while h < t:
         if sc[_SID, h] != 0:
             if past_last and sc[_BEST, h] >= 0:
@@ -95,8 +114,8 @@ def _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, paren
             continue
         k[_MNUM, key] += 1
         counters[3] += 1
-        _emit(key, start, best, bidx, k[_MNUM, key], s_prev, s_mask, trans, match_pc, parent, pos, pc_vid,
-              start_sid, kinds, bits, o_int, o_meas, no)
+        _emit(key, start, best, bidx, k[_MNUM, key], s_prev, s_mask, base, seg_s, seg_prev, masks, trans,
+              match_pc, parent, pos, pc_vid, start_sid, kinds, bits, o_int, o_meas, no)
         no += 1
         resume = best + 1 if past_last else start + 1
         k[_RESUME, key] = resume
@@ -136,12 +155,19 @@ def _summary(o_int, o_meas, no, kinds, counters, gsrc, base, at):  # pragma: no 
 
 
 @njit(cache=True)
-def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos,
-         pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
+def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, seg_prev, k, alen, pool, trans, match_pc, parent,
+         pos, pc_vid, start_sid, start_bits, past_last, merge, within, max_pm, skip_key, kinds, bits, o_int, o_meas,
          counters, sizes, gsrc, at):  # pragma: no cover - compiled
     """Every segment (one key's rows of the batch, in order): the automaton's _step_key_dfa
     (``within`` -1: no WITHIN; ``sizes[s]``: the positions of state s, which the peak counts;
-    ``counters`` at least 9 long; ``gsrc`` and ``at``: the output columns' rows, see :func:`_summary`)."""
+    ``counters`` at least 9 long; ``gsrc`` and ``at``: the output columns' rows, see :func:`_summary`).
+    Returns the number of matches and the attempt pool (a larger one when this batch's attempts
+    did not fit into ``pool``).
+
+    The batch's row ``j`` has store index ``base + j``, but nothing is written to the store for
+    it: its mask is ``masks[j]`` and its link the row before it in its segment, or for the
+    segment's first row the key's last row before the batch, which goes to ``seg_prev[i]``
+    (:func:`keep_batch` then stores the rows a later batch may read)."""
     nseg = len(starts)
     widest = 0
     for v in sizes:
@@ -172,14 +198,11 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
         t = na
         start_rno = k[_NROWS, key] - s
         k[_NROWS, key] += e - s
-        # the segment's rows are consecutive in the store: each links to the one before it (and
-        # takes its mask, which a match's replay reads)
+        # the segment's rows are consecutive store indices, each linked to the one before it: only
+        # the first one's link (the key's last row before the batch) is kept, for _prev
+        sp = k[_LAST, key]
+        seg_prev[i] = sp
         if e > s:
-            s_prev[base + s] = k[_LAST, key]
-            s_mask[base + s] = masks[s]
-            for j in range(s + 1, e):
-                s_prev[base + j] = base + j - 1
-                s_mask[base + j] = masks[j]
             k[_LAST, key] = base + e - 1
         j = s - 1
         while True:
@@ -250,8 +273,9 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                 while h < t and sc[_SID, h] == 0 and sc[_BEST, h] < 0:
                     h += 1
                 if h < t and (sc[_SID, h] == 0 or (past_last and sc[_BEST, h] >= 0 and t - h > 1)):
-                    h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos,
-                                     pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
+                    h, no = _resolve(key, sc, h, t, k, past_last, s_prev, s_mask, base, s, sp, masks, trans,
+                                     match_pc, parent, pos, pc_vid, start_sid, kinds, bits, o_int, o_meas, no,
+                                     counters)
                 if (t - h) * widest > peak:  # (the automaton's _peak_count_dfa)
                     n = 0
                     for q in range(h, t):
@@ -260,6 +284,12 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
                         peak = n
         na = t - h
         if na > 0:
+            if pool_used + na > pool.shape[1]:
+                # the pool is sized by the attempts alive, not by the batch's rows (any of which may
+                # start one): grown here, the slots written so far kept where they are
+                grown = np.empty((5, max(2 * pool.shape[1], pool_used + na + 1024)), np.int64)
+                grown[:, :pool_used] = pool[:, :pool_used]
+                pool = grown
             k[_AOFF, key] = pool_used
             for q in range(na):
                 for f in range(5):
@@ -277,7 +307,7 @@ def step(ids, starts, ends, ts, masks, base, s_prev, s_mask, k, alen, pool, tran
     counters[2] = peak
     counters[6] = total
     _summary(o_int, o_meas, no, kinds, counters, gsrc, base, at)
-    return no
+    return no, pool
 
 
 @njit(cache=True)
@@ -297,8 +327,9 @@ def flush(order, s_prev, s_mask, k, alen, pool, trans, match_pc, parent, pos, pc
             for f in range(5):
                 sc[f, q] = pool[f, off + q]
             sc[_SID, q] = 0
-        h, no = _resolve(key, sc, 0, na, k, past_last, s_prev, s_mask, trans, match_pc, parent, pos, pc_vid,
-                         start_sid, kinds, bits, o_int, o_meas, no, counters)
+        # (every row is in the store: no batch is being stepped, so no index reaches ``base``)
+        h, no = _resolve(key, sc, 0, na, k, past_last, s_prev, s_mask, _NO_BATCH, 0, -1, s_mask, trans, match_pc,
+                         parent, pos, pc_vid, start_sid, kinds, bits, o_int, o_meas, no, counters)
         alen[key] = 0
         k[_ACT, key] = -1
     _summary(o_int, o_meas, no, kinds, counters, gsrc, 0, at)
@@ -360,15 +391,22 @@ def expire(nk, k, alen, pool, watermark, within):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def keep_batch(ids, k, alen, pool, pool_from, pool_to, s_prev, s_mask, base, n, max_back, sel):  # pragma: no cover - compiled
-    """Keep of the batch just stepped (store indices ``base`` to ``base + n``) the rows :func:`compact`
-    would keep for the keys in ``ids`` (each key's last ``max_back`` rows and every row from its
-    earliest live attempt's start on), moved down in order to ``base``: their links and masks, the
-    keys' last rows and the best-match rows of the attempts in pool slots ``pool_from`` to
-    ``pool_to`` (the ones this batch wrote) follow them. ``sel[:m]`` gets the kept rows' batch
-    positions (for their column values); returns ``m``."""
-    mark = np.zeros(n, np.bool_)
-    for key in ids:
+def keep_batch(ids, starts, ends, seg_prev, masks, k, alen, pool, pool_from, pool_to, base, n, max_back, sel,
+               kept_prev, kept_mask, mark, remap):  # pragma: no cover - compiled
+    """Keep of the batch just stepped (store indices ``base`` to ``base + n``, links and masks as
+    :func:`step` left them: see :func:`_prev`) the rows :func:`compact` would keep for the keys in
+    ``ids`` (each key's last ``max_back`` rows and every row from its earliest live attempt's start
+    on), as store indices ``base`` on, in order: their links and masks go to ``kept_prev[:m]`` and
+    ``kept_mask[:m]`` (the caller stores them), the keys' last rows and the best-match rows of the
+    attempts in pool slots ``pool_from`` to ``pool_to`` (the ones this batch wrote) follow them.
+    ``sel[:m]`` gets the kept rows' batch positions (for their column values); ``mark`` and
+    ``remap`` are scratch of at least ``n``; returns ``m``."""
+    for i in range(n):
+        mark[i] = False
+    for i in range(len(ids)):
+        key = ids[i]
+        if ends[i] == starts[i]:
+            continue  # (no row of this batch)
         need = max_back
         if alen[key] > 0:
             d = k[_NROWS, key] - pool[_START, k[_AOFF, key]]
@@ -378,9 +416,8 @@ def keep_batch(ids, k, alen, pool, pool_from, pool_to, s_prev, s_mask, base, n, 
         c = 0
         while idx >= base and c < need:
             mark[idx - base] = True
-            idx = s_prev[idx]
+            idx = idx - 1 if idx - base > starts[i] else seg_prev[i]  # (see _prev)
             c += 1
-    remap = np.empty(n, np.int64)
     m = 0
     for i in range(n):
         if mark[i]:
@@ -389,12 +426,13 @@ def keep_batch(ids, k, alen, pool, pool_from, pool_to, s_prev, s_mask, base, n, 
             m += 1
         else:
             remap[i] = -1
-    # in place: row sel[q] >= q moves to q, so no row is overwritten before it is read
-    for q in range(m):
-        i = sel[q]
-        p = s_prev[base + i]
-        s_prev[base + q] = remap[p - base] if p >= base else p
-        s_mask[base + q] = s_mask[base + i]
+    for i in range(len(ids)):
+        for j in range(starts[i], ends[i]):
+            if mark[j]:
+                q = remap[j] - base
+                p = j - 1 + base if j > starts[i] else seg_prev[i]
+                kept_prev[q] = remap[p - base] if p >= base else p
+                kept_mask[q] = masks[j]
     for key in ids:
         x = k[_LAST, key]
         if x >= base:

@@ -296,8 +296,15 @@ class BatchDFA:
     start at, matches so far, the store index of its last row, its place in the order keys became
     live (-1: nothing alive), and its attempts (``aoff``/``alen`` into the attempt pool, start row
     order). The pool holds each attempt's start row, start time, DFA state, best match's last row
-    (-1: none) and that row's store index. The column store holds each row's columns, mask and
+    (-1: none) and that row's store index. The column store holds each kept row's columns, mask and
     the store index of its key's previous row.
+
+    Both are sized by what is kept, not by the batch: while a batch is stepped its rows have store
+    indices from :attr:`s_used` on but are read from the batch itself (masks, columns, links to the
+    row before in the key's segment), and only the rows a later batch may read enter the store
+    (:meth:`_keep_rows`); the pool grows inside the step when the batch's attempts need it. So a
+    rule holds a few rows per key and its live attempts whatever the batch size (200 rules over
+    batches of 32,768 rows: 403 MB for the process, not 532 MB; README "Many rules").
     """
 
     _kernel: Any = None  # cep._batch_dfa_kernel, once a rule takes the path
@@ -494,34 +501,29 @@ class BatchDFA:
         self.alen = alen
 
     # ------------------------------------------------------------------ the column store
-    def _append_rows(self, n: int) -> int:
-        """Give a batch's ``n`` rows store indices (links and masks are set while stepping, column
-        values by :meth:`_keep_rows` after it); their first index."""
-        base = self.s_used
-        need = base + n
-        cap = len(self.s_mask)
-        if need > cap:
-            # a quarter more than this batch needs: after it the store holds only the rows a later
-            # batch reads (a few per key, see _keep_rows), so the next batch of the same size fits
-            new = max(need + need // 4, 4096)
-            self.s_prev = _grown(self.s_prev, new, base)
-            self.s_mask = _grown(self.s_mask, new, base)
-        self.s_used = need
-        return base
-
-    def _keep_rows(self, cols: list[np.ndarray], base: int, pool_from: int) -> None:
+    def _keep_rows(self, cols: list[np.ndarray], base: int, pool_from: int, starts: np.ndarray, ends: np.ndarray,
+                   masks: np.ndarray, seg_prev: np.ndarray) -> None:
         """Keep of the batch just stepped only the rows a later batch may read: each key's last
         ``max_back`` rows (PREV) and its rows from its earliest live attempt's start on (a match's
-        rows), the rows :meth:`_compact` keeps. They move down to the batch's first store index, in
-        order, with their column values; the other rows are dropped (their matches were output from
+        rows), the rows :meth:`_compact` keeps. They get store indices from the batch's first on, in
+        order, with their links, masks and column values; the other rows never enter the store
+        (the step read their masks and links from the batch, and their matches were output from
         the batch's own columns). The store then grows by a few rows per key and batch, and the
-        full compaction runs only when it is full."""
-        n = self.s_used - base
-        sel = np.empty(n, dtype=np.int64)
-        m = self._kernel.keep_batch(self._ids_now, self.k, self.alen, self.pool, pool_from, self.pool_used, self.s_prev,
-                       self.s_mask, base, n, self.a.max_back, sel)
-        sel = sel[:m]
+        full compaction runs only when it is three quarters full (see :meth:`step`)."""
+        n = len(masks)
+        sel, kept_prev, kept_mask, mark, remap = _keep_scratch(n)
+        m = self._kernel.keep_batch(self._ids_now, starts, ends, seg_prev, masks, self.k, self.alen, self.pool,
+                                    pool_from, self.pool_used, base, n, self.a.max_back, sel, kept_prev, kept_mask,
+                                    mark, remap)
+        sel = sel[:m].copy()  # (scratch: the next rule's call writes it)
         self.s_used = used = base + m
+        if used > len(self.s_mask):
+            # twice the rows held: the store then takes a few rows per key and batch for many batches
+            room = max(2 * used, 4096)
+            self.s_prev = _grown(self.s_prev, room, base)
+            self.s_mask = _grown(self.s_mask, room, base)
+        self.s_prev[base:used] = kept_prev[:m]
+        self.s_mask[base:used] = kept_mask[:m]
         at = slice(base, used)
         if self.cols and len(self.cols[0]) < used:
             # room for the rows kept (a few per key and batch) and as many again: the batch's own
@@ -627,16 +629,20 @@ class BatchDFA:
              masks: np.ndarray, stats: Any, rule: str, row_ids: bool = False) -> list[dict[str, Any]]:
         """Advance every key of the batch (segments in order, ids from :meth:`bind`); the match rows."""
         n = len(masks)
-        cap = self.pool_used + self.live_attempts + n + 1
-        if (self.s_used and self.s_used + n > len(self.s_mask)) or (cap > self.pool.shape[1] and self.pool_used > 2 * self.live_attempts + n):
-            # before this batch's rows go in (they are linked while stepping): drop what no match and
-            # no PREV can read rather than grow the store; it then settles at about two batches of
-            # rows and is rewritten in place (growing and copying every column each time cost more)
+        if 4 * self.s_used > 3 * len(self.s_mask) or 4 * self.pool_used > 3 * self.pool.shape[1]:
+            # before the batch (its rows take store indices from s_used on, its attempts pool slots
+            # from pool_used on): drop what no match and no PREV can read, and the pool's dead
+            # slots, rather than grow; each is then rewritten in place while what is still needed
+            # fills at most half of it (growing and copying every column each time cost more).
+            # The pool grows in the step when a batch's attempts do not fit
             self._compact()
-            cap = self.pool_used + self.live_attempts + n + 1
-        if cap > self.pool.shape[1]:
-            self.pool = _grown2(self.pool, max(cap, 2 * self.pool.shape[1]), self.pool_used)
-        base = self._append_rows(n)
+        # the batch's rows are store indices base to base + n while it is stepped; only the rows
+        # _keep_rows keeps enter the store
+        base = self.s_used
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        masks = np.asarray(masks, dtype=np.int64)
+        seg_prev = np.empty(len(starts), dtype=np.int64)
         t = self.table
         # per match: key id, number, first row, classifier; and the measures' rows or counts
         o_int, o_meas, at = self._out(self.live_attempts + n + 1)
@@ -647,9 +653,8 @@ class BatchDFA:
         counters[6] = self.live_attempts
         within = self.a.within
         merge = self.past_last and within is None and nfa.MERGE_EQUIVALENT_ATTEMPTS
-        i64 = np.int64
-        nm = self._kernel.step(self._ids_now, np.asarray(starts, dtype=i64), np.asarray(ends, dtype=i64), np.asarray(ts, dtype=i64),
-                  np.asarray(masks, dtype=i64), base, self.s_prev, self.s_mask, self.k, self.alen, self.pool,
+        nm, self.pool = self._kernel.step(self._ids_now, starts, ends, np.asarray(ts, dtype=np.int64),
+                  masks, base, self.s_prev, self.s_mask, seg_prev, self.k, self.alen, self.pool,
                   t.trans, t.match_pc, t.parent, t.pos, t.pc_vid, t.start, self.a.start_bits,
                   self.past_last, merge, -1 if within is None else int(within),
                   self.a.max_partial_matches, self.a.on_cap == "skip_key",
@@ -668,7 +673,7 @@ class BatchDFA:
                 self._batch = None
         else:
             rows = []
-        self._keep_rows(cols, base, pool_from)
+        self._keep_rows(cols, base, pool_from, starts, ends, masks, seg_prev)
         return rows
 
     def next_deadline(self) -> int | None:
@@ -910,6 +915,19 @@ def _scratch(nout: int, width: int, nplaces: int) -> tuple[np.ndarray, np.ndarra
     if at is None or len(at) < need:
         at = got[-1] = np.empty(max(need, 4096, 0 if at is None else len(at) * 3 // 2), dtype=np.int64)
     return o_int, o_meas, at
+
+
+def _keep_scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's scratch for :func:`_batch_dfa_kernel.keep_batch` over a batch of ``n`` rows: the
+    kept rows' positions, links and masks, and the marks and renumbering of the batch's rows (one
+    set serves every rule in turn, as :func:`_scratch`'s)."""
+    got = getattr(_SCRATCH, "keep", None)
+    if got is None or len(got[0]) < n:
+        size = max(n, 4096, 0 if got is None else len(got[0]) * 3 // 2)
+        got = _SCRATCH.keep = (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
+                               np.empty(size, dtype=np.int64), np.empty(size, dtype=np.bool_),
+                               np.empty(size, dtype=np.int64))
+    return got
 
 
 @functools.lru_cache(maxsize=1024)

@@ -292,3 +292,37 @@ def test_store_settles_and_is_compacted_in_place():
     slow, _ = _run(sql, events, cuts, None, False)
     assert fast == slow and len(fast) > 100
     assert len(op_fast._keyed.s_mask) <= 4 * 1000 + 4096
+
+
+def test_store_takes_only_the_rows_kept():
+    """A batch's rows are stepped from the batch itself: the store (links, masks, columns) and the
+    attempt pool grow with the rows and attempts kept for later batches, not with the batch. One
+    batch of 20,000 rows over 40 keys keeps at most two rows per key (PREV(x, 2)) plus the rows of
+    live attempts; the rows still equal the automaton's."""
+    sql = SHAPES["prev_two_back"][0]
+    events = _events(random.Random(6), 24_000, 40)
+    fast, op_fast = _run(sql, events, [20_000], None, True)
+    slow, _ = _run(sql, events, [20_000], None, False)
+    assert fast == slow and len(fast) > 100
+    keyed = op_fast._keyed
+    assert keyed.s_used < 2_000 and len(keyed.s_mask) <= 4096 and len(keyed.cols[0]) <= 4096
+    assert keyed.pool.shape[1] <= 4096
+
+
+def test_pool_grows_inside_the_step():
+    """Every row starts an attempt that stays alive (``B+`` takes every row, ``C`` never comes until
+    the end, ``SKIP TO NEXT ROW`` keeps each start row): a batch's attempts outgrow the pool the
+    step was given, which grows while stepping; rows, match numbers and counters equal the
+    automaton's, with batches cut at several sizes and a snapshot in the middle."""
+    sql = """SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+             MEASURES A.ts AS t0, COUNT(B.*) AS nb, C.ts AS t1, MATCH_NUMBER() AS mn
+             AFTER MATCH SKIP TO NEXT ROW
+             PATTERN (A B+ C) DEFINE A AS x >= 0, B AS x < 100, C AS x = 100)"""
+    rnd = random.Random(8)
+    events = [{"k": i % 3, "ts": i, "x": rnd.randrange(10)} for i in range(9_000)]
+    events += [{"k": k, "ts": 9_000 + k, "x": 100} for k in range(3)]
+    for cuts, snap in (([6_000], None), ([500, 5_500, 8_000], 1)):
+        fast, op_fast = _run(sql, events, cuts, snap, True, max_partial_matches=100_000)
+        slow, op_slow = _run(sql, events, cuts, snap, False, max_partial_matches=100_000)
+        assert fast == slow and len(fast) == 3 * 2_999
+        assert op_fast.stats.partial_matches_peak == op_slow.stats.partial_matches_peak >= 2_000
