@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cep.cli.progress import Progress
+from cep.events import DEFAULT_BATCH_SIZE
 from patterns.errors import count_noun
 
 __all__ = ["add_arguments", "run", "bench", "BenchResult"]
@@ -76,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-field", help="event-time field used to merge several inputs "
                    "(default: the rules' ORDER BY column)")
     p.add_argument("--repeat", type=int, default=3, help="runs of the whole rule set; the best counts (default 3)")
-    p.add_argument("--batch-size", type=int, default=8192, help="events per batch (default 8192)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help=f"events per batch (default {DEFAULT_BATCH_SIZE}, as cep run)")
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON here")
     p.add_argument("--plot", metavar="OUT.png", help="plot throughput and partial matches alive after each "
                    "batch (one point per batch: pass a --batch-size below the input's size for a curve)")
@@ -89,7 +91,7 @@ def _live(engine) -> dict[str, int]:
             for name, op in engine.operators.items()}
 
 
-def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int = 8192, progress: bool = False,
+def bench(rules_path: str, inputs: list[str], repeat: int = 3, batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = False,
           time_field: str | None = None) -> BenchResult:
     """Measure ``rules_path`` over ``inputs``; see the module docstring for the method.
 
@@ -296,6 +298,9 @@ def run(args) -> int:
         if out and not Path(out).resolve().parent.is_dir():
             print(f"cep bench: cannot write {option} {out!r}: its folder does not exist", file=sys.stderr)
             return 2
+    if args.batch_size < 1:
+        print(f"cep bench: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
+        return 2
     enabled = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     try:
         res = bench(args.rules, args.input, args.repeat, args.batch_size, enabled, args.time_field)

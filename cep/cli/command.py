@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--time-unit", choices=("s", "ms", "us", "ns"), default=None,
                    help="unit of numeric event times for every rule, overriding the rules' time_unit "
                    "(e.g. s for a log whose times are epoch seconds; ISO-8601 times and dates are unaffected)")
-    r.add_argument("--batch-size", type=int, default=8192, help="events per batch (default 8192)")
+    r.add_argument("--batch-size", type=int, default=None,
+                   help="events per batch (default 16384; with --state, the size the state was written with)")
     r.add_argument("--fail-on-match", action="store_true", help="exit 1 when any complex event was emitted")
     r.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only when stderr is a terminal)")

@@ -35,8 +35,12 @@ def live_batches(batches: Iterable[Any], engine: Any, idle: Any, sink: Callable[
 
 def cmd_run(args) -> int:
     from cep.engine import Engine, late_warning, timeouts_note, with_time_unit
-    from cep.events import STDIN
+    from cep.events import DEFAULT_BATCH_SIZE, STDIN
     from patterns.rules import load_rules
+
+    if args.batch_size is not None and args.batch_size < 1:
+        print(f"cep run: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
+        return EXIT_USAGE
 
     if args.state or args.follow:
         from cep import durable
@@ -94,7 +98,8 @@ def cmd_run(args) -> int:
             print(f"cep run: {e}", file=sys.stderr)
             return EXIT_USAGE
     try:
-        batches = input_batches(rules, inputs, args.time_field, args.input_format, args.batch_size)
+        batches = input_batches(rules, inputs, args.time_field, args.input_format,
+                                args.batch_size if args.batch_size is not None else DEFAULT_BATCH_SIZE)
     except ValueError as e:
         print(f"cep run: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -27,7 +27,9 @@ class DurableConfig:
     timeouts: str | None = None  # timed-out partial matches (WITH TIMEOUT ROWS), JSON lines
     stream: str | None = None  # stream name given to the events (NAME=PATH)
     follow: bool = False  # keep reading as files grow or appear
-    batch_lines: int = 8192  # input lines per batch (part of the state: fixed for its life)
+    # input lines per batch (part of the state: fixed for its life); None: the state's, or
+    # cep.events.DEFAULT_BATCH_SIZE for a new state
+    batch_lines: int | None = None
     checkpoint_every: int = 100_000  # input lines between checkpoints
     checkpoint_seconds: float = 30.0  # seconds between checkpoints (checked between batches)
     watch_rules: bool = False  # reload when the rule file or the content of a rule's queries_file changes

@@ -25,7 +25,7 @@ from cep.engine import (
     timeouts_note,
     with_time_unit,
 )
-from cep.events import EventBatch
+from cep.events import DEFAULT_BATCH_SIZE, EventBatch
 from cep.idle import IdleProgress, check_idle_seconds
 from patterns.errors import CepError, RuleErrors, count_noun
 
@@ -100,7 +100,7 @@ class _Run:
             self.meta: dict[str, Any] = {
                 "input": os.path.abspath(cfg.input),
                 "stream": cfg.stream,
-                "batch_lines": cfg.batch_lines,
+                "batch_lines": cfg.batch_lines if cfg.batch_lines is not None else DEFAULT_BATCH_SIZE,
                 "files": {},
                 "outputs": {k: [p, 0] for k, p in outputs.items()},
                 "rules_path": self.rules_path,
@@ -181,7 +181,7 @@ class _Run:
             raise StateMismatch(
                 f"state {self.cfg.state!r} consumes {m['input']}; pass the same --input or a new --state"
             )
-        if m["batch_lines"] != self.cfg.batch_lines:
+        if self.cfg.batch_lines is not None and m["batch_lines"] != self.cfg.batch_lines:
             raise StateMismatch(
                 f"state {self.cfg.state!r} was written with --batch-size {m['batch_lines']} (batches are "
                 "part of the state, so the output stays byte-identical across restarts); pass "
@@ -537,7 +537,7 @@ def run_durable(cfg: DurableConfig, err: TextIO | None = None, *, clock: Callabl
     the wall clock and the wait for input: a test drives a following run without sleeping.
     """
     err = err or sys.stderr
-    if cfg.batch_lines < 1 or cfg.checkpoint_every < 1:
+    if (cfg.batch_lines is not None and cfg.batch_lines < 1) or cfg.checkpoint_every < 1:
         err.write("cep run: --batch-size and --checkpoint-every must be at least 1\n")
         return EXIT_USAGE
     if not os.path.exists(cfg.input):

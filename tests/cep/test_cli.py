@@ -102,6 +102,11 @@ def test_fail_on_match_and_usage_errors(files, capsys):
     assert main(["run", str(rules), "--input", str(events), "--fail-on-match", "-q"]) == 1
     assert main(["run", str(rules), "--input", "missing.jsonl"]) == 2
     assert "input file not found: missing.jsonl" in capsys.readouterr().err
+    for size in ("0", "-5"):  # (a batch of no rows: an internal error before)
+        assert main(["run", str(rules), "--input", str(events), "--batch-size", size]) == 2
+        assert f"cep run: --batch-size must be at least 1, got {size}" in capsys.readouterr().err
+        assert main(["bench", str(rules), "--input", str(events), "--batch-size", size]) == 2
+        assert f"cep bench: --batch-size must be at least 1, got {size}" in capsys.readouterr().err
     with pytest.raises(SystemExit) as ei:
         main(["run"])
     assert ei.value.code == 2
@@ -359,7 +364,7 @@ def test_bench_usage_errors_and_the_one_point_plot_note(tmp_path, capsys):
     assert f"cep bench: cannot write --json {missing!r}: its folder does not exist" in capsys.readouterr().err
     assert main(["bench", rules, "--input", events, "--repeat", "1", "--plot", str(tmp_path / "p.png")]) == 0
     err = capsys.readouterr().err
-    assert "the plot has 1 point, one per batch of 8,192 events; pass a smaller --batch-size for a curve" in err
+    assert "the plot has 1 point, one per batch of 16,384 events; pass a smaller --batch-size for a curve" in err
 
 
 def test_bench_reports_search_and_analytics_figures(tmp_path, capsys):

@@ -15,6 +15,7 @@ import pytest
 from cep.cli import main
 from cep.durable import DurableConfig, LogSource, dumps_row, read_checkpoint, run_durable
 from cep.engine import StateLimits
+from cep.events import DEFAULT_BATCH_SIZE
 from tests.reliability.workload import RULES, tick_lines
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,6 +162,23 @@ def test_a_run_that_disagrees_with_its_state_is_refused(setup, capsys, change, m
     assert run_durable(cfg(tmp, logs)) == 0
     assert run_durable(cfg(tmp, logs, **change)) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_run_without_a_batch_size_keeps_its_states(setup):
+    """The batch size is part of a state: a run that names none resumes with the state's (here 50,
+    not the default), so its rows are those of one run at 50 lines a batch; a new state takes
+    the default."""
+    tmp, logs = setup
+    lines = tick_lines(1200, seed=12)
+    write(logs / "a.jsonl", lines[:600])
+    assert run_durable(cfg(tmp, logs)) == 0
+    write(logs / "a.jsonl", lines[600:], "a")
+    assert run_durable(cfg(tmp, logs, batch_lines=None, finish=True)) == 0
+    assert read_checkpoint(str(tmp / "st")).meta["batch_lines"] == 50
+    assert run_durable(cfg(tmp, logs, state="ref", out="ref", finish=True)) == 0
+    assert (tmp / "out.jsonl").read_bytes() == (tmp / "ref.jsonl").read_bytes()
+    assert run_durable(cfg(tmp, logs, state="new", out="new", batch_lines=None, finish=True)) == 0
+    assert read_checkpoint(str(tmp / "new")).meta["batch_lines"] == DEFAULT_BATCH_SIZE
 
 
 def test_a_damaged_or_foreign_checkpoint_is_refused(setup, capsys):
