@@ -232,7 +232,10 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cep`` console script."""
     parser = build_parser()
+    # the console script (no argv given): the process is the command's (cep.gc_pause.StartupCollector)
+    own_process = argv is None
     args = parser.parse_args(argv)
+    args.own_process = own_process
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -34,6 +34,17 @@ def live_batches(batches: Iterable[Any], engine: Any, idle: Any, sink: Callable[
 
 
 def cmd_run(args) -> int:
+    from cep.gc_pause import StartupCollector
+
+    # (the collector off until the first batch is through, in a process of the command's own)
+    start = StartupCollector(getattr(args, "own_process", False))
+    try:
+        return _cmd_run(args, start)
+    finally:
+        start.done()
+
+
+def _cmd_run(args, start: Any) -> int:
     from cep.engine import Engine, late_warning, timeouts_note, with_time_unit
     from cep.events import DEFAULT_BATCH_SIZE, STDIN
     from patterns.rules import load_rules
@@ -45,6 +56,7 @@ def cmd_run(args) -> int:
     if args.state or args.follow:
         from cep import durable
 
+        start.done()  # (a durable run is long-lived: its own loop, the collector on as usual)
         cfg = durable.config_from_args(args)
         if isinstance(cfg, str):
             print(f"cep run: {cfg}", file=sys.stderr)
@@ -140,6 +152,7 @@ def cmd_run(args) -> int:
         done = 0
         for b, stream in (batches if idle is None else live_batches(batches, engine, idle, sink)):
             res = engine.process(b, stream)
+            start.done()
             n_events += b.n
             done += b.n * 100
             sink(res)

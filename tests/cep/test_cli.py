@@ -426,3 +426,23 @@ def test_spark_run_says_what_to_do_when_the_query_no_longer_fits_its_checkpoint(
     assert "\n" not in line
     assert "checkpoint" in line and "new checkpoint" in line
     assert "search rules" in line and "--input" in line
+
+
+def test_the_console_script_freezes_its_start_and_gives_the_same_rows(tmp_path):
+    """``cep run`` in a process of its own (no argv: the console script) keeps the collector off
+    until its first batch is through, then freezes what the start made and turns it back on; a
+    call of ``main([...])`` from Python freezes nothing. The rows are the same either way."""
+    rules, events = str(REPO / "rules/trading.yaml"), str(REPO / "rules/data/sp500_daily_2017_sample.jsonl")
+    own, called = tmp_path / "own.jsonl", tmp_path / "called.jsonl"
+    script = ("import gc, sys; from cep.cli.command import main; "
+              f"sys.argv = ['cep', 'run', {rules!r}, '--input', {events!r}, '--output', {str(own)!r}, '-q']; "
+              "frozen = gc.get_freeze_count(); rc = main(); "
+              "print(rc, gc.isenabled(), frozen == 0 and gc.get_freeze_count() > 0)")
+    got = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["0", "True", "True"]
+    import gc
+
+    frozen = gc.get_freeze_count()
+    assert main(["run", rules, "--input", events, "--output", str(called), "-q"]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert own.read_bytes() == called.read_bytes() and own.read_bytes().count(b"\n") == 48
