@@ -56,12 +56,12 @@ def _cmd_run(args, start: Any) -> int:
     if args.state or args.follow:
         from cep import durable
 
-        start.done()  # (a durable run is long-lived: its own loop, the collector on as usual)
         cfg = durable.config_from_args(args)
         if isinstance(cfg, str):
             print(f"cep run: {cfg}", file=sys.stderr)
             return EXIT_USAGE
-        return durable.run_durable(cfg)
+        # (its start ends after its first batch too; one that finds no batch ends it on return)
+        return durable.run_durable(cfg, first_batch_done=start.done)
     from patterns.files import command_line_roots
 
     try:

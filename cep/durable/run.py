@@ -45,9 +45,11 @@ class _Run:
     progress, and ``waiter`` (default: inotify on the input) waits for input; tests pass fakes."""
 
     def __init__(self, cfg: DurableConfig, err: TextIO, clock: Callable[[], float] | None = None,
-                 waiter: Any = None):
+                 waiter: Any = None, first_batch_done: Callable[[], None] | None = None):
         self.cfg = cfg
         self.err = err
+        # called once, after the first batch this run processes (the CLI's StartupCollector.done)
+        self.first_batch_done = first_batch_done
         self.flags = _Flags()
         self.rules_path = os.path.abspath(cfg.rules)
         self.clock = clock or time.monotonic
@@ -240,11 +242,18 @@ class _Run:
         if not src.last_replayed:  # a replayed cut is in the log already
             self.cuts.append(self.meta["batches"], src.last_cut)
         self.emit(self.engine.process(batch, self.cfg.stream))
+        self._start_over()
         self.n_lines += nlines
         self.meta["lines"] += nlines
         self.since += nlines
         if self.idle is not None:
             self.idle.input_seen()
+
+    def _start_over(self) -> None:
+        """The run's start is over (its first batch is through, or it waits for input): tell the caller once."""
+        if self.first_batch_done is not None:
+            done, self.first_batch_done = self.first_batch_done, None
+            done()
 
     def _replay_settled(self) -> None:
         """After a replay dropped midway: the rest of the recorded cuts no longer count, this run's follow on."""
@@ -412,6 +421,7 @@ class _Run:
             # following: what is there when we look is a batch, however short (no wait to fill it)
             got = self.source.next_batch(force=cfg.follow)
             if got is None:
+                self._start_over()  # (nothing to read now: a following run waits from here)
                 if not cfg.follow:
                     break
                 if self.idle is not None:
@@ -530,11 +540,13 @@ def _sig(path: str) -> tuple[int, int, int] | None:
 
 
 def run_durable(cfg: DurableConfig, err: TextIO | None = None, *, clock: Callable[[], float] | None = None,
-                waiter: Any = None) -> int:
+                waiter: Any = None, first_batch_done: Callable[[], None] | None = None) -> int:
     """Run ``cfg`` to the end of its input (or, with ``follow``, until SIGINT / SIGTERM); exit code.
 
     ``clock`` (seconds) and ``waiter`` (an object with ``wait(seconds)`` and ``close()``) replace
     the wall clock and the wait for input: a test drives a following run without sleeping.
+    ``first_batch_done`` is called once the run's first batch is through (``cep run`` ends its
+    start there: :class:`cep.gc_pause.StartupCollector`).
     """
     err = err or sys.stderr
     if (cfg.batch_lines is not None and cfg.batch_lines < 1) or cfg.checkpoint_every < 1:
@@ -551,7 +563,7 @@ def run_durable(cfg: DurableConfig, err: TextIO | None = None, *, clock: Callabl
         if problem is not None:
             err.write(f"cep run: {problem}\n")
             return EXIT_USAGE
-    run = _Run(cfg, err, clock=clock, waiter=waiter)
+    run = _Run(cfg, err, clock=clock, waiter=waiter, first_batch_done=first_batch_done)
     old: dict[int, Any] = {}
 
     def on_stop(signum, frame):  # noqa: ARG001

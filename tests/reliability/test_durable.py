@@ -311,3 +311,26 @@ def test_rows_held_for_next_and_unmatched_rows_resume_exactly(setup):
     assert len(peaks) == len(good)  # WITH UNMATCHED ROWS, nothing late: every event once
     assert any(r["t"] is not None for r in peaks) and any(r["rule"] == "last_rise" for r in out)
     assert len({r["_id"] for r in out}) == len(out)
+
+
+def test_a_durable_console_run_ends_its_start_after_its_first_batch(setup):
+    """``cep run --state`` in a process of its own ends its start (the collector frozen and on) once
+    its first batch is through; its rows are those of run_durable called in this process, which
+    freezes nothing."""
+    import gc
+
+    tmp, logs = setup
+    write(logs / "a.jsonl", tick_lines(400, seed=13))
+    # (the collector's state as each of the first two batches starts: off during the first)
+    script = ("import gc, sys; from cep.cli.command import main; import cep.durable.run as R; seen = []; "
+              "step = R._Run.step; R._Run.step = lambda self, got: (seen.append(gc.isenabled()), step(self, got))[1]; "
+              f"sys.argv = ['cep', 'run', {str(tmp / 'rules.yaml')!r}, '--input', {str(logs)!r}, '--state', "
+              f"{str(tmp / 'own')!r}, '--output', {str(tmp / 'own.jsonl')!r}, '--batch-size', '50', '-q']; "
+              "rc = main(); print(rc, gc.isenabled(), gc.get_freeze_count() > 0, *seen[:2])")
+    got = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["0", "True", "True", "False", "True"]
+    frozen = gc.get_freeze_count()
+    assert run_durable(cfg(tmp, logs, state="in", out="in", errors=None)) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    own = (tmp / "own.jsonl").read_bytes()
+    assert own == (tmp / "in.jsonl").read_bytes() and own.count(b"\n") > 0
