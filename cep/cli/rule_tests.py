@@ -500,6 +500,17 @@ def run_test(test: RuleTest, rule_set: Any) -> RuleTestRun:
 
 def cmd_test(args: Any) -> int:
     """Run the tests of each rule file named; PASS/FAIL per test, a diff per failure, a summary."""
+    from cep.gc_pause import StartupCollector
+
+    # (the collector off until the first test has run, in a process of the command's own)
+    start = StartupCollector(getattr(args, "own_process", False))
+    try:
+        return _cmd_test(args, start)
+    finally:
+        start.done()
+
+
+def _cmd_test(args: Any, start: Any) -> int:
     from patterns.files import command_line_roots
     from patterns.rules import parse_rules, read_rule_file
 
@@ -534,6 +545,7 @@ def cmd_test(args: Any) -> int:
         for test in tests:
             try:
                 run = run_test(test, rule_set)
+                start.done()
             except ValueError as e:
                 print(f"cep test: {e}", file=sys.stderr)
                 status = EXIT_USAGE

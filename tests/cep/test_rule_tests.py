@@ -328,3 +328,25 @@ tests:
 """)
     assert main(["test", str(tmp_path / "rules.yaml")]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_the_console_script_ends_its_start_after_the_first_test(capsys):
+    """``cep test`` in a process of its own keeps the collector off until its first test has run,
+    then freezes the start's objects and turns it on; its report is main([...])'s."""
+    import gc
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    files = [str(repo / "rules/trading.test.yaml"), str(repo / "rules/ops.test.yaml")]
+    script = ("import gc, sys; from cep.cli.command import main; import cep.cli.rule_tests as T; seen = []; "
+              "run = T.run_test; T.run_test = lambda *a: (seen.append(gc.isenabled()), run(*a))[1]; "
+              f"sys.argv = ['cep', 'test', *{files!r}]; rc = main(); "
+              "print('@', rc, gc.isenabled(), gc.get_freeze_count() > 0, *seen[:2])")
+    got = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True)
+    report, _, tail = got.stdout.rpartition("@ ")
+    assert tail.split() == ["0", "True", "True", "False", "True"]
+    frozen = gc.get_freeze_count()
+    assert main(["test", *files]) == 0
+    assert report == capsys.readouterr().out and "passed, 0 failed" in report
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
