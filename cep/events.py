@@ -402,7 +402,7 @@ def _with_bad(b: EventBatch, bad: list[BadLine]) -> EventBatch:
 # events per batch when the caller names no size (``cep run``, ``cep bench``, read_events): each
 # rule pays a fixed cost per batch (about 0.1 ms for a batch-DFA rule), so with hundreds of rules
 # larger batches are cheaper per event, while a rule's state is sized by what it keeps, not by
-# the batch (cep/batch_dfa.py). 16,384 rows: 200 rules 1.5x the events per CPU-second of 8,192
+# the batch (cep/batch_dfa.py). 16,384 rows: 200 rules 1.36x the events per CPU-second of 8,192
 # rows in one process, the process no larger; a live pipe is cut into batches by what is ready
 # (_FLUSH), so its latency does not depend on it
 DEFAULT_BATCH_SIZE = 16384
