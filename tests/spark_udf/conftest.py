@@ -85,6 +85,36 @@ def counted(rows: Iterable[dict[str, Any]], output: str) -> Counter:
     return Counter(match_key(r) for r in rows if r.get("output") == output)
 
 
+def batches_read(checkpoint: Path) -> list[list[str]]:
+    """The input files each committed micro-batch of a file-source query read, in batch order (names only).
+
+    Read from the checkpoint as Spark replays it: ``offsets/N`` ends batch N at a file-source log
+    offset, and batch N reads the files logged in ``sources/0`` after the previous batch's offset up to
+    its own (``FileStreamSource.getBatch``). A batch without data reads none. Usually each batch reads
+    ``maxFilesPerTrigger`` files, but not always: a query stopped after its source logged the next
+    batch's files and before the query logged that batch's offsets restarts with those files and the
+    next ones in one batch (see docs/spark.md, "State and restarts").
+    """
+    logged: dict[int, list[str]] = {}
+    for f in (checkpoint / "sources" / "0").iterdir():
+        if not f.name.split(".")[0].isdigit():
+            continue  # N (one log entry's files) or N.compact (every entry up to N); not .N.crc checksums
+        for line in f.read_text().splitlines()[1:]:  # after the "v1" header, one JSON entry a line
+            entry = json.loads(line)
+            names = logged.setdefault(int(entry["batchId"]), [])
+            if Path(entry["path"]).name not in names:
+                names.append(Path(entry["path"]).name)
+    ends = {}
+    for f in (checkpoint / "offsets").iterdir():
+        if f.name.isdigit() and (checkpoint / "commits" / f.name).exists():
+            ends[int(f.name)] = json.loads(f.read_text().splitlines()[2])["logOffset"]
+    out, start = [], -1
+    for batch in sorted(ends):
+        out.append([name for i in range(start + 1, ends[batch] + 1) for name in logged.get(i, [])])
+        start = ends[batch]
+    return out
+
+
 def event_of(row: dict[str, Any]) -> dict[str, Any]:
     ev = row.get("event")
     return json.loads(ev) if isinstance(ev, str) else ev
