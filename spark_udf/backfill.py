@@ -35,6 +35,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from cep.gc_pause import StartupCollector
 from cep.sharing import SharedBatch
 from spark_udf.core import (
     CORRUPT_BUCKET,
@@ -257,7 +258,7 @@ class Packer:
 
         if self.decoder is not None:
             batches = self.decoder.decode(batches)
-        return self.pack_task(batches, partition_id(TaskContext))
+        return _worker_start(self.pack_task(batches, partition_id(TaskContext)))
 
     def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
         """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order.
@@ -499,6 +500,10 @@ class PackedGroups:
     arrival_order: bool = True
 
     def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """Inside a Spark task: the groups of one reduce partition (see :meth:`run_task`)."""
+        return _worker_start(self.run_task(frames))
+
+    def run_task(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         blobs: dict[tuple[int, int], list[bytes]] = {}
         stats: dict[tuple[str, int], list[Any]] = {}  # [max or None, min or None, lag]
         for pdf in frames:
@@ -572,3 +577,26 @@ class PackedGroups:
         if not frames:
             return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+_STARTED = False  # this Python worker ran a backfill task before
+
+
+def _worker_start(out: Iterator[Any]) -> Iterator[Any]:
+    """A backfill task's output; the first task of a Python worker runs as a process's start
+    (:class:`cep.gc_pause.StartupCollector`): the collector off until its first output is made
+    (what the worker imported and loaded for it: pandas, pyarrow, numba's compiler and the
+    engine's kernels), then those objects frozen and the collector on. A Spark Python worker is a
+    process of its own that runs tasks (the daemon forks it), so its objects are the tasks'."""
+    global _STARTED
+    if _STARTED:
+        yield from out
+        return
+    _STARTED = True
+    start = StartupCollector(own=True)
+    try:
+        for x in out:
+            start.done()
+            yield x
+    finally:
+        start.done()
