@@ -391,8 +391,8 @@ def expire(nk, k, alen, pool, watermark, within):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def keep_batch(ids, starts, ends, seg_prev, masks, k, alen, pool, pool_from, pool_to, base, n, max_back, sel,
-               kept_prev, kept_mask, mark, remap):  # pragma: no cover - compiled
+def keep_batch(ids, starts, ends, seg_prev, masks, s_prev, k, alen, pool, pool_from, pool_to, base, n, max_back,
+               sel, kept_prev, kept_mask, mark, remap):  # pragma: no cover - compiled
     """Keep of the batch just stepped (store indices ``base`` to ``base + n``, links and masks as
     :func:`step` left them: see :func:`_prev`) the rows :func:`compact` would keep for the keys in
     ``ids`` (each key's last ``max_back`` rows and every row from its earliest live attempt's start
@@ -416,7 +416,7 @@ def keep_batch(ids, starts, ends, seg_prev, masks, k, alen, pool, pool_from, poo
         c = 0
         while idx >= base and c < need:
             mark[idx - base] = True
-            idx = idx - 1 if idx - base > starts[i] else seg_prev[i]  # (see _prev)
+            idx = _prev(idx, s_prev, base, starts[i], seg_prev[i])
             c += 1
     m = 0
     for i in range(n):
@@ -430,7 +430,7 @@ def keep_batch(ids, starts, ends, seg_prev, masks, k, alen, pool, pool_from, poo
         for j in range(starts[i], ends[i]):
             if mark[j]:
                 q = remap[j] - base
-                p = j - 1 + base if j > starts[i] else seg_prev[i]
+                p = _prev(base + j, s_prev, base, starts[i], seg_prev[i])
                 kept_prev[q] = remap[p - base] if p >= base else p
                 kept_mask[q] = masks[j]
     for key in ids:

@@ -512,7 +512,7 @@ class BatchDFA:
         full compaction runs only when it is three quarters full (see :meth:`step`)."""
         n = len(masks)
         sel, kept_prev, kept_mask, mark, remap = _keep_scratch(n)
-        m = self._kernel.keep_batch(self._ids_now, starts, ends, seg_prev, masks, self.k, self.alen, self.pool,
+        m = self._kernel.keep_batch(self._ids_now, starts, ends, seg_prev, masks, self.s_prev, self.k, self.alen, self.pool,
                                     pool_from, self.pool_used, base, n, self.a.max_back, sel, kept_prev, kept_mask,
                                     mark, remap)
         sel = sel[:m].copy()  # (scratch: the next rule's call writes it)
