@@ -11,6 +11,8 @@ that copy the time, analytics window bounds, late events and their reasons.
 
 from __future__ import annotations
 
+import os
+
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,9 @@ def test_spark_timestamp_columns_give_the_embedded_engines_event_times(spark: An
     for i, part in enumerate((df.iloc[:half], df.iloc[half:])):
         pq.write_table(pa.Table.from_pandas(part, preserve_index=False),
                        tmp_path / "in" / f"part-{i}.parquet")
+        # the file source reads files in modification-time order: tied (two files written within
+        # its resolution) the second could come first, its rows then late (as conftest.write_events)
+        os.utime(tmp_path / "in" / f"part-{i}.parquet", (1_600_000_000 + i, 1_600_000_000 + i))
     schema = spark.read.parquet(str(tmp_path / "t.parquet")).schema
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
     query = apply_rules(stream, rules, SparkRunConfig(buckets=2)).write_stream(str(tmp_path / "out"),
