@@ -11,9 +11,8 @@ that copy the time, analytics window bounds, late events and their reasons.
 
 from __future__ import annotations
 
-import os
-
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
