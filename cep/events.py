@@ -215,13 +215,29 @@ def batch_from_pandas(df: Any, source: str | None = None) -> EventBatch:
 
 
 def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
-    """Columns from a pyarrow Table or RecordBatch (nulls read as NULL; timestamps as epoch ms)."""
+    """Columns from a pyarrow Table or RecordBatch (nulls read as NULL; timestamps as epoch ms; a
+    dictionary-encoded string column with its codes, :meth:`EventBatch.encoded`)."""
     import pyarrow as pa
 
     cols: dict[str, np.ndarray] = {}
     conv: dict[str, np.ndarray | bool] = {}
+    codes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, col in zip(table.schema.names, table.columns):
         t = col.type
+        if pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+            # strings with their codes: the column gathered from the distinct strings (one Python
+            # string each, not one per row), the codes kept for what is derived per value (times)
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if isinstance(arr, pa.ChunkedArray):  # no chunks at all
+                arr = pa.array([], t)
+            uniq = arr.dictionary.to_numpy(zero_copy_only=False)
+            code = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            with_null = np.empty(len(uniq) + 1, dtype=object)
+            with_null[:-1] = uniq
+            with_null[-1] = None
+            cols[name] = with_null[code]
+            codes[name] = (cols[name], code, uniq)
+            continue
         if pa.types.is_timestamp(t) or pa.types.is_date(t):
             cols[name] = _arrow_time_ms(col)
             conv[name] = True
@@ -240,7 +256,7 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
         else:
             arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
         cols[name] = arr
-    return EventBatch(cols, table.num_rows, None, source, epoch_ms=conv)
+    return EventBatch(cols, table.num_rows, None, source, epoch_ms=conv, dict_codes=codes)
 
 
 _MS_PER_UNIT = {"D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}

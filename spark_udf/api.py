@@ -27,6 +27,7 @@ workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spa
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -832,7 +833,15 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     decoder = _engine_decoder(frame, twin, corrupt) if twin is not None else None
     packer = Packer(time_col, key_sets, seg_cols, reading, partition_values(parts), decoder=decoder)
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
-    source = twin.text if decoder is not None and twin is not None else frame
+    source = frame
+    if decoder is not None and twin is not None:
+        source = twin.text
+        local = _local_splits(twin, decoder)
+        if local is not None:  # the map tasks read the files themselves (spark_udf/local_files.py)
+            from spark_udf.local_files import SplitReader
+
+            source, tasks = local
+            packer.decoder = SplitReader(decoder, twin.source_column, twin.block_column, tasks)
     packed = source.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
 
@@ -878,7 +887,52 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     kinds = column_kinds(fields)
     if kinds is None or (not exact and any(t == "string" for _, t in kinds)):
         return None
-    return JsonLinesDecoder(kinds, CORRUPT_COL, tuple(passed))
+    return JsonLinesDecoder(kinds, CORRUPT_COL, tuple(passed), dictionary=True)
+
+
+def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] | None:
+    """The splits of the JSON lines files of ``twin`` for the map tasks to read themselves, one
+    partition per task (:mod:`spark_udf.local_files`), or None when Spark's text source must read
+    them: a file not on the local file system (``file:``) or compressed, a column the decoder passes
+    that is not the file or the block, a session without a SparkContext (Spark Connect), or
+    ``spark.cep.backfill.localFiles`` set to false."""
+    from spark_udf.local_files import byte_size, local_path, plan_splits
+
+    spark = twin.text.sparkSession
+    conf = spark.conf
+    if str(conf.get("spark.cep.backfill.localFiles", "true")).lower() != "true":
+        return None
+    if set(decoder.passed) - {twin.source_column, twin.block_column}:
+        return None
+    try:
+        sc = spark.sparkContext
+        names = twin.text.inputFiles()
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext to parallelize the splits with
+        return None
+    files = []
+    for name in names:
+        local = local_path(name)
+        if local is None:
+            return None
+        if name.startswith("file:///"):  # as _metadata.file_path names it (Hadoop's Path: no empty authority)
+            name = "file:/" + name[len("file:///"):]
+        try:
+            files.append((name, local, os.path.getsize(local)))
+        except OSError:
+            return None
+    files.sort()
+
+    def setting(key: str, default: int) -> int:
+        got = byte_size(_session_setting(conf, key) or "")
+        return default if got is None else got
+
+    cores = setting("spark.sql.files.minPartitionNum", 0) or sc.defaultParallelism
+    tasks = plan_splits(files, setting("spark.sql.files.maxPartitionBytes", 128 << 20),
+                        setting("spark.sql.files.openCostInBytes", 4 << 20), cores)
+    if not tasks:
+        return None
+    # a task per partition, its splits shipped with the map function (SplitReader.tasks)
+    return spark.range(0, len(tasks), 1, len(tasks)), tasks
 
 
 def _session_setting(conf: Any, key: str) -> str | None:
@@ -899,6 +953,8 @@ class JsonText:
     text: DataFrame
     corrupt: str
     schema: T.StructType
+    source_column: str = SOURCE_COL
+    block_column: str = "_cep_block"
 
 
 # a DataFrame of read_json_lines -> its lines
@@ -932,7 +988,7 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
                 .withColumn(block_column, F.col("_metadata.file_block_start")))
 
     frame = tagged(read.schema(schema).json(path))
-    _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema)
+    _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema, source_column, block_column)
     return frame
 
 

@@ -203,15 +203,15 @@ def _key_hash(cols: list[Any], memo: dict[Any, np.uint64] | None = None) -> np.n
     h = np.zeros(len(cols[0]) if cols else 0, dtype=np.uint64)
     for col in cols:
         col = _array(col)
-        if pa.types.is_dictionary(col.type):
+        if pa.types.is_dictionary(col.type) and not _is_text(col.type):
             col = col.cast(col.type.value_type)
         mask = col.is_null().to_numpy(zero_copy_only=False)
         if pa.types.is_nested(col.type):  # no dictionary kernel for lists and structs: one text per row
             texts = np.asarray([_key_text(v) for v in col.to_pylist()], dtype=object)
             got = pd.util.hash_array(texts) if len(texts) else np.zeros(0, dtype=np.uint64)
-        else:
-            enc = col.dictionary_encode()
-            kind = str(col.type)
+        else:  # (a dictionary of strings as it is: a string repeated in it hashes alike)
+            enc = col if pa.types.is_dictionary(col.type) else col.dictionary_encode()
+            kind = str(enc.type.value_type)
             values = [(kind, v) for v in enc.dictionary.to_pylist()]
             new = [v for v in values if v not in memo]
             if new:
@@ -350,7 +350,7 @@ class Packer:
                       if ks else np.zeros(n, dtype=np.int64))
             # a malformed record goes to one group only (the first key set's), which reports it
             assigned.append(np.where(corrupt, CORRUPT_BUCKET if i == 0 else -2, bucket))
-        return self._flush(table, assigned, seg_codes)
+        return self._flush(_plain_large_dictionaries(table, nparts), assigned, seg_codes)
 
     def _times(self, col: Any) -> tuple[np.ndarray, np.ndarray]:
         """Each row's event time (ms) and whether it is valid, as :class:`~spark_udf.core.TimeReading`
@@ -358,8 +358,8 @@ class Packer:
         import pyarrow as pa
 
         col = _array(col)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            enc = col.dictionary_encode()
+        if _is_text(col.type):
+            enc = col if pa.types.is_dictionary(col.type) else col.dictionary_encode()
             texts = np.empty(len(enc.dictionary) + 1, dtype=object)
             texts[:-1] = enc.dictionary.to_numpy(zero_copy_only=False)
             texts[-1] = None
@@ -428,6 +428,33 @@ def _binary(data: Any, ends: list[int]) -> Any:
                                     "2 GiB; lower the packer's flush_bytes")
     offsets = pa.py_buffer(np.asarray(ends, dtype=np.int32))
     return pa.Array.from_buffers(pa.binary(), len(ends) - 1, [None, offsets, data])
+
+
+def _plain_large_dictionaries(table: Any, nparts: int) -> Any:
+    """The table with each dictionary column whose dictionary is large for its rows cast to its values
+    (``nparts`` 0: every dictionary column).
+
+    Every group's Arrow stream carries the whole dictionary of a column it slices: for a column of
+    few distinct strings (dates, tickers) that is the cheap way to send them (a code per row), for
+    one of many (ids, URLs) it would send the distinct strings once per group. A dictionary stays
+    while its strings, once per group, are at most a quarter of the rows."""
+    import pyarrow as pa
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type):
+            col = _array(table.column(i))
+            if not nparts or len(col.dictionary) * nparts * 4 > max(1, table.num_rows):
+                table = table.set_column(i, f.name, col.cast(f.type.value_type))
+    return table
+
+
+def _is_text(t: Any) -> bool:
+    """Whether an Arrow type is a string, or a dictionary of strings."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def _array(col: Any) -> Any:
@@ -556,6 +583,8 @@ class PackedGroups:
             if at is not None:
                 sources.append(np.asarray([json.loads(s)[at] for s in segs], dtype=object)[codes])
             tables.append(t.replace_schema_metadata(None))
+        if any(t.schema != tables[0].schema for t in tables):  # a column a dictionary in some tasks' rows only
+            tables = [_plain_large_dictionaries(t, 0) for t in tables]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         rank = np.concatenate(ranks)
         perm = np.lexsort((table.column(ORDER_COL).to_numpy(), rank))

@@ -165,6 +165,10 @@ class JsonLinesDecoder:
     corrupt: str | None
     passed: tuple[str, ...] = ()
     text_col: str = TEXT_COL
+    dictionary: bool = False
+    """String columns as Arrow dictionaries (codes into the distinct strings, as the flat scanner
+    encodes them) instead of plain strings: a consumer that reads them as Python objects makes one
+    string per distinct value, not per row (:func:`cep.events.batch_from_arrow`)."""
     _typed_names: list[bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -183,17 +187,23 @@ class JsonLinesDecoder:
     def schema(self) -> Any:
         import pyarrow as pa
 
-        cols = [pa.field(n, pa.type_for_alias(_ARROW[t])) for n, t in self.fields]
+        cols = [pa.field(n, self._type(t)) for n, t in self.fields]
         if self.corrupt:
             cols.append(pa.field(self.corrupt, pa.string()))
         return cols
+
+    def _type(self, typ: str) -> Any:
+        """The Arrow type of a column of Spark type ``typ`` in the decoded batches."""
+        import pyarrow as pa
+
+        if typ == "string" and self.dictionary:
+            return pa.dictionary(pa.int32(), pa.string())
+        return pa.type_for_alias(_ARROW[typ])
 
     def decode_batch(self, rb: Any, dicts: dict[str, Any] | None = None) -> Any:
         """One text batch decoded: the flat scanner over the whole block when it takes it, else line by line."""
         import pyarrow as pa
         import pyarrow.compute as pc
-
-        from cep.json_flat import decode_flat
 
         text = rb.column(rb.schema.get_field_index(self.text_col))
         # each line followed by a newline, in one buffer: the block the engine's decoders read
@@ -203,7 +213,19 @@ class JsonLinesDecoder:
         offs = np.frombuffer(joined.buffers()[1], dtype=np.int64 if wide else np.int32)
         offs = offs[joined.offset:joined.offset + len(joined) + 1].astype(np.int64)
         block = joined.buffers()[2].slice(int(offs[0]), int(offs[-1] - offs[0])).to_pybytes()
-        ends = offs[1:] - offs[0]
+        passed = {name: rb.column(rb.schema.get_field_index(name)) for name in self.passed}
+        return self.decode_block(block, offs[1:] - offs[0], passed, dicts)
+
+    def decode_block(self, block: bytes, ends: np.ndarray, passed: dict[str, Any],
+                     dicts: dict[str, Any] | None = None) -> Any:
+        """A block of lines, each followed by a newline (``ends``: where each ends), decoded as an Arrow batch.
+
+        ``passed``: each of :attr:`passed`'s columns, an Arrow array of a value per line, or one
+        Arrow scalar for every line (a file read directly: its path and block)."""
+        import pyarrow as pa
+
+        from cep.json_flat import decode_flat
+
         codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         cols = decode_flat(block, ends, codes, dicts) if len(ends) else None
         got = self._flat(cols, codes, len(ends)) if cols is not None else None
@@ -211,14 +233,23 @@ class JsonLinesDecoder:
             keep, arrays = self._lines(block, ends)
         else:
             keep, arrays = None, got
-        out = dict(zip([n for n, _ in self.fields], arrays[:len(self.fields)]))
+        n = len(ends) if keep is None else len(keep)
+        if self.dictionary:  # the line-by-line reading's strings encoded too: every batch of one schema
+            arrays = [a.dictionary_encode().cast(self._type(t)) if t == "string" and not pa.types.is_dictionary(a.type)
+                      else a for a, (_, t) in zip(arrays, self.fields)] + list(arrays[len(self.fields):])
+        out = dict(zip([name for name, _ in self.fields], arrays[:len(self.fields)]))
         if self.corrupt:
             out[self.corrupt] = arrays[len(self.fields)]
+        types = []
         for name in self.passed:
-            col = rb.column(rb.schema.get_field_index(name))
-            out[name] = col if keep is None else col.take(pa.array(keep))
-        return pa.RecordBatch.from_pydict(out, schema=pa.schema(
-            self.schema() + [rb.schema.field(rb.schema.get_field_index(n)) for n in self.passed]))
+            col = passed[name]
+            if isinstance(col, pa.Scalar):
+                types.append(pa.field(name, col.type))
+                out[name] = pa.array([col.as_py()], col.type).take(pa.array(np.zeros(n, dtype=np.int32)))
+            else:
+                types.append(pa.field(name, col.type))
+                out[name] = col if keep is None else col.take(pa.array(keep))
+        return pa.RecordBatch.from_pydict(out, schema=pa.schema(self.schema() + types))
 
     def _flat(self, cols: dict[str, np.ndarray], codes: dict[str, tuple[np.ndarray, np.ndarray]], n: int) -> list[Any] | None:
         """The scanner's columns as typed Arrow arrays, or None when some column needs a line's own
@@ -228,7 +259,7 @@ class JsonLinesDecoder:
         out = []
         for name, typ in self.fields:
             col = cols.get(name)
-            atype = pa.type_for_alias(_ARROW[typ])
+            atype = self._type(typ)
             if col is None:
                 out.append(pa.nulls(n, atype))
                 continue
@@ -236,8 +267,8 @@ class JsonLinesDecoder:
                 if typ != "string":
                     return None
                 vc, uniq = codes[name]
-                out.append(pa.DictionaryArray.from_arrays(pa.array(vc, mask=vc < 0), pa.array(uniq, pa.string()))
-                           .cast(pa.string()))
+                coded = pa.DictionaryArray.from_arrays(pa.array(vc.astype(np.int32), mask=vc < 0), pa.array(uniq, pa.string()))
+                out.append(coded if self.dictionary else coded.cast(pa.string()))
                 continue
             if col.dtype == object:  # NULLs among numbers or booleans, or NULLs only
                 vals = [v for v in col if v is not None]

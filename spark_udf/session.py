@@ -17,15 +17,27 @@ DEFAULT_SHUFFLE_PARTITIONS = 4
 """Spark's default of 200 makes every micro-batch schedule 200 tasks per stateful stage (an empty
 batch then costs seconds); a checkpoint fixes the count at its first run, so it is chosen here."""
 
-BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC",)
+BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:Tier4InvocationThreshold=50000",
+                                      "-XX:Tier4MinInvocationThreshold=6000", "-XX:Tier4CompileThreshold=150000",
+                                      "-XX:Tier4BackEdgeThreshold=400000")
 """JVM options of a session started for a batch job (``cep spark backfill``), added to the driver's
-(which in local mode runs the whole job). The serial collector does its work on the thread that
-needs memory, with no concurrent or parallel collector threads: on a short job over a small heap
-and 2 cores this cost about a fifth less CPU than Java's default (G1) in interleaved runs of
-``benchmarks/bench_spark_backfill.py`` (docs/spark.md, "Backfill against cep run"). What it trades:
-every collection stops the job, and pauses grow with the heap, which is why a stream (``cep spark
-run``, long-lived, latency-bound) keeps G1. The user's own ``spark.driver.extraJavaOptions``
-replaces these (``--conf spark.driver.extraJavaOptions=-XX:+UseG1GC``)."""
+(which in local mode runs the whole job).
+
+* The serial collector does its work on the thread that needs memory, with no concurrent or
+  parallel collector threads: on a short job over a small heap and 2 cores this cost about a fifth
+  less CPU than Java's default (G1) in interleaved runs of ``benchmarks/bench_spark_backfill.py``.
+  What it trades: every collection stops the job, and pauses grow with the heap, which is why a
+  stream (``cep spark run``, long-lived, latency-bound) keeps G1.
+* The optimising compiler (C2) takes a method after ten times Java's default invocation and loop
+  counts: a backfill's JIT threads compiled about a second of CPU per run of the S&P file, most of
+  it Spark's planning and serialisation code that runs a few thousand times; the code that runs
+  per row still reaches C2 within the first few hundred thousand rows. In three alternated pairs of
+  every backfill form: 0.75x the session start's CPU, 0.87-0.92x the rule groups' and key-set
+  groups' (docs/spark.md, "The JVM of a backfill"). C1 alone (``-XX:TieredStopAtLevel=1``) was
+  1.4x slower on the forms whose JVM reads every row.
+
+The user's own ``spark.driver.extraJavaOptions`` replaces these (``--conf
+spark.driver.extraJavaOptions=-XX:+UseG1GC``)."""
 
 _LOG4J = """\
 rootLogger.level = {root}
@@ -85,8 +97,10 @@ def driver_java_options(log4j_file: str, batch: bool = False) -> str:
     configuration, and for a batch job :data:`BATCH_JVM_OPTIONS`.
 
     Example:
-        >>> driver_java_options("/tmp/x/log4j2.properties", batch=True)
-        '-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties -XX:+UseSerialGC'
+        >>> driver_java_options("/tmp/x/log4j2.properties", batch=True).split()[:2]
+        ['-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties', '-XX:+UseSerialGC']
+        >>> driver_java_options("/tmp/x/log4j2.properties")
+        '-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties'
     """
     return " ".join((f"-Dlog4j2.configurationFile=file:{log4j_file}", *(BATCH_JVM_OPTIONS if batch else ())))
 

@@ -34,3 +34,26 @@ def test_record_batch_and_empty_string_column() -> None:
     assert batch_from_arrow(rb).columns["s"].tolist() == ["a", None, "b"]
     empty = pa.table({"s": pa.array([], pa.string())})
     assert batch_from_arrow(empty).columns["s"].tolist() == []
+
+
+@settings(max_examples=30, derandomize=True, deadline=None)
+@given(values=st.lists(_TEXT, max_size=40), split=st.integers(0, 40), large=st.booleans())
+def test_dictionary_columns_read_as_their_strings_with_their_codes(values: list, split: int, large: bool) -> None:
+    """A dictionary of strings (chunks with dictionaries of their own, a string repeated in one, NULLs):
+    the strings the row reading gives, and codes that give them back, which per-value work reads."""
+    typ = pa.large_string() if large else pa.string()
+    cut = min(split, len(values))
+    first = pa.array(values[:cut], typ).dictionary_encode()
+    # the second chunk's dictionary holds its strings in reverse order, each twice
+    rest = values[cut:]
+    uniq = list(dict.fromkeys(v for v in rest if v is not None))[::-1]
+    words = uniq + uniq
+    idx = [None if v is None else uniq.index(v) + (len(uniq) if i % 2 else 0) for i, v in enumerate(rest)]
+    second = pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), pa.array(words, typ))
+    col = pa.chunked_array([first.cast(pa.dictionary(pa.int32(), typ)), second])
+    batch = batch_from_arrow(pa.table({"s": col}))
+    got = batch.columns["s"]
+    assert got.dtype == object and got.tolist() == values
+    codes, strings = batch.encoded("s")
+    assert [None if c < 0 else strings[c] for c in codes.tolist()] == values
+    assert all(v is None or type(v) is str for v in got)

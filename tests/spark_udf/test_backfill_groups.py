@@ -210,21 +210,28 @@ def _plan(df: Any, capsys: Any) -> str:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("key_set_groups", [True, False])
+@pytest.mark.parametrize("key_set_groups,local_files", [(True, True), (True, False), (False, True)])
 def test_json_lines_read_by_the_engine_give_cep_runs_rows(case_sensitive: Any, tmp_path: Path, key_set_groups: bool,
-                                                          capsys: Any) -> None:
+                                                          local_files: bool, capsys: Any) -> None:
     spark = case_sensitive
     paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_files(2, True))]
     exp = _embedded(paths)
-    result = _json_backfill(spark, tmp_path / "in", key_set_groups=key_set_groups)
-    assert result.keyed_groups == ("key-set" if key_set_groups else "rule")
-    plan = _plan(result.envelope, capsys)
-    if key_set_groups:
+    spark.conf.set("spark.cep.backfill.localFiles", str(local_files).lower())
+    try:
+        result = _json_backfill(spark, tmp_path / "in", key_set_groups=key_set_groups)
+        assert result.keyed_groups == ("key-set" if key_set_groups else "rule")
+        plan = _plan(result.envelope, capsys)
+        rows = [r.asDict() for r in result.envelope.collect()]
+    finally:
+        spark.conf.unset("spark.cep.backfill.localFiles")
+    if key_set_groups and local_files:
+        # the map tasks read their splits of the local files themselves and decode the lines with the engine
+        assert "FileScan" not in plan and "Range" in plan, plan
+    elif key_set_groups:
         # the map tasks read the files once, as text, and decode the lines with the engine
         assert plan.count("FileScan text") == 1 and "FileScan json" not in plan, plan
     else:  # the rule groups read the frame as it is: Spark's reader
         assert "FileScan json" in plan and "FileScan text" not in plan, plan
-    rows = [r.asDict() for r in result.envelope.collect()]
     assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
     assert len({m["rule"] for m in exp.matches}) == 4 and exp.late
     assert _problems(rows, "late") == _expected(exp.late)
@@ -244,7 +251,9 @@ def test_json_lines_the_engine_does_not_read_as_spark_keep_sparks_reader(case_se
 
     def scans(**kw: Any) -> tuple[int, int]:
         plan = _plan(_json_backfill(spark, tmp_path / "in", **kw).envelope, capsys)
-        return plan.count("FileScan text"), plan.count("FileScan json")
+        # the engine's decoder: the map tasks read the local files themselves (no scan), or Spark's text source
+        engine = ("FileScan" not in plan and "Range" in plan) or plan.count("FileScan text") == 1
+        return int(engine and "FileScan json" not in plan), plan.count("FileScan json")
 
     assert scans() == (1, 0)
     # a float (rounded to 32 bits), a decimal (to its scale), a timestamp, a date: Spark's parse of
@@ -514,7 +523,8 @@ def test_json_lines_in_several_blocks_per_file_give_sparks_and_cep_runs_rows(cas
     schema = "_corrupt_record string, px long, ts long, g string, k string"
     try:
         result = _json_backfill(spark, folder, schema)
-        assert "FileScan text" in _plan(result.envelope, capsys)  # the engine's decoder reads them
+        plan = _plan(result.envelope, capsys)
+        assert "FileScan json" not in plan and "Range" in plan, plan  # the engine's decoder reads them, split by split
         engine = [r.asDict() for r in result.envelope.collect()]
         reader = [r.asDict() for r in _json_backfill(spark, folder, schema, where="true").envelope.collect()]
     finally:

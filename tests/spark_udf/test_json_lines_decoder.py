@@ -68,13 +68,17 @@ def _reference(line: str) -> tuple[list[Any] | None, str | None] | None:
     return out, None if fits else line
 
 
-def _decode(lines: list[str], cuts: list[int], corrupt: str | None = "_c") -> list[dict[str, Any]]:
-    dec = JsonLinesDecoder(FIELDS, corrupt, ("seq",))
+def _decode(lines: list[str], cuts: list[int], corrupt: str | None = "_c", dictionary: bool = False) -> list[dict[str, Any]]:
+    dec = JsonLinesDecoder(FIELDS, corrupt, ("seq",), dictionary=dictionary)
     batches = []
     bounds = [0, *cuts, len(lines)]
     for a, b in zip(bounds, bounds[1:]):
         batches.append(pa.RecordBatch.from_pydict({"value": lines[a:b], "seq": list(range(a, b))}))
-    return [row for rb in dec.decode(iter(batches)) for row in rb.to_pylist()]
+    out = list(dec.decode(iter(batches)))
+    # every batch of one schema (the packer joins them), strings as dictionaries when asked
+    assert all(rb.schema == out[0].schema for rb in out)
+    assert not out or pa.types.is_dictionary(out[0].schema.field("s").type) == dictionary
+    return [row for rb in out for row in rb.to_pylist()]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -131,8 +135,9 @@ def test_every_row_as_json_and_the_schema_read_it(seed: int, monkeypatch: pytest
         r = rng.random()
         lines.append(_line(rng, fit=r < 0.85) if r < 0.96 else rng.choice(["", "   ", "[1, 2]", "3", '{"s": "x", ', "nope"]))
     cuts = sorted(rng.sample(range(1, len(lines)), 3))
-    _check(lines, _decode(lines, cuts))
-    _check(lines, _decode(lines, cuts, corrupt=None), corrupt=None)
+    for dictionary in (False, True):
+        _check(lines, _decode(lines, cuts, dictionary=dictionary))
+        _check(lines, _decode(lines, cuts, corrupt=None, dictionary=dictionary), corrupt=None)
 
 
 def test_flat_blocks_and_per_line_blocks_share_the_string_dictionaries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,6 +149,7 @@ def test_flat_blocks_and_per_line_blocks_share_the_string_dictionaries(monkeypat
     more = [json.dumps({"s": f"new{i % 7}", "n": -i, "d": 1, "b": True}) for i in range(200)]
     lines = flat + mixed + more
     _check(lines, _decode(lines, [300, 351]))
+    _check(lines, _decode(lines, [300, 351], dictionary=True))
 
 
 def test_values_that_do_not_fit_make_the_row_malformed() -> None:

@@ -132,4 +132,5 @@ def test_a_backfill_starts_its_jvm_with_the_batch_options_a_stream_with_javas(
     assert code == 3 and "no JVM in this test" in capsys.readouterr().err
     assert seen[0]["batch"] is batch
     assert seen[0]["conf"] == {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}
-    assert session.driver_java_options("/l.properties", batch=batch).endswith("-XX:+UseSerialGC") is batch
+    opts = session.driver_java_options("/l.properties", batch=batch)
+    assert ("-XX:+UseSerialGC" in opts and "-XX:Tier4InvocationThreshold=50000" in opts) is batch
