@@ -650,7 +650,12 @@ class TimeReading:
         # clock reading for the batch, so the rows get what parsing each of them would give.
         ms, ok, why = event_times(EventBatch({time_col: texts}, len(texts)), time_col, self.unit,
                                   self.max_future_skew_ms, self.clock)
-        reasons = [why[c] for c in codes.tolist()] if any(w is not None for w in why) else [None] * len(codes)
+        refused = np.flatnonzero(np.fromiter((w is not None for w in why), dtype=bool, count=len(why)))
+        # a reason per row only when some row has one (the missing text's reason is there whether or not used)
+        if len(refused) and np.isin(codes, refused).any():
+            reasons = [why[c] for c in codes.tolist()]
+        else:
+            reasons = [None] * len(codes)
         return ms[codes], ok[codes], reasons
 
 

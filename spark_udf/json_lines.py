@@ -270,15 +270,15 @@ class JsonLinesDecoder:
                 coded = pa.DictionaryArray.from_arrays(pa.array(vc.astype(np.int32), mask=vc < 0), pa.array(uniq, pa.string()))
                 out.append(coded if self.dictionary else coded.cast(pa.string()))
                 continue
-            if col.dtype == object:  # NULLs among numbers or booleans, or NULLs only
-                vals = [v for v in col if v is not None]
-                if not vals:
+            if col.dtype == object:  # NULLs among numbers or booleans, or NULLs only (one kind: the scanner's)
+                mask = np.equal(col, None).astype(bool)
+                vals = col[~mask]
+                if not len(vals):
                     out.append(pa.nulls(n, atype))
                     continue
                 kind = type(vals[0])
-                mask = np.fromiter((v is None for v in col), dtype=bool, count=n)
-                dense = np.asarray([0 if v is None else v for v in col],
-                                   dtype=np.float64 if kind is float else np.int64 if kind is int else bool)
+                dense = np.zeros(n, dtype=np.float64 if kind is float else np.int64 if kind is int else bool)
+                dense[~mask] = vals.astype(dense.dtype)
             else:
                 kind = float if col.dtype == np.float64 else bool if col.dtype == bool else int
                 mask, dense = None, col
