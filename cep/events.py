@@ -247,7 +247,15 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
             # to_pylist then np.asarray, and every key column of a keyed rule is read this way
             cols[name] = col.to_numpy(zero_copy_only=False)
             continue
-        if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        if col.null_count and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+            # numbers or booleans with NULLs: Python values and None, made column-wise (the NULLs
+            # filled first, so integers stay exact integers, never floats with NaN)
+            import pyarrow.compute as pc
+
+            mask = col.is_null().to_numpy(zero_copy_only=False)
+            arr = pc.fill_null(col, False if pa.types.is_boolean(t) else 0).to_numpy(zero_copy_only=False).astype(object)
+            arr[mask] = None
+        elif col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             arr = np.asarray(col.to_pylist(), dtype=object) if col.null_count or not pa.types.is_boolean(col.type) else col.to_numpy(zero_copy_only=False)
             if arr.ndim != 1:  # lists/structs: keep Python objects
                 tmp = np.empty(len(col), dtype=object)
