@@ -340,6 +340,63 @@ class GroupCore:
         op.reset()
         return self._frame(spec, out)
 
+    def replay_in_batches(self, rules: list[str], bucket: int, batch: EventBatch, src: np.ndarray | None,
+                          prior: np.ndarray | None, rows: int) -> list[pd.DataFrame]:
+        """Every rule of a key-set group over the group's rows in arrival order, ``rows`` at a time,
+        then the final watermark: each rule's frame (those with rows).
+
+        :meth:`replay` of each rule over the whole group gives the same rows; this feeds them as
+        ``cep run`` does, a batch of ``rows`` rows to every rule before the next (one
+        :class:`cep.sharing.SharedBatch` per batch), each rule then releasing what its own
+        watermark releases, so what a rule buffers and matches at once stays about a batch's
+        worth, not a group's (hundreds of thousands of rows in a large backfill). Pattern rules
+        only (no joined table or view: key-set groups have none)."""
+        from cep.sharing import SharedBatch
+
+        ops = []
+        for name in rules:
+            spec, op, _ = self._operator(name)
+            op.reset()
+            ops.append((spec, op, OperatorOutput()))
+        try:
+            for a in range(0, batch.n, max(1, rows)):
+                part = _rows(batch, a, min(batch.n, a + rows))
+                shared = SharedBatch(part)
+                for spec, op, out in ops:
+                    late_before: Any = NO_WATERMARK
+                    if prior is not None:
+                        p = prior[a:a + part.n]
+                        late_before = np.where(p == NO_WATERMARK, NO_WATERMARK, p - spec.lateness_ms)
+                    sharing = hasattr(op, "shared") and getattr(op, "join", None) is None
+                    if sharing:
+                        op.shared = shared  # type: ignore[attr-defined]
+                    try:
+                        res = op.ingest(part, late_before)
+                    finally:
+                        if sharing:
+                            op.shared = None  # type: ignore[attr-defined]
+                    self._attach_sources(res, src)
+                    out.extend(res)
+                    wm = op.watermark if a + part.n < batch.n else None  # type: ignore[attr-defined]
+                    if wm is not None:
+                        # release what the rule's own watermark releases, as cep run does after a
+                        # batch: the group's largest accepted time so far, less the lateness, is at
+                        # most every later row's arrival watermark less the lateness, under which
+                        # no later row that is not late can fall
+                        res = op.advance_to(wm)  # type: ignore[attr-defined]
+                        self._attach_sources(res, src)
+                        out.extend(res)
+            frames = []
+            for spec, op, out in ops:
+                out.extend(op.finish())
+                frame = self._frame(spec, out)
+                if frame is not None:
+                    frames.append(frame)
+            return frames
+        finally:
+            for _, op, _ in ops:
+                op.reset()
+
     def _empty(self) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in self.envelope_columns})
 
@@ -862,6 +919,22 @@ def annotate_arrival(
         for i, prior in enumerate(priors):
             pdf[f"{PRIOR_COL}_{i}"] = pd.arrays.IntegerArray(prior, prior == _MIN)
         yield pdf
+
+
+def _rows(batch: EventBatch, a: int, b: int) -> EventBatch:
+    """Rows ``a`` to ``b`` of a batch, as views of its columns (codes, line numbers and time marks with them)."""
+    if a == 0 and b == batch.n:
+        return batch
+    cols = {k: c[a:b] for k, c in batch.columns.items()}
+    codes = {}
+    for k in batch.dict_codes:
+        got = batch.encoded(k)
+        if got is not None:
+            codes[k] = (cols[k], got[0][a:b], got[1])
+    conv = {k: m[a:b] if isinstance(m, np.ndarray) else m for k, m in batch.epoch_ms.items()}
+    lines = batch.lines[a:b] if batch.lines is not None else np.arange(a + 1, b + 1, dtype=np.int64)
+    return EventBatch(cols, b - a, lines, batch.source, epoch_ms=conv, dict_codes=codes,
+                      dictionaries={k: d for k, d in batch.dictionaries.items() if k in codes})
 
 
 def partition_id(task_context: Any) -> int:

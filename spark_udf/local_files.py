@@ -21,7 +21,6 @@ the ``_metadata.file_block_start`` Spark would give it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 from urllib.parse import unquote, urlparse

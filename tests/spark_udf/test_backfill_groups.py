@@ -431,22 +431,25 @@ def test_packed_groups_give_cep_runs_rows_without_spark(tmp_path: Path, seed: in
     packer = Packer("ts", key_sets, ("_cep_source",), TimeReading(), parts, flush_rows=rng.randint(40, 300),
                     flush_bytes=rng.choice([1 << 30, rng.randint(1_000, 8_000)]))
     packed = _pack(packer, batches, [cut, len(batches) - cut])
-    runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source",))
-    frames = []
-    for p in parts:
-        mine = packed[packed["_cep_part"] == p].sample(frac=1, random_state=seed).reset_index(drop=True)
-        chunks = [mine.iloc[a : a + 5] for a in range(0, len(mine), 5)]
-        frames += list(runner.run(iter(chunks)))
-    rows = [r for f in frames for r in f.to_dict("records")]
-    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
-    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
-    assert len({m["rule"] for m in exp.matches}) == 4
-    assert _problems(rows, "late") == _expected(exp.late)
-    assert _problems(rows, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
-        [e for e in exp.errors if e.get("rule") is not None])
-    bad = [r for r in rows if r["output"] == "error" and r["reason"] == MALFORMED]
-    assert len(bad) == 1 and bad[0]["source"] == str(paths[1])
-    assert {r["source"] for r in rows if r["output"] == "late"} <= {str(p) for p in paths}
+    # a group's rows fed to its rules all at once, and a few rows at a time (runs of a key cut, a
+    # rule's matches spanning batches), as cep run's batches feed them
+    for batch_rows in (16_384, rng.randint(1, 5), rng.randint(6, 40)):
+        runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source",), batch_rows=batch_rows)
+        frames = []
+        for p in parts:
+            mine = packed[packed["_cep_part"] == p].sample(frac=1, random_state=seed).reset_index(drop=True)
+            chunks = [mine.iloc[a : a + 5] for a in range(0, len(mine), 5)]
+            frames += list(runner.run(iter(chunks)))
+        rows = [r for f in frames for r in f.to_dict("records")]
+        rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
+        assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches), batch_rows
+        assert len({m["rule"] for m in exp.matches}) == 4
+        assert _problems(rows, "late") == _expected(exp.late), batch_rows
+        assert _problems(rows, "error") - Counter({(None, MALFORMED, '{"k": "key2", "ts": '): 1}) == _expected(
+            [e for e in exp.errors if e.get("rule") is not None])
+        bad = [r for r in rows if r["output"] == "error" and r["reason"] == MALFORMED]
+        assert len(bad) == 1 and bad[0]["source"] == str(paths[1])
+        assert {r["source"] for r in rows if r["output"] == "late"} <= {str(p) for p in paths}
 
 
 def test_a_group_whose_segment_no_task_reported_fails_with_the_reason() -> None:

@@ -23,7 +23,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_udf.local_files import FileSplit, byte_size, line_ends, local_path, plan_splits, read_split
+from spark_udf.local_files import (
+    FileSplit,
+    byte_size,
+    line_ends,
+    local_path,
+    plan_splits,
+    read_split,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
@@ -151,8 +158,8 @@ def _write_inputs(folder: Path, seed: int) -> None:
 
 
 def _run(spark: Any, folder: Path, local: str, where: str | None = None) -> tuple[Counter, str]:
-    from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
     from patterns.rules import parse_rules
+    from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
 
     spark.conf.set("spark.cep.backfill.localFiles", local)
     try:
