@@ -220,3 +220,27 @@ def test_a_compressed_file_is_read_by_sparks_text_source(case_sensitive: Any, tm
                        for r in c.elements())
 
     assert without_source(rows) == without_source(direct) and sum(rows.values()) > 5
+
+
+@pytest.mark.spark
+def test_counts_of_a_rule_whose_name_needs_quoting_in_sql(case_sensitive: Any, tmp_path: Path) -> None:
+    """The observed counts are SQL expressions for plain rule names and columns for others: a name
+    with a quote and a backslash counts its matches and late rows as a plain name does."""
+    from patterns.rules import parse_rules
+    from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
+
+    spark = case_sensitive
+    folder = tmp_path / "in"
+    _write_inputs(folder, 3)
+    got = []
+    for name in ("up_down", "it's a \\ rule"):
+        rules = parse_rules(RULES.replace("name: up_down", f"name: {json.dumps(name)}"))
+        result = apply_rules(read_json_lines(spark, str(folder), SCHEMA), rules, SparkRunConfig(
+            buckets=5, source_column="_cep_source", arrival_columns=("_cep_source", "_cep_block")))
+        rows = [r.asDict() for r in result.envelope.collect()]
+        assert {r["rule"] for r in rows if r["output"] == "match"} == {name}
+        counts = result.counts()
+        assert counts["matches"] == counts["matches_0"] == sum(r["output"] == "match" for r in rows) > 5
+        assert counts["late"] == counts["late_0"] == sum(r["output"] == "late" for r in rows) > 0
+        got.append(counts)
+    assert got[0] == got[1]
