@@ -232,6 +232,10 @@ def batch_from_arrow(table: Any, source: str | None = None) -> EventBatch:
                 arr = pa.array([], t)
             uniq = arr.dictionary.to_numpy(zero_copy_only=False)
             code = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            if arr.dictionary.null_count:  # a NULL among the values (legal Arrow): its rows' code is -1 too,
+                # as consumers of the codes (analytics keys: "missing (null)") read a NULL only as -1
+                null_value = np.append(arr.dictionary.is_null().to_numpy(zero_copy_only=False), False)
+                code = np.where(null_value[code], -1, code)
             with_null = np.empty(len(uniq) + 1, dtype=object)
             with_null[:-1] = uniq
             with_null[-1] = None

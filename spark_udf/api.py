@@ -936,6 +936,10 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
         names = twin.text.inputFiles()
     except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext to parallelize the splits with
         return None
+    if _scanned_files(twin.text) != len(names):
+        # a file named twice (a folder and a file in it, overlapping globs): Spark's scan reads it
+        # once per naming, inputFiles() lists it once; reading the list would lose the repeats
+        return None
     files = []
     for name in names:
         local = local_path(name)
@@ -960,6 +964,18 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
         return None
     # a task per partition, its splits shipped with the map function (SplitReader.tasks)
     return spark.range(0, len(tasks), 1, len(tasks)), tasks
+
+
+def _scanned_files(text: DataFrame) -> int | None:
+    """How many files Spark's scan of ``text`` (one file source) reads, a file named twice counted
+    twice (``inputFiles()`` lists each once), or None when the plan does not say."""
+    try:
+        leaves = text._jdf.queryExecution().optimizedPlan().collectLeaves()
+        if leaves.size() != 1:
+            return None
+        return int(leaves.apply(0).relation().location().allFiles().size())
+    except Exception:  # noqa: BLE001 - not a file source relation, or a Spark without these classes
+        return None
 
 
 def _session_setting(conf: Any, key: str) -> str | None:

@@ -607,7 +607,8 @@ class PackedGroups:
         data = table.select([c for c in table.column_names if not c.startswith(RESERVED_PREFIX)])
         batch = batch_from_arrow(data)
         batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
-        frames = core.replay_in_batches(self.rules_of.get(ks, []), bucket, batch, src, prior, self.batch_rows)
+        frames = core.replay_in_batches(self.rules_of.get(ks, []), bucket, batch, src, prior, self.batch_rows,
+                                        release=self.arrival_order)
         if not frames:
             return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

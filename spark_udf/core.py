@@ -341,7 +341,7 @@ class GroupCore:
         return self._frame(spec, out)
 
     def replay_in_batches(self, rules: list[str], bucket: int, batch: EventBatch, src: np.ndarray | None,
-                          prior: np.ndarray | None, rows: int) -> list[pd.DataFrame]:
+                          prior: np.ndarray | None, rows: int, release: bool = True) -> list[pd.DataFrame]:
         """Every rule of a key-set group over the group's rows in arrival order, ``rows`` at a time,
         then the final watermark: each rule's frame (those with rows).
 
@@ -350,7 +350,12 @@ class GroupCore:
         :class:`cep.sharing.SharedBatch` per batch), each rule then releasing what its own
         watermark releases, so what a rule buffers and matches at once stays about a batch's
         worth, not a group's (hundreds of thousands of rows in a large backfill). Pattern rules
-        only (no joined table or view: key-set groups have none)."""
+        only (no joined table or view: key-set groups have none).
+
+        ``release`` false: no release between batches. Without arrival order (``SparkRunConfig.
+        arrival_order`` false) no row is late and the rules see the group's rows sorted by time at
+        :meth:`finish`; a row may then be any amount behind an earlier one, and a release would apply
+        the rows released before it first (different matches)."""
         from cep.sharing import SharedBatch
 
         ops = []
@@ -377,7 +382,7 @@ class GroupCore:
                             op.shared = None  # type: ignore[attr-defined]
                     self._attach_sources(res, src)
                     out.extend(res)
-                    wm = op.watermark if a + part.n < batch.n else None  # type: ignore[attr-defined]
+                    wm = op.watermark if release and a + part.n < batch.n else None  # type: ignore[attr-defined]
                     if wm is not None:
                         # release what the rule's own watermark releases, as cep run does after a
                         # batch: the group's largest accepted time so far, less the lateness, is at

@@ -87,3 +87,24 @@ def test_numbers_with_nulls_read_as_the_row_reading(kind: str, data: st.DataObje
         assert type(g) is type(w) and (g == w or (g != g and w != w)), (g, w)
         if isinstance(w, float) and w == 0:
             assert str(g) == str(w)  # the sign of zero
+
+
+def test_a_null_among_a_dictionarys_values_reads_as_a_null_code() -> None:
+    """A dictionary holding NULL as a value (legal Arrow) and a string twice: NULL rows get code -1, as
+    consumers of the codes read NULL, so an analytics rule reports the missing key, as for plain strings."""
+    from cep.analytics.operator import WindowOperator
+    from patterns.analytics import compile_analytics
+
+    col = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 0, None, 2], pa.int32()), pa.array(["a", "a", None]))
+    batch = batch_from_arrow(pa.table({"k": col}))
+    codes, strings = batch.encoded("k")
+    assert codes.tolist()[2:] == [-1, 0, -1, -1] and [strings[c] for c in codes[:2]] == ["a", "a"]
+    ts = pa.array(range(6), pa.int64())
+    sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MILLISECOND)"
+    got = []
+    for k in (col, col.cast(pa.string())):
+        op = WindowOperator(compile_analytics(sql), name="r")
+        out = op.process(batch_from_arrow(pa.table({"k": k, "ts": ts})))
+        out.extend(op.advance_to(100))
+        got.append((sorted(str(m) for m in out.matches), [e["reason"] for e in out.errors]))
+    assert got[0] == got[1] and got[0][0] == ["{'k': 'a', 'n': 3, 'rule': 'r', 'correction': False}"]

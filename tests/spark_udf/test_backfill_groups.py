@@ -558,3 +558,30 @@ def test_json_lines_with_a_malformed_record_column_of_another_name(case_sensitiv
     engine, reader = errors(), errors(where="true")
     assert engine == reader
     assert engine[(None, MALFORMED, '{"k": "key2", "ts": ')] == 1
+
+
+def test_packed_groups_without_arrival_order_give_the_same_rows_in_any_batches(tmp_path: Path) -> None:
+    """Without arrival order no row is late and each rule sees its group sorted by time: fed a few rows at
+    a time, a rule must not release on its own watermark between batches (a row seconds behind an
+    earlier one would then come after rows it precedes in time), so the rows are those of one batch."""
+    from spark_udf.backfill import PackedGroups
+
+    files = _files(5, True)  # rows up to 6 s behind earlier ones
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(files)]
+    types = {"k": "string", "g": "string", "ts": "bigint", "px": "bigint"}
+    core, _ = GroupCore.for_rules(_rules(), types, 5)
+    key_sets = [("g",), ("k",), ()]
+    rules_of = {0: ["by_group"], 1: ["lanes", "abc"], 2: ["no_partition"]}
+    lateness = {0: [2000], 1: [1000, 800], 2: [900]}
+    table = pa.Table.from_pylist(_arrow_rows(files, paths), schema=ARROW_SCHEMA)
+    parts = partition_values(3)
+    packed = _pack(Packer("ts", key_sets, ("_cep_source",), TimeReading(), parts), table.to_batches(30), [5, 100])
+    got = []
+    for batch_rows in (16_384, 7):
+        runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source",), arrival_order=False,
+                              batch_rows=batch_rows)
+        rows = [r for p in parts for f in runner.run(iter([packed[packed["_cep_part"] == p]]))
+                for r in f.to_dict("records")]
+        assert not [r for r in rows if r["output"] == "late"]
+        got.append(counted(rows, "match"))
+    assert sum(got[0].values()) > 20 and got[1] == got[0]

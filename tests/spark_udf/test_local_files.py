@@ -157,13 +157,13 @@ def _write_inputs(folder: Path, seed: int) -> None:
         (folder / name).write_bytes(data.rstrip(b"\r\n") if f == 3 else data)
 
 
-def _run(spark: Any, folder: Path, local: str, where: str | None = None) -> tuple[Counter, str]:
+def _run(spark: Any, folder: Path | list[Path], local: str, where: str | None = None) -> tuple[Counter, str]:
     from patterns.rules import parse_rules
     from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
 
     spark.conf.set("spark.cep.backfill.localFiles", local)
     try:
-        frame = read_json_lines(spark, str(folder), SCHEMA)
+        frame = read_json_lines(spark, str(folder) if isinstance(folder, Path) else [str(p) for p in folder], SCHEMA)
         if where is not None:
             frame = frame.where(where)
         result = apply_rules(frame, parse_rules(RULES), SparkRunConfig(
@@ -199,6 +199,22 @@ def test_files_read_directly_give_the_rows_of_sparks_text_source_and_reader(case
     # the rows name their files as Spark's file source does (compared above), a space escaped
     assert any("b%20with%20space.json" in json.loads(r)["source"] for r in direct.elements()
                if json.loads(r)["output"] == "late"), direct
+
+
+@pytest.mark.spark
+def test_a_file_named_twice_is_read_twice_as_sparks_reader_reads_it(case_sensitive: Any, tmp_path: Path) -> None:
+    """A folder and a file in it: Spark's scan reads the file twice, ``inputFiles()`` lists it once, so
+    the backfill leaves the files to Spark's text source and gets the reader's rows (the file's rows
+    twice), not those of each file read once."""
+    folder = tmp_path / "in"
+    _write_inputs(folder, 7)
+    paths = [folder, folder / "a.json"]
+    direct, plan = _run(case_sensitive, paths, "true")
+    reader, _ = _run(case_sensitive, paths, "true", where="true")
+    assert direct == reader
+    assert "FileScan text" in plan, plan
+    once, _ = _run(case_sensitive, folder, "true")
+    assert direct != once  # (the repeated rows are late behind the file's first reading)
 
 
 @pytest.mark.spark
