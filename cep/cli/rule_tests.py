@@ -358,10 +358,14 @@ def _json(row: dict) -> str:
 # ------------------------------------------------------------------ running
 
 
-def _batches(test: RuleTest, rules: list[Any], batch_size: int = 8192) -> list[tuple[Any, str | None]]:
-    """The test's input as (batch, stream) pairs, converted and merged as ``cep run`` does."""
+def _batches(test: RuleTest, rules: list[Any], batch_size: int | None = None) -> list[tuple[Any, str | None]]:
+    """The test's input as (batch, stream) pairs, converted, cut and merged as ``cep run`` does
+    (``batch_size`` None: ``cep run``'s default, :data:`cep.events.DEFAULT_BATCH_SIZE`)."""
     from cep.cli.inputs import merge_sources, merge_time_field, merge_unit
-    from cep.events import batch_from_records, read_events
+    from cep.events import DEFAULT_BATCH_SIZE, batch_from_records, read_events
+
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE
 
     sources: list[tuple[str | None, list[Any]]] = []
     for stream, events, lines in test.inputs:

@@ -326,3 +326,26 @@ def test_pool_grows_inside_the_step():
         slow, op_slow = _run(sql, events, cuts, snap, False, max_partial_matches=100_000)
         assert fast == slow and len(fast) == 3 * 2_999
         assert op_fast.stats.partial_matches_peak == op_slow.stats.partial_matches_peak >= 2_000
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 16_385])
+def test_batches_of_odd_sizes_with_runs_across_them(size):
+    """The batch's rows are read from the batch while it is stepped (links within a key's segment,
+    the segment's first row to the key's last stored row): batches of one, two and three rows (every
+    link crosses into the store) and of 16,384 + 1 rows (runs of hundreds of rows split at the
+    cut), keys first seen mid-stream, SKIP PAST LAST ROW and TO NEXT ROW, a snapshot in the middle:
+    the automaton's rows, match numbers and counters."""
+    rnd = random.Random(size)
+    n, keys, end = (600, 6, 0.03) if size < 10 else (20_000, 30, 0.004)
+    events = [{"k": rnd.randrange(keys if i > n // 4 else 2), "ts": i,
+               "x": 1000 if rnd.random() < end else rnd.randrange(10)} for i in range(n)]
+    cuts = list(range(size, n, size))
+    for skip in ("PAST LAST ROW", "TO NEXT ROW"):
+        sql = f"""SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
+                 MEASURES A.ts AS t0, FIRST(B.x) AS fb, LAST(B.ts) AS lb, COUNT(B.*) AS nb, C.ts AS t1,
+                          MATCH_NUMBER() AS mn
+                 AFTER MATCH SKIP {skip} PATTERN (A B+ C) DEFINE A AS x > PREV(x), B AS x < 1000, C AS x = 1000)"""
+        fast, op_fast = _run(sql, events, cuts, len(cuts) // 2, True, row_ids=True, max_partial_matches=100_000)
+        slow, op_slow = _run(sql, events, cuts, None, False, row_ids=True, max_partial_matches=100_000)
+        assert fast == slow and len(fast) > 0
+        assert _counters(op_fast) == _counters(op_slow)

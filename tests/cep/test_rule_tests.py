@@ -350,3 +350,20 @@ def test_the_console_script_ends_its_start_after_the_first_test(capsys):
     assert main(["test", *files]) == 0
     assert report == capsys.readouterr().out and "passed, 0 failed" in report
     assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_an_events_file_is_cut_into_cep_runs_batches(tmp_path: Path):
+    """``cep test`` cuts an events file into ``cep run``'s default batches (16,384 events, not the
+    8,192 it once shared with ``cep run``), so a test sees the batches a run of the file sees."""
+    from cep.cli.inputs import input_batches
+    from cep.cli.rule_tests import _batches
+    from cep.events import DEFAULT_BATCH_SIZE
+
+    path = tmp_path / "e.jsonl"
+    n = DEFAULT_BATCH_SIZE + 1
+    path.write_text("".join(f'{{"order_id": "o{i % 7}", "ts": {i}, "type": "placed"}}\n' for i in range(n)))
+    rules = parse_rules((RULES / "orders.yaml").read_text(), str(RULES / "orders.yaml")).rules
+    test = RuleTest("big", str(tmp_path / "t.yaml"), 1, None, [(None, path, [])])
+    got = [b.n for b, _ in _batches(test, rules)]
+    assert got == [DEFAULT_BATCH_SIZE, 1]
+    assert got == [b.n for b, _ in input_batches(rules, [(None, str(path))], None, None, DEFAULT_BATCH_SIZE)]
