@@ -263,6 +263,29 @@ def test_bench_reports_every_rule_and_writes_json_and_plot(tmp_path, capsys):
     assert main(["bench", str(REPO / "rules/trading.yaml"), "--input", "nope.jsonl"]) == 2
 
 
+def test_bench_runs_the_first_batch_untimed_before_its_timed_runs(tmp_path, monkeypatch):
+    """The first use of the compiled kernels loads them: an engine of every rule runs the first
+    batch before the clock starts, and the timed runs are each over every batch, from a fresh engine."""
+    import cep.engine
+    from cep.cli.bench import bench
+
+    calls: list[tuple[int, int]] = []
+    real = cep.engine.Engine.process
+
+    def spy(self, batch, *a, **k):
+        calls.append((id(self), batch.n))
+        return real(self, batch, *a, **k)
+
+    monkeypatch.setattr(cep.engine.Engine, "process", spy)
+    res = bench(str(REPO / "rules/trading.yaml"), [str(REPO / "rules/data/sp500_daily_2017_sample.jsonl")],
+                repeat=2, batch_size=500)
+    engines = list(dict.fromkeys(e for e, _ in calls))
+    per = {e: [n for x, n in calls if x == e] for e in engines}
+    assert per[engines[0]] == [500]  # the untimed pass: the first batch only
+    assert per[engines[1]] == per[engines[2]] == [500, 500, 255]  # two timed runs over every batch
+    assert res.events == 1255 and len(res.timeline) == 3
+
+
 def test_bench_reports_table_size(tmp_path, capsys):
     """A rule file with a table: every joined rule runs alone with its table, and each table's size
     at the end of the input is reported (changes, keys, versions, rows, memory)."""
