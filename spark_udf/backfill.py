@@ -504,7 +504,8 @@ def _arrow_segments(rb: Any, seg_cols: tuple[str, ...], pid: int) -> list[tuple[
         change[1:] |= idx[1:] != idx[:-1]
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
-    return [(json.dumps([col[int(a)].as_py() for col in cols], default=str), int(a), int(b))
+    # (the partition last, as spark_udf.core.segments: a segment that several tasks read ranks part by part)
+    return [(json.dumps([*(col[int(a)].as_py() for col in cols), pid], default=str), int(a), int(b))
             for a, b in zip(starts, ends)]
 
 

@@ -771,7 +771,9 @@ def segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tup
     """Contiguous runs of rows from one input segment: ``(segment key, start, end)``.
 
     A segment is a file block (when ``seg_cols`` name the file path and block start) or the
-    whole Spark partition; a partition holds whole segments, each in input order.
+    whole Spark partition, each in input order; its key is its ``seg_cols`` values then the
+    partition ``pid``, so the part of a segment each task reads ranks after the parts that
+    earlier partitions read (a file split over several tasks when ``seg_cols`` name only the file).
     """
     n = len(pdf)
     if not n:
@@ -788,7 +790,10 @@ def segments(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int) -> list[tup
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
     firsts = [pdf[c].take(starts).tolist() for c in seg_cols]
-    return [(json.dumps(list(vals), default=str), int(a), int(b)) for vals, a, b in zip(zip(*firsts), starts, ends)]
+    # the partition last: a segment that several tasks read (arrival columns that do not tell a
+    # file's blocks apart) arrives part by part in partition order, each part after the earlier
+    # ones, so each part's rows are judged against the earlier parts' times too
+    return [(json.dumps([*vals, pid], default=str), int(a), int(b)) for vals, a, b in zip(zip(*firsts), starts, ends)]
 
 
 def _differs_from_previous(s: pd.Series) -> np.ndarray:

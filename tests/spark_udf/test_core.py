@@ -329,9 +329,9 @@ def test_the_views_spark_cannot_hold_are_refused_before_any_work(rules, inputs, 
         apply_rules(dict.fromkeys(inputs), parse_rules(_VIEW_FILE + rules))  # type: ignore[arg-type]
 
 
-def _segments_row_by_row(pdf: pd.DataFrame, seg_cols: tuple[str, ...]) -> list[tuple[str, int, int]]:
+def _segments_row_by_row(pdf: pd.DataFrame, seg_cols: tuple[str, ...], pid: int = 0) -> list[tuple[str, int, int]]:
     """Reference: runs of equal segment values found row by row (missing values equal each other),
-    keyed by the first row's values as JSON (the key the arrival plan is built on)."""
+    keyed by the first row's values and the partition as JSON (the key the arrival plan is built on)."""
     import json
 
     def same(a, b):
@@ -341,7 +341,7 @@ def _segments_row_by_row(pdf: pd.DataFrame, seg_cols: tuple[str, ...]) -> list[t
     runs, start = [], 0
     for i in range(1, len(vals) + 1):
         if i == len(vals) or not same(vals[i], vals[start]):
-            runs.append((json.dumps(list(vals[start]), default=str), start, i))
+            runs.append((json.dumps([*vals[start], pid], default=str), start, i))
             start = i
     return runs
 
@@ -361,7 +361,7 @@ def test_segments_are_the_runs_of_equal_segment_values(rows, dtype) -> None:
 
     path = pd.Series([r[0] for r in rows], dtype={"object": object, "str": "string", "arrow": "string[pyarrow]"}[dtype])
     pdf = pd.DataFrame({"path": path, "block": pd.array([r[1] for r in rows], dtype="Int64")})
-    assert segments(pdf, ("path", "block"), 0) == _segments_row_by_row(pdf, ("path", "block"))
+    assert segments(pdf, ("path", "block"), 3) == _segments_row_by_row(pdf, ("path", "block"), 3)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
