@@ -1,6 +1,6 @@
 """Events in, as columnar batches: decoding JSON lines, CSV, Parquet, pandas and Arrow; event time.
 
-One concept over about 1,280 lines, so one module: every reader ends in the same
+One concept over about 1,310 lines, so one module: every reader ends in the same
 :class:`EventBatch` with the same value and dtype rules (numbers narrowed alike, dates left as
 text, bad lines kept with their file and line), and event time is read from those columns. The
 block JSON-lines parsers that need none of this live apart in :mod:`cep.json_blocks` and
@@ -136,9 +136,15 @@ class EventBatch:
     def line_of(self, i: int) -> int:
         return int(self.lines[i]) if self.lines is not None else i + 1
 
-    def take(self, idx: np.ndarray) -> EventBatch:
-        """The rows at ``idx``, keeping their line numbers (bad lines stay with this batch)."""
-        lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
+    def take(self, idx: np.ndarray | slice) -> EventBatch:
+        """The rows at ``idx`` (positions, or a slice: views of the columns), keeping their line
+        numbers (bad lines stay with this batch)."""
+        if isinstance(idx, slice):
+            n = len(range(*idx.indices(self.n)))
+            lines = self.lines[idx] if self.lines is not None else np.arange(self.n, dtype=np.int64)[idx] + 1
+        else:
+            n = len(idx)
+            lines = self.lines[idx] if self.lines is not None else np.asarray(idx, dtype=np.int64) + 1
         conv = {k: m[idx] if isinstance(m, np.ndarray) else m for k, m in self.epoch_ms.items()}
         cols = {k: c[idx] for k, c in self.columns.items()}
         codes = {}
@@ -147,7 +153,7 @@ class EventBatch:
             if got is not None:
                 codes[k] = (cols[k], got[0][idx], got[1])
         dicts = {k: d for k, d in self.dictionaries.items() if k in codes}
-        return EventBatch(cols, len(idx), lines, self.source, epoch_ms=conv, dict_codes=codes, dictionaries=dicts)
+        return EventBatch(cols, n, lines, self.source, epoch_ms=conv, dict_codes=codes, dictionaries=dicts)
 
 
 def batch_from_records(

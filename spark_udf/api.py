@@ -19,15 +19,14 @@ Example:
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
 
-About 1,190 lines: the public entry point and the plan of one query (which stage each rule takes,
+About 1,280 lines: the public entry point and the plan of one query (which stage each rule takes,
 the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
 workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.json_lines`,
-:mod:`spark_udf.tables`).
+:mod:`spark_udf.local_files`, :mod:`spark_udf.tables`).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -923,7 +922,7 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
     them: a file not on the local file system (``file:``) or compressed, a column the decoder passes
     that is not the file or the block, a session without a SparkContext (Spark Connect), or
     ``spark.cep.backfill.localFiles`` set to false."""
-    from spark_udf.local_files import byte_size, local_path, plan_splits
+    from spark_udf.local_files import byte_size, plan_files
 
     spark = twin.text.sparkSession
     conf = spark.conf
@@ -940,26 +939,14 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
         # a file named twice (a folder and a file in it, overlapping globs): Spark's scan reads it
         # once per naming, inputFiles() lists it once; reading the list would lose the repeats
         return None
-    files = []
-    for name in names:
-        local = local_path(name)
-        if local is None:
-            return None
-        if name.startswith("file:///"):  # as _metadata.file_path names it (Hadoop's Path: no empty authority)
-            name = "file:/" + name[len("file:///"):]
-        try:
-            files.append((name, local, os.path.getsize(local)))
-        except OSError:
-            return None
-    files.sort()
 
     def setting(key: str, default: int) -> int:
         got = byte_size(_session_setting(conf, key) or "")
         return default if got is None else got
 
     cores = setting("spark.sql.files.minPartitionNum", 0) or sc.defaultParallelism
-    tasks = plan_splits(files, setting("spark.sql.files.maxPartitionBytes", 128 << 20),
-                        setting("spark.sql.files.openCostInBytes", 4 << 20), cores)
+    tasks = plan_files(names, setting("spark.sql.files.maxPartitionBytes", 128 << 20),
+                       setting("spark.sql.files.openCostInBytes", 4 << 20), cores)
     if not tasks:
         return None
     # a task per partition, its splits shipped with the map function (SplitReader.tasks)

@@ -365,7 +365,7 @@ class GroupCore:
             ops.append((spec, op, OperatorOutput()))
         try:
             for a in range(0, batch.n, max(1, rows)):
-                part = _rows(batch, a, min(batch.n, a + rows))
+                part = batch.take(slice(a, a + rows))
                 shared = SharedBatch(part)
                 for spec, op, out in ops:
                     late_before: Any = NO_WATERMARK
@@ -929,22 +929,6 @@ def annotate_arrival(
         for i, prior in enumerate(priors):
             pdf[f"{PRIOR_COL}_{i}"] = pd.arrays.IntegerArray(prior, prior == _MIN)
         yield pdf
-
-
-def _rows(batch: EventBatch, a: int, b: int) -> EventBatch:
-    """Rows ``a`` to ``b`` of a batch, as views of its columns (codes, line numbers and time marks with them)."""
-    if a == 0 and b == batch.n:
-        return batch
-    cols = {k: c[a:b] for k, c in batch.columns.items()}
-    codes = {}
-    for k in batch.dict_codes:
-        got = batch.encoded(k)
-        if got is not None:
-            codes[k] = (cols[k], got[0][a:b], got[1])
-    conv = {k: m[a:b] if isinstance(m, np.ndarray) else m for k, m in batch.epoch_ms.items()}
-    lines = batch.lines[a:b] if batch.lines is not None else np.arange(a + 1, b + 1, dtype=np.int64)
-    return EventBatch(cols, b - a, lines, batch.source, epoch_ms=conv, dict_codes=codes,
-                      dictionaries={k: d for k, d in batch.dictionaries.items() if k in codes})
 
 
 def partition_id(task_context: Any) -> int:

@@ -243,11 +243,10 @@ class JsonLinesDecoder:
         types = []
         for name in self.passed:
             col = passed[name]
+            types.append(pa.field(name, col.type))
             if isinstance(col, pa.Scalar):
-                types.append(pa.field(name, col.type))
                 out[name] = pa.array([col.as_py()], col.type).take(pa.array(np.zeros(n, dtype=np.int32)))
             else:
-                types.append(pa.field(name, col.type))
                 out[name] = col if keep is None else col.take(pa.array(keep))
         return pa.RecordBatch.from_pydict(out, schema=pa.schema(self.schema() + types))
 

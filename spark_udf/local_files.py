@@ -21,13 +21,14 @@ the ``_metadata.file_block_start`` Spark would give it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-__all__ = ["CODEC_SUFFIXES", "FileSplit", "SplitReader", "byte_size", "local_path", "plan_splits", "read_split"]
+__all__ = ["CODEC_SUFFIXES", "FileSplit", "SplitReader", "byte_size", "local_path", "plan_files", "plan_splits", "read_split"]
 
 CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".zstd", ".lzo", ".br", ".xz", ".z")
 """Suffixes of files Hadoop's codecs decompress when Spark reads them as text: such a file is left to Spark."""
@@ -79,6 +80,30 @@ def byte_size(text: str) -> int | None:
     digits = len(t) - len(t.lstrip("0123456789"))
     unit = _UNITS.get(t[digits:].strip())
     return int(t[:digits]) * unit if digits and unit is not None else None
+
+
+def plan_files(names: list[str], max_partition_bytes: int, open_cost: int, min_partitions: int
+               ) -> list[list[FileSplit]] | None:
+    """The map tasks' splits of the files Spark's file source names (``inputFiles()``), named as
+    ``_metadata.file_path`` names them, or None when some file is not a local uncompressed one or
+    cannot be read here; see :func:`plan_splits`.
+
+    Example:
+        >>> plan_files(["s3a://bucket/a.jsonl"], 64, 4, 2) is None
+        True
+    """
+    files = []
+    for name in names:
+        local = local_path(name)
+        if local is None:
+            return None
+        if name.startswith("file:///"):  # as _metadata.file_path names it (Hadoop's Path: no empty authority)
+            name = "file:/" + name[len("file:///"):]
+        try:
+            files.append((name, local, os.path.getsize(local)))
+        except OSError:
+            return None
+    return plan_splits(sorted(files), max_partition_bytes, open_cost, min_partitions)
 
 
 def plan_splits(files: list[tuple[str, str, int]], max_partition_bytes: int, open_cost: int,
