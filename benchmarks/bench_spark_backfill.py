@@ -10,11 +10,13 @@ Both engines read that file and must give the same rows (compared row by row).
 * **embedded**: ``cep run rules/trading.yaml --input FILE`` in a subprocess: wall time and CPU
   time of the whole process (Python start, JSON decoding, both rules, writing the rows), the best
   of ``--repeat`` runs.
-* **Spark** (``local[2]``, the JVM options ``cep spark backfill`` starts with, or Java's defaults with
-  ``--jvm default``; 4 shuffle partitions, 64 buckets, the schema given as a production
-  backfill gives it): ``apply_rules`` then ``CepResult.write`` of JSON files partitioned like
-  ``cep spark backfill``'s, in a subprocess that starts the session once, runs a backfill of
-  20,000 bars with each reader, then the backfill forms: ``rule`` groups (the general path: one
+* **Spark** (``local[2]``, the JVM options ``cep spark backfill`` starts each form with: C1 only,
+  ``ENGINE_BATCH_JVM_OPTIONS``, for ``key-set``, whose map tasks read the input, and
+  ``BATCH_JVM_OPTIONS`` for the forms whose JVM reads every row; ``--jvm rows`` gives every form
+  the latter, ``--jvm default`` Java's defaults; 4 shuffle partitions, 64 buckets, the schema given
+  as a production backfill gives it): ``apply_rules`` then ``CepResult.write`` of JSON files
+  partitioned like ``cep spark backfill``'s, in a subprocess per set of JVM options that starts
+  the session once, runs a backfill of 20,000 bars with each reader, then its backfill forms: ``rule`` groups (the general path: one
   group per rule and bucket, two arrival passes, Spark's JSON reader), ``key-set-reader`` (one
   group per PARTITION BY column set and reduce partition, one scan, fed by Spark's JSON reader)
   and ``key-set`` (the same groups over ``read_json_lines``, as ``cep spark backfill`` reads JSON
@@ -123,7 +125,7 @@ def spark_child(args: argparse.Namespace) -> None:
         from spark_udf.session import _log4j_file, driver_java_options
 
         conf = {"spark.driver.extraJavaOptions": driver_java_options(_log4j_file())}
-    spark = local_session("local[2]", shuffle_partitions=4, conf=conf, batch=True)
+    spark = local_session("local[2]", shuffle_partitions=4, conf=conf, batch=True, engine_reads=args.jvm == "engine")
     report: dict[str, Any] = {"start": {"wall_s": round(time.monotonic() - t, 2), "cpu_s": round(tree_cpu(me) - c, 2)}}
     from pyspark.sql import functions as F
 
@@ -183,8 +185,11 @@ def main() -> None:
                     help="runs of each form in the session: the first is the figure, the best of the later ones "
                          "the warm JVM's")
     ap.add_argument("--jvm", default="batch",
-                    help="JVM options of the Spark session, comma-separated runs in this order, one session each: "
-                         "'batch' (cep spark backfill's, spark_udf.session.BATCH_JVM_OPTIONS), 'default' (Java's)")
+                    help="JVM options of the Spark sessions, comma-separated runs in this order: 'batch' (the options "
+                         "cep spark backfill starts each form with: spark_udf.session.ENGINE_BATCH_JVM_OPTIONS for "
+                         "'key-set', whose map tasks read the input, BATCH_JVM_OPTIONS for the others; one session "
+                         "per set of options), 'rows' (BATCH_JVM_OPTIONS for every form, one session), 'default' "
+                         "(Java's, one session)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--warm", help=argparse.SUPPRESS)
@@ -203,12 +208,23 @@ def main() -> None:
         emb = min(runs, key=lambda r: r["wall_s"])  # the best of the runs: each is a fresh process
         assert all(r["rows"] == emb["rows"] for r in runs)
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        sessions = {}
+        sessions: dict[str, dict[str, Any]] = {}  # --jvm value -> form -> (its session's report, options)
         for jvm in args.jvm.split(","):
-            subprocess.run([sys.executable, __file__, "--child", "--input", str(work / "in"), "--warm", str(work / "warm"),
-                            "--out", str(work / "spark"), "--report", str(work / "spark.json"), "--forms", args.forms,
-                            "--jvm", jvm, "--repeat", str(args.repeat)], check=True, env=env)
-            sessions[jvm] = json.loads((work / "spark.json").read_text())
+            forms = args.forms.split(",")
+            if jvm == "batch":  # as cep spark backfill would start each form's JVM
+                split = {"rows": [f for f in forms if f != "key-set"], "engine": [f for f in forms if f == "key-set"]}
+            else:
+                split = {jvm: forms}
+            for options, group in split.items():
+                if not group:
+                    continue
+                subprocess.run([sys.executable, __file__, "--child", "--input", str(work / "in"), "--warm",
+                                str(work / "warm"), "--out", str(work / "spark"), "--report", str(work / "spark.json"),
+                                "--forms", ",".join(group), "--jvm", options, "--repeat", str(args.repeat)],
+                               check=True, env=env)
+                report = json.loads((work / "spark.json").read_text())
+                for form in group:
+                    sessions.setdefault(jvm, {})[form] = {**report, "jvm_options": options}
         load_after = os.getloadavg()
     finally:
         pass
@@ -221,12 +237,15 @@ def main() -> None:
                      "events_per_s": round(n / emb["wall_s"]),
                      "events_per_cpu_s": round(n / emb["cpu_s"]), "matches": sum(emb["rows"].values())},
     }
-    for jvm, spark in sessions.items():
+    for jvm, by_form in sessions.items():
         tag = "" if jvm == "batch" else f" (jvm {jvm})"
-        result["spark_start" + tag] = spark["start"]
-        result["spark_stop_wall_s" + tag] = spark["stop_wall_s"]
         for form in args.forms.split(","):
+            spark = by_form[form]
+            result.setdefault("spark_start" + tag, spark["start"])
+            result.setdefault("spark_stop_wall_s" + tag, spark["stop_wall_s"])
             s = spark[form]
+            s["jvm_options"] = spark["jvm_options"]
+            s["spark_start"] = spark["start"]
             rows = Counter(tuple(map(tuple, r)) for r in s.pop("rows"))
             for x in [s] + ([s["warm"]] if "warm" in s else []):
                 x.update({"events_per_s": round(n / x["wall_s"]), "events_per_cpu_s": round(n / x["cpu_s"]),

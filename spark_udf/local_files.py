@@ -21,14 +21,17 @@ the ``_metadata.file_block_start`` Spark would give it.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-__all__ = ["CODEC_SUFFIXES", "FileSplit", "SplitReader", "byte_size", "local_path", "plan_files", "plan_splits", "read_split"]
+__all__ = ["CODEC_SUFFIXES", "FileSplit", "SplitReader", "byte_size", "engine_reads_input", "flat_ddl", "local_path",
+           "plan_files", "plan_splits", "read_split"]
 
 CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".zstd", ".lzo", ".br", ".xz", ".z")
 """Suffixes of files Hadoop's codecs decompress when Spark reads them as text: such a file is left to Spark."""
@@ -248,3 +251,114 @@ class SplitReader:
                         out = self.decoder.decode_block(block, line_ends(block), passed, dicts)
                         if out.num_rows:
                             yield out
+
+
+_DDL_TYPES = {"string": "string", "bigint": "bigint", "long": "bigint", "int": "int", "integer": "int",
+              "smallint": "smallint", "short": "smallint", "tinyint": "tinyint", "byte": "tinyint",
+              "double": "double", "boolean": "boolean"}
+_DDL_FIELD = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s+([A-Za-z]+)\s*")
+
+
+def flat_ddl(ddl: str) -> list[tuple[str, str]] | None:
+    """The ``(name, Spark type)`` columns of a Spark DDL schema whose every column the engine's JSON
+    decoder reads (:func:`spark_udf.json_lines.column_kinds`), or None for any other schema or text
+    this reading is not sure of (nested or parameterised types, ``NOT NULL``, comments).
+
+    Example:
+        >>> flat_ddl("sym string, `px, last` DOUBLE, n long")
+        [('sym', 'string'), ('px, last', 'double'), ('n', 'bigint')]
+        >>> flat_ddl("ts timestamp, sym string") is None, flat_ddl("q struct<a: int>") is None
+        (True, True)
+    """
+    fields = []
+    at = 0
+    while at < len(ddl):
+        m = _DDL_FIELD.match(ddl, at)
+        if m is None:
+            return None
+        kind = _DDL_TYPES.get(m.group(2).lower())
+        end = m.end()
+        if kind is None or (end < len(ddl) and ddl[end] != ","):
+            return None
+        name = m.group(1)
+        fields.append((name[1:-1].replace("``", "`") if name.startswith("`") else name, kind))
+        at = end + 1
+        if end < len(ddl) and not ddl[at:].strip():
+            return None  # a trailing comma
+    return fields or None
+
+
+def _local_input_files(path: str) -> list[str] | None:
+    """The files Spark's file source would read for ``path`` (a file, a folder's visible files, a glob),
+    when all are local and uncompressed; None otherwise or when unsure (a subfolder, which may be a
+    partition; a brace glob; nothing there)."""
+    u = urlparse(path)
+    if u.scheme == "file" and u.netloc in ("", "localhost"):
+        path = unquote(u.path)
+    elif u.scheme or "{" in path:
+        return None
+    names = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
+    files = []
+    for name in names:
+        if os.path.isdir(name):
+            for entry in sorted(os.scandir(name), key=lambda e: e.name):
+                if entry.name.startswith(("_", ".")):
+                    continue  # hidden from Spark's listing
+                if not entry.is_file():
+                    return None
+                files.append(entry.path)
+        elif os.path.isfile(name):
+            files.append(name)
+        else:
+            return None
+    if not files or any(f.lower().endswith(CODEC_SUFFIXES) for f in files):
+        return None
+    return files
+
+
+def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: str, schema: str | None,
+                       options: dict[str, str], master: str, conf: dict[str, str]) -> bool:
+    """Whether ``cep spark backfill`` with these settings will have its map tasks read the input files
+    and decode them with the engine (key-set groups over local JSON lines, :class:`SplitReader`), so
+    that the JVM reads no input row; decided before Spark starts, for the JVM's options
+    (:data:`spark_udf.session.ENGINE_BATCH_JVM_OPTIONS`).
+
+    It answers as the planning will decide (``spark_udf.api``'s key-set, decoder and local-files
+    choices; tests/spark_udf/test_jvm_profile.py runs both on the same inputs), and says False when
+    unsure: a local master; one unnamed input of JSON lines files, local and uncompressed, without
+    ``--source-option``; a ``--schema`` every column of which the decoder reads (without one, Spark's
+    reader infers the schema from every row); pattern rules only, no table joined, no view; no
+    setting that turns the local read or the decoder off.
+    """
+    from spark_udf.keyed import kind_of
+    from spark_udf.shipping import is_local_master
+
+    if not is_local_master(master) or fmt.lower() != "json" or options or not schema or len(inputs) != 1:
+        return False
+    name, path = inputs[0]
+    fields = flat_ddl(schema)
+    if name is not None or fields is None:
+        return False
+    setting = {k: str(v).strip().lower() for k, v in conf.items()}
+    if (setting.get("spark.cep.backfill.localFiles", "true") != "true"
+            or setting.get("spark.sql.caseSensitive", "true") != "true"
+            or setting.get("spark.sql.legacy.json.allowEmptyString.enabled", "false") == "true"
+            or setting.get("spark.sql.json.enableExactStringParsing", "true") != "true"):
+        return False
+    if "spark.sql.json.enableExactStringParsing" not in setting and any(t == "string" for _, t in fields):
+        try:  # Spark's reader gives a string column's text exactly as written by default since 4.0
+            from importlib.metadata import version
+
+            if int(version("pyspark").split(".")[0]) < 4:
+                return False
+        except Exception:  # noqa: BLE001 - no package metadata: unsure
+            return False
+    rule_list = list(rules)
+    if not rule_list or getattr(rules, "views", None):
+        return False
+    for r in rule_list:
+        compiled = getattr(r, "compiled", None)
+        joined = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
+        if kind_of(r) != "pattern" or joined is not None:
+            return False
+    return _local_input_files(path) is not None

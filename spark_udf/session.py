@@ -11,7 +11,8 @@ from typing import Any
 
 from spark_udf.shipping import ENGINE_ZIP_NAME, engine_zip, is_local_master, worker_python
 
-__all__ = ["local_session", "private_dir", "DEFAULT_SHUFFLE_PARTITIONS", "BATCH_JVM_OPTIONS", "driver_java_options"]
+__all__ = ["local_session", "private_dir", "DEFAULT_SHUFFLE_PARTITIONS", "BATCH_JVM_OPTIONS", "ENGINE_BATCH_JVM_OPTIONS",
+           "driver_java_options"]
 
 DEFAULT_SHUFFLE_PARTITIONS = 4
 """Spark's default of 200 makes every micro-batch schedule 200 tasks per stateful stage (an empty
@@ -38,6 +39,20 @@ BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:Tier4InvocationTh
 
 The user's own ``spark.driver.extraJavaOptions`` replaces these (``--conf
 spark.driver.extraJavaOptions=-XX:+UseG1GC``)."""
+
+ENGINE_BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+"""JVM options of a batch job whose input the engine reads and decodes itself, in local mode: a
+key-set backfill of local JSON lines files (:func:`spark_udf.local_files.engine_reads_input`).
+
+The JVM then reads no input row: it carries the map tasks' packed groups (a few MB each) from the
+map side to the reduce side and writes the output rows. Such code runs a few thousand times per
+job, so the optimising compiler (C2) costs more than it gives back: in a backfill of the S&P file
+its threads compiled about 0.35 CPU s in every run, while the executor threads used 0.4-0.5 s.
+With C1 only, the JIT threads' CPU fell to 0.12-0.15 s and the executor threads' did not grow;
+three alternated pairs of ``benchmarks/bench_spark_backfill.py --forms key-set`` (2026-11-28): the
+first run 1.12-1.26 s against 1.26-1.33 s, 1.95-2.10 CPU s against 2.28-2.32 (docs/spark.md, "The
+JVM of a backfill"). Where the JVM reads every row (Spark's readers, rule groups) C1 alone is
+1.4-1.75x slower, which is why it is chosen only when the engine reads the input."""
 
 _LOG4J = """\
 rootLogger.level = {root}
@@ -92,17 +107,21 @@ def _log4j_file(verbose: bool = False) -> str:
     return str(path)
 
 
-def driver_java_options(log4j_file: str, batch: bool = False) -> str:
+def driver_java_options(log4j_file: str, batch: bool = False, engine_reads: bool = False) -> str:
     """The driver JVM's options the session sets when the caller's conf sets none: the log
-    configuration, and for a batch job :data:`BATCH_JVM_OPTIONS`.
+    configuration, and for a batch job :data:`BATCH_JVM_OPTIONS`, or :data:`ENGINE_BATCH_JVM_OPTIONS`
+    when the engine reads its input (``engine_reads``).
 
     Example:
         >>> driver_java_options("/tmp/x/log4j2.properties", batch=True).split()[:2]
         ['-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties', '-XX:+UseSerialGC']
+        >>> driver_java_options("/tmp/x/log4j2.properties", batch=True, engine_reads=True).split()[1:]
+        ['-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1']
         >>> driver_java_options("/tmp/x/log4j2.properties")
         '-Dlog4j2.configurationFile=file:/tmp/x/log4j2.properties'
     """
-    return " ".join((f"-Dlog4j2.configurationFile=file:{log4j_file}", *(BATCH_JVM_OPTIONS if batch else ())))
+    options = (ENGINE_BATCH_JVM_OPTIONS if engine_reads else BATCH_JVM_OPTIONS) if batch else ()
+    return " ".join((f"-Dlog4j2.configurationFile=file:{log4j_file}", *options))
 
 
 def local_session(
@@ -114,6 +133,7 @@ def local_session(
     ship_engine: bool | None = None,
     verbose: bool = False,
     batch: bool = False,
+    engine_reads: bool = False,
 ) -> Any:
     """Get or create the Spark session the ``cep spark`` commands use, local or on a cluster.
 
@@ -129,8 +149,9 @@ def local_session(
     (``SparkContext.addPyFile``), so executors need only its dependencies.
 
     ``batch`` (``cep spark backfill``): a job with an end; the driver's JVM starts with
-    :data:`BATCH_JVM_OPTIONS` unless ``conf`` sets ``spark.driver.extraJavaOptions`` (which then
-    replaces every option set here, the log configuration's too).
+    :data:`BATCH_JVM_OPTIONS` (:data:`ENGINE_BATCH_JVM_OPTIONS` with ``engine_reads``: the engine reads
+    the input, the JVM none of its rows) unless ``conf`` sets ``spark.driver.extraJavaOptions`` (which
+    then replaces every option set here, the log configuration's too).
 
     When a session already runs in this process it is reused and only the runtime settings
     (shuffle partitions) and the shipped engine apply.
@@ -145,7 +166,7 @@ def local_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", driver_java_options(_log4j_file(verbose), batch))
+        .config("spark.driver.extraJavaOptions", driver_java_options(_log4j_file(verbose), batch, engine_reads))
     )
     if packages:
         b = b.config("spark.jars.packages", ",".join(packages))

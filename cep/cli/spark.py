@@ -444,7 +444,8 @@ def run(args: Any) -> int:
         ours = SparkContext._active_spark_context is None  # a session this command starts, it stops
         spark = local_session(args.master, args.shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS,
                               packages=args.packages, conf=conf, ship_engine=args.ship_engine,
-                              verbose=args.verbose, batch=(cmd == "backfill"))
+                              verbose=args.verbose, batch=(cmd == "backfill"),
+                              engine_reads=cmd == "backfill" and _engine_reads(args, rules, inputs, conf))
     except Exception as e:  # noqa: BLE001 - a JVM that does not start, a refused setting
         return _fail(cmd, "starting Spark", e, args.verbose)
     clock.lap("Spark start")
@@ -464,6 +465,15 @@ def run(args: Any) -> int:
         for line in lines:
             print(line, file=sys.stderr)
     return status
+
+
+def _engine_reads(args: Any, rules: Any, inputs: list[tuple[str | None, str]], conf: dict[str, str]) -> bool:
+    """Whether the backfill's map tasks will read and decode the input themselves (the JVM's options
+    depend on it: :data:`spark_udf.session.ENGINE_BATCH_JVM_OPTIONS`)."""
+    from spark_udf.local_files import engine_reads_input
+
+    return engine_reads_input(rules, inputs, args.format, args.schema, _pairs(args.source_option, "--source-option"),
+                              args.master, conf)
 
 
 def _late_share(counts: dict[str, int], names: list[str], frames: dict[str, Any]) -> str | None:
