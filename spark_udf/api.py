@@ -27,6 +27,7 @@ workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spa
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -861,13 +862,14 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), seg_cols, cfg.arrival_order)
     source = frame
     if decoder is not None and twin is not None:
-        source = twin.text
         local = _local_splits(twin, decoder)
         if local is not None:  # the map tasks read the files themselves (spark_udf/local_files.py)
             from spark_udf.local_files import SplitReader
 
             source, tasks = local
             packer.decoder = SplitReader(decoder, twin.source_column, twin.block_column, tasks)
+        else:
+            source = twin.text
     packed = source.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
 
@@ -884,7 +886,7 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
     (bigint) and a decimal as a double, which the lines do not hold."""
     from spark_udf.json_lines import JsonLinesDecoder, column_kinds
 
-    text, corrupt_name = twin.text, twin.corrupt
+    corrupt_name = twin.corrupt
     if not corrupt or corrupt_name in frame.columns:
         return None
     conf = frame.sparkSession.conf
@@ -902,7 +904,7 @@ def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:
         if f.name == CORRUPT_COL:
             continue
         if f.name.startswith(RESERVED_PREFIX):
-            if f.name not in text.columns or text.schema[f.name].dataType != f.dataType:
+            if twin.reserved_type(f.name) != f.dataType:
                 return None
             passed.append(f.name)
             continue
@@ -924,7 +926,10 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
     ``spark.cep.backfill.localFiles`` set to false."""
     from spark_udf.local_files import byte_size, plan_files
 
-    spark = twin.text.sparkSession
+    spark = twin.spark
+    reader = twin.reader() if twin.reader is not None else None
+    if reader is None:
+        return None
     conf = spark.conf
     if str(conf.get("spark.cep.backfill.localFiles", "true")).lower() != "true":
         return None
@@ -932,10 +937,10 @@ def _local_splits(twin: JsonText, decoder: Any) -> tuple[DataFrame, list[Any]] |
         return None
     try:
         sc = spark.sparkContext
-        names = twin.text.inputFiles()
+        names = reader.inputFiles()  # the files of the text source too: the same paths, listed alike
     except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext to parallelize the splits with
         return None
-    if _scanned_files(twin.text) != len(names):
+    if _scanned_files(reader) != len(names):
         # a file named twice (a folder and a file in it, overlapping globs): Spark's scan reads it
         # once per naming, inputFiles() lists it once; reading the list would lose the repeats
         return None
@@ -977,14 +982,28 @@ def _session_setting(conf: Any, key: str) -> str | None:
 
 @dataclass(frozen=True)
 class JsonText:
-    """The lines of a :func:`read_json_lines` frame: the files read as text (with the frame's reserved
-    columns), the reader's malformed-record column and the reader's schema (with that column)."""
+    """The lines of a :func:`read_json_lines` frame: its files, the reader's malformed-record column and
+    schema (with that column), and the reader's frame (weakly: this is the frame's entry in
+    ``_JSON_TEXT``). The files read as text (:attr:`text`) are planned only when Spark's text source
+    must read them: map tasks that read the files themselves need no such plan."""
 
-    text: DataFrame
+    spark: Any
+    path: str | list[str]
     corrupt: str
     schema: T.StructType
     source_column: str = SOURCE_COL
     block_column: str = "_cep_block"
+    reader: Any = None
+    """``weakref.ref`` to the reader's frame (which lists the same files)."""
+
+    @functools.cached_property
+    def text(self) -> DataFrame:
+        """The files read as text, with the reader frame's reserved columns."""
+        return _tagged(self.spark.read.text(self.path), ["value"], self.source_column, self.block_column)
+
+    def reserved_type(self, name: str) -> T.DataType | None:
+        """The type of a reserved column of :attr:`text` (the file, the block), None for another name."""
+        return {self.source_column: T.StringType(), self.block_column: T.LongType()}.get(name)
 
 
 # a DataFrame of read_json_lines -> its lines
@@ -1009,17 +1028,38 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
     if schema is None:
         schema = read.json(path).schema
     elif isinstance(schema, str):
-        schema = spark.createDataFrame([], schema).schema
+        schema = _ddl_schema(spark, schema)
     if corrupt_column not in schema.fieldNames():
         schema = T.StructType(schema.fields + [T.StructField(corrupt_column, T.StringType(), True)])
-
-    def tagged(df: DataFrame) -> DataFrame:
-        return (df.withColumn(source_column, F.col("_metadata.file_path"))
-                .withColumn(block_column, F.col("_metadata.file_block_start")))
-
-    frame = tagged(read.schema(schema).json(path))
-    _JSON_TEXT[frame] = JsonText(tagged(spark.read.text(path)), corrupt_column, schema, source_column, block_column)
+    frame = _tagged(read.schema(schema).json(path), schema.fieldNames(), source_column, block_column)
+    _JSON_TEXT[frame] = JsonText(spark, path, corrupt_column, schema, source_column, block_column, weakref.ref(frame))
     return frame
+
+
+def _tagged(df: DataFrame, columns: list[str], source_column: str, block_column: str) -> DataFrame:
+    """``df`` (whose columns are ``columns``) with each row's file and file block's offset, in one
+    projection; a column of either name is replaced, as ``withColumn`` replaces it."""
+    if source_column in columns or block_column in columns or source_column == block_column:
+        return df.withColumns({source_column: F.col("_metadata.file_path"),
+                               block_column: F.col("_metadata.file_block_start")})
+    # a SQL projection: a third of withColumn's calls into the JVM (planning is a backfill's idle time)
+    return df.selectExpr("*", f"_metadata.file_path AS {_q(source_column)}",
+                         f"_metadata.file_block_start AS {_q(block_column)}")
+
+
+_DDL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "smallint": T.ShortType(),
+              "tinyint": T.ByteType(), "double": T.DoubleType(), "boolean": T.BooleanType()}
+
+
+def _ddl_schema(spark: Any, ddl: str) -> T.StructType:
+    """A DDL schema as Spark reads it: a flat one of the decoder's types read here
+    (:func:`spark_udf.local_files.flat_ddl`, no call into the JVM), any other by Spark."""
+    from spark_udf.local_files import flat_ddl
+
+    fields = flat_ddl(ddl)
+    if fields is None or len({n for n, _ in fields}) != len(fields):
+        return spark.createDataFrame([], ddl).schema
+    return T.StructType([T.StructField(n, _DDL_TYPES[t], True) for n, t in fields])
 
 
 def _backfill_partitions(x: DataFrame, cfg: SparkRunConfig, key_sets: int = 1) -> int:

@@ -195,3 +195,18 @@ def test_cep_spark_backfill_starts_the_jvm_for_what_reads_the_input(tmp_path: Pa
     assert spark_cli.main(["run", str(rules), "--input", str(files["one"]), "--output", str(tmp_path / "o2"),
                            "--checkpoint", str(tmp_path / "ck"), "--schema", SCHEMA]) != 0
     assert (started[-1]["batch"], started[-1]["engine_reads"]) == (False, False)
+
+
+@pytest.mark.spark
+def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
+    from spark_udf.api import _ddl_schema
+
+    for ddl in (SCHEMA, "date string, open double, volume bigint, symbol string", "A INT, b Boolean, c TINYINT",
+                "`x y` short, `a``b` byte, n long, i integer", "ts timestamp, px decimal(10,2)", "a string, a int"):
+        try:
+            expected = spark.createDataFrame([], ddl).schema
+        except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
+            with pytest.raises(type(e)):
+                _ddl_schema(spark, ddl)
+            continue
+        assert _ddl_schema(spark, ddl) == expected, ddl
