@@ -11,6 +11,7 @@ import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,21 @@ def test_a_backfill_starts_its_jvm_with_the_batch_options_a_stream_with_javas(
     assert seen[0]["conf"] == {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}
     opts = session.driver_java_options("/l.properties", batch=batch)
     assert ("-XX:+UseSerialGC" in opts and "-XX:Tier4InvocationThreshold=50000" in opts) is batch
+
+
+@pytest.mark.spark
+def test_a_running_session_keeps_its_adaptive_execution(spark: Any) -> None:
+    """Only a session that local_session starts for an engine-read backfill runs without adaptive
+    execution; a running one (a notebook's, the tests') keeps its setting."""
+    from spark_udf.session import local_session
+
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", "spark.sql.caseSensitive")
+    before = {k: spark.conf.get(k) for k in keys}
+    try:
+        for value in ("true", "false"):
+            spark.conf.set("spark.sql.adaptive.enabled", value)
+            assert local_session("local[2]", batch=True, engine_reads=True) is spark
+            assert spark.conf.get("spark.sql.adaptive.enabled") == value
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
