@@ -288,6 +288,12 @@ def flat_ddl(ddl: str) -> list[tuple[str, str]] | None:
     return fields or None
 
 
+def _hidden(name: str) -> bool:
+    """A file name Spark's file listing leaves out (its ``shouldFilterOutPathName``): ``_`` (unless a
+    partition's ``=``) or ``.`` first, or a copy under way."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
 def _local_input_files(path: str) -> list[str] | None:
     """The files Spark's file source would read for ``path`` (a file, a folder's visible files, a glob),
     when all are local and uncompressed; None otherwise or when unsure (a subfolder, which may be a
@@ -302,17 +308,20 @@ def _local_input_files(path: str) -> list[str] | None:
     for name in names:
         if os.path.isdir(name):
             for entry in sorted(os.scandir(name), key=lambda e: e.name):
-                if entry.name.startswith(("_", ".")):
-                    continue  # hidden from Spark's listing
+                if _hidden(entry.name):
+                    continue
                 if not entry.is_file():
                     return None
                 files.append(entry.path)
         elif os.path.isfile(name):
-            files.append(name)
+            if not _hidden(os.path.basename(name)):  # a glob's match or a file named itself: Spark skips it too
+                files.append(name)
         else:
             return None
     if not files or any(f.lower().endswith(CODEC_SUFFIXES) for f in files):
         return None
+    if not any(os.path.getsize(f) for f in files):
+        return None  # empty files have no split: no task to read them, Spark's text source plans the scan
     return files
 
 
@@ -339,6 +348,8 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
     fields = flat_ddl(schema)
     if name is not None or fields is None:
         return False
+    if any(n.startswith("_cep_") for n, _ in fields):
+        return False  # a reserved column read from the lines: the decoder passes only the file and the block
     setting = {k: str(v).strip().lower() for k, v in conf.items()}
     if (setting.get("spark.cep.backfill.localFiles", "true") != "true"
             or setting.get("spark.sql.caseSensitive", "true") != "true"

@@ -210,3 +210,85 @@ def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
                 _ddl_schema(spark, ddl)
             continue
         assert _ddl_schema(spark, ddl) == expected, ddl
+
+
+UNUSED_TABLES = """
+tables:
+  - {name: limits, from: limit_changes, primary_key: k, columns: [cap], time_field: ts}
+"""
+
+
+@pytest.mark.spark
+def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Path) -> None:
+    """The answer against the plan where the two readings could part: the malformed-record column or
+    a reserved column in the DDL, names that differ only in case, empty files, symlinks, a ``file:``
+    path with a space, hidden files (``_``, ``.``) under a glob or named, a compressed hidden file, a glob that matches folders, a table
+    declared but unused, the format named in capitals (a view over one unnamed input is refused
+    before any plan: no changelog among the inputs)."""
+    from spark_udf.api import SparkRunConfig, apply_rules
+
+    spark = case_sensitive
+
+    def planned(path: Any, rules_text: str = RULES_YAML, schema: str = SCHEMA, fmt: str = "json") -> tuple[bool, bool]:
+        rules_file = tmp_path / "rules.yaml"
+        rules_file.write_text(rules_text)
+        args = _args(path, rules_file, "--schema", schema, "--format", fmt)
+        rules = parse_rules(rules_text)
+        answer = engine_reads_input(rules, [(None, str(path))], args.format, args.schema, {}, "local[2]", {})
+        frame, source = spark_cli._read(spark, args, streaming=False, path=str(path))
+        arrival = (source, spark_cli.BLOCK) if args.format in spark_cli.FILE_FORMATS else ()
+        result = apply_rules(frame, rules, SparkRunConfig(source_column=source, arrival_columns=arrival))
+        leaves = result.envelope._jdf.queryExecution().optimizedPlan().collectLeaves()
+        kinds = {leaves.apply(i).getClass().getSimpleName() for i in range(leaves.size())}
+        return answer, "LogicalRelation" not in kinds
+
+    files = _files(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.jsonl").write_bytes(b"")
+    some_empty = tmp_path / "some_empty"
+    some_empty.mkdir()
+    (some_empty / "a.jsonl").write_bytes(b"")
+    (some_empty / "b.jsonl").write_bytes(_lines(10))
+    linked = tmp_path / "linked.jsonl"
+    linked.symlink_to(files["one"])
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "a.jsonl").symlink_to(files["one"])
+    spaced = tmp_path / "in put"
+    spaced.mkdir()
+    (spaced / "a.jsonl").write_bytes(_lines(12))
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for name in ("a.jsonl", ".b.jsonl", "_c.jsonl"):
+        (hidden / name).write_bytes(_lines(8))
+    (hidden / ".d.jsonl.gz").write_bytes(gzip.compress(_lines(8)))
+    underscored = tmp_path / "underscored"
+    underscored.mkdir()
+    (underscored / "a.jsonl").write_bytes(_lines(8))
+    (underscored / "_e.jsonl.gz").write_bytes(gzip.compress(_lines(8)))
+    folders = tmp_path / "folders"
+    for sub in ("x", "y"):
+        (folders / sub).mkdir(parents=True)
+        (folders / sub / "a.jsonl").write_bytes(_lines(6))
+
+    cases = {
+        "corrupt in ddl": planned(files["one"], schema=SCHEMA + ", _corrupt_record string"),
+        "reserved in ddl": planned(files["one"], schema=SCHEMA + ", _cep_note string"),
+        "source column in ddl": planned(files["one"], schema=SCHEMA + ", _cep_source string"),
+        "case-only names": planned(files["one"], schema=SCHEMA + ", K string, TS long"),
+        "empty file": planned(empty),
+        "an empty file among others": planned(some_empty),
+        "symlink": planned(linked),
+        "folder of symlinks": planned(links),
+        "file: and a space": planned(f"file://{spaced}"),
+        "hidden files in a glob": planned(hidden / "*"),
+        "a compressed _file under a glob": planned(underscored / "*"),
+        "a _file named": planned(hidden / "_c.jsonl"),
+        "a .file named": planned(hidden / ".b.jsonl"),
+        "glob of folders": planned(folders / "*"),
+        "unused table": planned(files["one"], UNUSED_TABLES + RULES_YAML.lstrip()),
+        "JSON": planned(files["one"], fmt="JSON"),
+    }
+    for case, (answer, engine) in cases.items():
+        assert answer == engine, (case, answer, engine)
