@@ -271,6 +271,8 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
     """
     cfg = config or SparkRunConfig()
     twin = _JSON_TEXT.get(frame) if isinstance(frame, DataFrame) else None
+    if twin is not None:
+        twin = twin.held(frame)
     if isinstance(rules, (str, Path)):
         rules = load_rules(rules)
     views = dict(getattr(rules, "views", None) or {})
@@ -994,12 +996,24 @@ class JsonText:
     source_column: str = SOURCE_COL
     block_column: str = "_cep_block"
     reader: Any = None
-    """``weakref.ref`` to the reader's frame (which lists the same files)."""
+    """The reader's frame (which lists the same files) when called: a ``weakref.ref`` in ``_JSON_TEXT``,
+    a strong reference in the copy a planning holds (:meth:`held`)."""
 
     @functools.cached_property
     def text(self) -> DataFrame:
         """The files read as text, with the reader frame's reserved columns."""
         return _tagged(self.spark.read.text(self.path), ["value"], self.source_column, self.block_column)
+
+    def held(self, frame: DataFrame) -> JsonText:
+        """This twin holding the reader's ``frame`` strongly, for one planning (:func:`apply_rules`).
+
+        The entry of ``_JSON_TEXT`` refers to it weakly (a strong reference from the value would keep
+        the key alive for good), and a frame passed as a temporary, ``apply_rules(read_json_lines(...),
+        ...)``, has no other reference once the planning has derived its own frames from it: the
+        local-files read (:func:`_local_splits`) would find it gone and fall back to Spark's text source."""
+        from dataclasses import replace
+
+        return replace(self, reader=lambda: frame)
 
     def reserved_type(self, name: str) -> T.DataType | None:
         """The type of a reserved column of :attr:`text` (the file, the block), None for another name."""

@@ -239,6 +239,24 @@ def test_a_compressed_file_is_read_by_sparks_text_source(case_sensitive: Any, tm
 
 
 @pytest.mark.spark
+def test_a_reader_frame_passed_as_a_temporary_is_read_directly(case_sensitive: Any, tmp_path: Path) -> None:
+    """``apply_rules(read_json_lines(...), ...)``: the reader's frame has no reference but the call's
+    once the planning derives others from it; the map tasks still read the files themselves."""
+    from patterns.rules import parse_rules
+    from spark_udf.api import SparkRunConfig, apply_rules, read_json_lines
+
+    spark = case_sensitive
+    folder = tmp_path / "in"
+    _write_inputs(folder, 3)
+    cfg = SparkRunConfig(buckets=5, source_column="_cep_source", arrival_columns=("_cep_source", "_cep_block"))
+    result = apply_rules(read_json_lines(spark, str(folder), SCHEMA), parse_rules(RULES), cfg)
+    plan = result.envelope._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan" not in plan and "Range" in plan, plan
+    held, _ = _run(spark, folder, "true")
+    assert Counter(json.dumps(r.asDict(), sort_keys=True, default=str) for r in result.envelope.collect()) == held
+
+
+@pytest.mark.spark
 def test_counts_of_a_rule_whose_name_needs_quoting_in_sql(case_sensitive: Any, tmp_path: Path) -> None:
     """The observed counts are SQL expressions for plain rule names and columns for others: a name
     with a quote and a backslash counts its matches and late rows as a plain name does."""
