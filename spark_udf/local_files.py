@@ -256,7 +256,10 @@ class SplitReader:
 _DDL_TYPES = {"string": "string", "bigint": "bigint", "long": "bigint", "int": "int", "integer": "int",
               "smallint": "smallint", "short": "smallint", "tinyint": "tinyint", "byte": "tinyint",
               "double": "double", "boolean": "boolean"}
-_DDL_FIELD = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s+([A-Za-z]+)\s*")
+# ASCII white space only: Python's \s also matches characters Spark's lexer refuses (\x1c-\x1f, \x85);
+# a DDL with any other is left to Spark
+_DDL_FIELD = re.compile(r"[ \t\n\r\f\v]*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)[ \t\n\r\f\v]*:?[ \t\n\r\f\v]+"
+                        r"([A-Za-z]+)[ \t\n\r\f\v]*")
 
 
 def flat_ddl(ddl: str) -> list[tuple[str, str]] | None:

@@ -202,7 +202,9 @@ def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
     from spark_udf.api import _ddl_schema
 
     for ddl in (SCHEMA, "date string, open double, volume bigint, symbol string", "A INT, b Boolean, c TINYINT",
-                "`x y` short, `a``b` byte, n long, i integer", "ts timestamp, px decimal(10,2)", "a string, a int"):
+                "`x y` short, `a``b` byte, n long, i integer", "ts timestamp, px decimal(10,2)", "a string, a int",
+                "a\x1fstring", "a\x1cstring", "a\x85string", "a\u2029string", "a\u00a0string", "a\u3000string, b int",
+                "a\tstring,\nb\r\nint\x0b", "a: string", "string string, int int", "`é` string", "é string"):
         try:
             expected = spark.createDataFrame([], ddl).schema
         except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
