@@ -1053,9 +1053,12 @@ def read_json_lines(spark: Any, path: str | list[str], schema: Any = None, sourc
 def _tagged(df: DataFrame, columns: list[str], source_column: str, block_column: str) -> DataFrame:
     """``df`` (whose columns are ``columns``) with each row's file and file block's offset, in one
     projection; a column of either name is replaced, as ``withColumn`` replaces it."""
-    if source_column in columns or block_column in columns or source_column == block_column:
-        return df.withColumns({source_column: F.col("_metadata.file_path"),
-                               block_column: F.col("_metadata.file_block_start")})
+    # a clash without case too: a session that matches names without case replaces such a column
+    # (withColumn's resolver), where a projection would add a second one of the same name
+    names = {c.lower() for c in columns}
+    if source_column.lower() in names or block_column.lower() in names or source_column.lower() == block_column.lower():
+        return (df.withColumn(source_column, F.col("_metadata.file_path"))  # in turn: the block's name may be the file's
+                .withColumn(block_column, F.col("_metadata.file_block_start")))
     # a SQL projection: a third of withColumn's calls into the JVM (planning is a backfill's idle time)
     return df.selectExpr("*", f"_metadata.file_path AS {_q(source_column)}",
                          f"_metadata.file_block_start AS {_q(block_column)}")

@@ -294,3 +294,30 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     }
     for case, (answer, engine) in cases.items():
         assert answer == engine, (case, answer, engine)
+
+
+@pytest.mark.spark
+def test_the_file_columns_replace_a_column_as_with_column_does(spark: Any, tmp_path: Path) -> None:
+    """read_json_lines' file and block columns (one projection) replace a column of either name as
+    ``withColumn`` does, in a session that matches names with case and in one that does not."""
+    from pyspark.sql import functions as F
+
+    from spark_udf.api import _tagged
+
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(_lines(4))
+    key = "spark.sql.caseSensitive"
+    before = spark.conf.get(key, "false")
+    try:
+        for sensitive in ("true", "false"):
+            spark.conf.set(key, sensitive)
+            for ddl in ("k string, _CEP_SOURCE string, ts long", "k string, _cep_Block bigint", "k string, ts long"):
+                df = spark.read.schema(ddl).json(str(path))
+                for source, block in (("_cep_source", "_cep_block"), ("_x", "_X")):
+                    expected = (df.withColumn(source, F.col("_metadata.file_path"))
+                                .withColumn(block, F.col("_metadata.file_block_start")))
+                    got = _tagged(df, df.columns, source, block)
+                    assert got.schema == expected.schema, (sensitive, ddl, source, block)
+                    assert got.collect() == expected.collect(), (sensitive, ddl, source, block)
+    finally:
+        spark.conf.set(key, before)
