@@ -375,4 +375,7 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
         joined = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
         if kind_of(r) != "pattern" or joined is not None:
             return False
-    return _local_input_files(path) is not None
+    try:
+        return _local_input_files(path) is not None
+    except OSError:  # a folder that cannot be listed, a file gone meanwhile: Spark's reading will say
+        return False

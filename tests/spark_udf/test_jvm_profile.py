@@ -78,6 +78,21 @@ def test_flat_ddl_reads_only_what_the_decoder_reads() -> None:
         assert flat_ddl(ddl) is None, ddl
 
 
+def test_a_folder_that_cannot_be_listed_is_no_answer_but_false(tmp_path: Path, monkeypatch) -> None:
+    """An OSError while listing (a folder without read permission, a file gone meanwhile) is not
+    raised by the answer, which the command takes before Spark starts: Spark's reading says what is wrong."""
+    import spark_udf.local_files as local_files
+
+    files = _files(tmp_path)
+
+    def refused(path: Any) -> Any:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(local_files.os, "scandir", refused)
+    assert not engine_reads_input(parse_rules(RULES_YAML), [(None, str(files["folder"]))], "json", SCHEMA, {},
+                                  "local[2]", {})
+
+
 def test_each_condition_turns_the_answer(tmp_path: Path) -> None:
     files = _files(tmp_path)
     pattern = parse_rules(RULES_YAML)
@@ -269,6 +284,8 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     underscored.mkdir()
     (underscored / "a.jsonl").write_bytes(_lines(8))
     (underscored / "_e.jsonl.gz").write_bytes(gzip.compress(_lines(8)))
+    (tmp_path / "_staged").mkdir()
+    (tmp_path / "_staged" / "a.jsonl").write_bytes(_lines(5))
     folders = tmp_path / "folders"
     for sub in ("x", "y"):
         (folders / sub).mkdir(parents=True)
@@ -288,6 +305,8 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
         "a compressed _file under a glob": planned(underscored / "*"),
         "a _file named": planned(hidden / "_c.jsonl"),
         "a .file named": planned(hidden / ".b.jsonl"),
+        "a _folder named": planned(tmp_path / "_staged"),
+        "a glob matching a _folder": planned(tmp_path / "_stag*"),
         "glob of folders": planned(folders / "*"),
         "unused table": planned(files["one"], UNUSED_TABLES + RULES_YAML.lstrip()),
         "JSON": planned(files["one"], fmt="JSON"),
