@@ -1074,7 +1074,9 @@ def _ddl_schema(spark: Any, ddl: str) -> T.StructType:
     from spark_udf.local_files import flat_ddl
 
     fields = flat_ddl(ddl)
-    if fields is None or len({n for n, _ in fields}) != len(fields):
+    if (fields is None or len({n for n, _ in fields}) != len(fields)
+            # a session refusing reserved words as names (FROM, USER...), which the reading here takes
+            or _session_setting(spark.conf, "spark.sql.ansi.enforceReservedKeywords") == "true"):
         return spark.createDataFrame([], ddl).schema
     return T.StructType([T.StructField(n, _DDL_TYPES[t], True) for n, t in fields])
 

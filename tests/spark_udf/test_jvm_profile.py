@@ -216,10 +216,12 @@ def test_cep_spark_backfill_starts_the_jvm_for_what_reads_the_input(tmp_path: Pa
 def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
     from spark_udf.api import _ddl_schema
 
+    keywords = ("from int, select string", "user string", "order string, a int", "date int, `from` string")
     for ddl in (SCHEMA, "date string, open double, volume bigint, symbol string", "A INT, b Boolean, c TINYINT",
                 "`x y` short, `a``b` byte, n long, i integer", "ts timestamp, px decimal(10,2)", "a string, a int",
                 "a\x1fstring", "a\x1cstring", "a\x85string", "a\u2029string", "a\u00a0string", "a\u3000string, b int",
-                "a\tstring,\nb\r\nint\x0b", "a: string", "string string, int int", "`é` string", "é string"):
+                "a\tstring,\nb\r\nint\x0b", "a: string", "string string, int int", "`é` string", "é string",
+                *keywords):
         try:
             expected = spark.createDataFrame([], ddl).schema
         except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
@@ -227,6 +229,23 @@ def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
                 _ddl_schema(spark, ddl)
             continue
         assert _ddl_schema(spark, ddl) == expected, ddl
+    # a session that refuses reserved words as names (ANSI mode's enforceReservedKeywords)
+    settings = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.enforceReservedKeywords": "true"}
+    before = {k: spark.conf.get(k) for k in settings}
+    try:
+        for k, v in settings.items():
+            spark.conf.set(k, v)
+        for ddl in (SCHEMA, *keywords):
+            try:
+                expected = spark.createDataFrame([], ddl).schema
+            except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
+                with pytest.raises(type(e)):
+                    _ddl_schema(spark, ddl)
+                continue
+            assert _ddl_schema(spark, ddl) == expected, ddl
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
 
 
 UNUSED_TABLES = """
