@@ -258,9 +258,11 @@ tables:
 def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Path) -> None:
     """The answer against the plan where the two readings could part: the malformed-record column or
     a reserved column in the DDL, names that differ only in case, empty files, symlinks, a ``file:``
-    path with a space, hidden files (``_``, ``.``) under a glob or named, a compressed hidden file, a glob that matches folders, a table
-    declared but unused, the format named in capitals (a view over one unnamed input is refused
-    before any plan: no changelog among the inputs)."""
+    path with a space, hidden files and folders (``_``, ``.``) under a glob or named, a compressed
+    hidden file, a glob that matches folders, a table declared but unused, the format named in
+    capitals. (A view over one unnamed input is refused before any plan: no changelog among the
+    inputs. A ``file:`` path with ``%20`` names a file Spark does not find: Hadoop's Path takes the
+    escape literally, where ``cep spark``'s check of the input, and the answer, decode it.)"""
     from spark_udf.api import SparkRunConfig, apply_rules
 
     spark = case_sensitive
