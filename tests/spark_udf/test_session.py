@@ -153,3 +153,49 @@ def test_a_running_session_keeps_its_adaptive_execution(spark: Any) -> None:
     finally:
         for k, v in before.items():
             spark.conf.set(k, v)
+
+
+@pytest.mark.parametrize("engine_reads,conf,adaptive", [
+    (True, {}, "false"), (False, {}, None), (True, {"spark.sql.adaptive.enabled": "true"}, None)])
+def test_a_session_started_for_an_engine_read_backfill_runs_without_adaptive_execution(
+        monkeypatch: pytest.MonkeyPatch, engine_reads: bool, conf: dict, adaptive: str | None) -> None:
+    """A session local_session starts itself (no context running) for an engine-read backfill sets
+    adaptive execution off unless the caller's conf sets it; for another backfill it does not touch it."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from spark_udf import session
+
+    settings: dict[str, str] = {}
+
+    class Conf:
+        def set(self, key: str, value: str) -> None:
+            settings[key] = value
+
+    class Context:
+        master = "local[2]"
+        _python_includes: list[str] = []
+
+        def setLogLevel(self, level: str) -> None:
+            pass
+
+    class Session:
+        conf = Conf()
+        sparkContext = Context()
+
+    class Builder:
+        def master(self, _: str) -> "Builder":
+            return self
+
+        appName = master
+
+        def config(self, key: str, value: str) -> "Builder":
+            return self
+
+        def getOrCreate(self) -> Session:
+            return Session()
+
+    monkeypatch.setattr(pyspark.SparkContext, "_active_spark_context", None)
+    monkeypatch.setattr(SparkSession, "builder", Builder())
+    session.local_session("local[2]", batch=True, engine_reads=engine_reads, conf=conf)
+    assert settings.get("spark.sql.adaptive.enabled") == adaptive
