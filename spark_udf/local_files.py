@@ -306,7 +306,13 @@ def _local_input_files(path: str) -> list[str] | None:
         path = unquote(u.path)
     elif u.scheme or "{" in path:
         return None
-    names = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
+    if glob.has_magic(path):
+        if "\\" in path:
+            return None  # Hadoop's glob escape; Python's glob takes the backslash literally
+        # a class negated with ^ as Hadoop's glob reads it (Python's takes the ^ as a member)
+        names = sorted(glob.glob(path.replace("[^", "[!")))
+    else:
+        names = [path]
     files = []
     for name in names:
         if os.path.isdir(name):

@@ -110,6 +110,7 @@ def test_each_condition_turns_the_answer(tmp_path: Path) -> None:
     assert not reads(path=tmp_path / "missing.jsonl")
     assert not reads(path="s3a://bucket/a.jsonl") and not reads(path="hdfs:///a.jsonl")
     assert not reads(path=str(tmp_path / "{one,two}.jsonl"))
+    assert not reads(path=str(tmp_path / "on\\e*.jsonl"))  # Hadoop's glob escape: unsure
     assert not reads(name="ticks")
     assert not reads(fmt="csv") and not reads(fmt="parquet")
     assert not reads(schema=None)  # Spark's reader infers it from every row
@@ -259,8 +260,9 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     """The answer against the plan where the two readings could part: the malformed-record column or
     a reserved column in the DDL, names that differ only in case, empty files, symlinks, a ``file:``
     path with a space, hidden files and folders (``_``, ``.``) under a glob or named, a compressed
-    hidden file, a glob that matches folders, a table declared but unused, the format named in
-    capitals. (A view over one unnamed input is refused before any plan: no changelog among the
+    hidden file, a glob that matches folders or negates a class (``[^b]``: Hadoop's negation, a
+    member in Python's glob), a table declared but unused, the format named in capitals. (A view
+    over one unnamed input is refused before any plan: no changelog among the
     inputs. A ``file:`` path with ``%20`` names a file Spark does not find: Hadoop's Path takes the
     escape literally, where ``cep spark``'s check of the input, and the answer, decode it.)"""
     from spark_udf.api import SparkRunConfig, apply_rules
@@ -307,6 +309,10 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     (underscored / "_e.jsonl.gz").write_bytes(gzip.compress(_lines(8)))
     (tmp_path / "_staged").mkdir()
     (tmp_path / "_staged" / "a.jsonl").write_bytes(_lines(5))
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    (classes / "a.jsonl").write_bytes(_lines(7))
+    (classes / "b.jsonl.gz").write_bytes(gzip.compress(_lines(7)))
     folders = tmp_path / "folders"
     for sub in ("x", "y"):
         (folders / sub).mkdir(parents=True)
@@ -328,6 +334,8 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
         "a .file named": planned(hidden / ".b.jsonl"),
         "a _folder named": planned(tmp_path / "_staged"),
         "a glob matching a _folder": planned(tmp_path / "_stag*"),
+        "a glob class negated with ^": planned(classes / "[^b]*"),
+        "a glob class negated with !": planned(classes / "[!b]*"),
         "glob of folders": planned(folders / "*"),
         "unused table": planned(files["one"], UNUSED_TABLES + RULES_YAML.lstrip()),
         "JSON": planned(files["one"], fmt="JSON"),
