@@ -299,8 +299,8 @@ def _hidden(name: str) -> bool:
 
 def _local_input_files(path: str) -> list[str] | None:
     """The files Spark's file source would read for ``path`` (a file, a folder's visible files, a glob),
-    when all are local and uncompressed; None otherwise or when unsure (a subfolder, which may be a
-    partition; a brace glob; nothing there)."""
+    when all are local and uncompressed; None otherwise or when unsure (a partition's subfolder,
+    ``day=1``; a brace glob or an escape; nothing there)."""
     u = urlparse(path)
     if u.scheme == "file" and u.netloc in ("", "localhost"):
         path = unquote(u.path)
@@ -319,8 +319,10 @@ def _local_input_files(path: str) -> list[str] | None:
             for entry in sorted(os.scandir(name), key=lambda e: e.name):
                 if _hidden(entry.name):
                     continue
+                if entry.is_dir() and "=" not in entry.name:
+                    continue  # an unpartitioned folder's files are those in it: Spark reads no subfolder
                 if not entry.is_file():
-                    return None
+                    return None  # a partition's folder (its column joins the schema), or no file
                 files.append(entry.path)
         elif os.path.isfile(name):
             if not _hidden(os.path.basename(name)):  # a glob's match or a file named itself: Spark skips it too

@@ -260,11 +260,12 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     """The answer against the plan where the two readings could part: the malformed-record column or
     a reserved column in the DDL, names that differ only in case, empty files, symlinks, a ``file:``
     path with a space, hidden files and folders (``_``, ``.``) under a glob or named, a compressed
-    hidden file, a glob that matches folders or negates a class (``[^b]``: Hadoop's negation, a
-    member in Python's glob), a table declared but unused, the format named in capitals. (A view
-    over one unnamed input is refused before any plan: no changelog among the
-    inputs. A ``file:`` path with ``%20`` names a file Spark does not find: Hadoop's Path takes the
-    escape literally, where ``cep spark``'s check of the input, and the answer, decode it.)"""
+    hidden file, a plain subfolder (Spark reads none), a glob that matches folders or negates a
+    class (``[^b]``: Hadoop's negation, a member in Python's glob), a table declared but unused, the
+    format named in capitals. (A view over one unnamed input is refused before any plan: no
+    changelog among the inputs. A ``file:`` path with ``%20`` names a file Spark does not find:
+    Hadoop's Path takes the escape literally, where ``cep spark``'s check of the input, and the
+    answer, decode it.)"""
     from spark_udf.api import SparkRunConfig, apply_rules
 
     spark = case_sensitive
@@ -313,6 +314,13 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
     classes.mkdir()
     (classes / "a.jsonl").write_bytes(_lines(7))
     (classes / "b.jsonl.gz").write_bytes(gzip.compress(_lines(7)))
+    plain_sub = tmp_path / "plain_sub"
+    (plain_sub / "sub").mkdir(parents=True)
+    (plain_sub / "sub" / "a.jsonl").write_bytes(_lines(7))
+    mixed_sub = tmp_path / "mixed_sub"
+    (mixed_sub / "sub").mkdir(parents=True)
+    (mixed_sub / "a.jsonl").write_bytes(_lines(7))
+    (mixed_sub / "sub" / "b.jsonl").write_bytes(_lines(7))
     folders = tmp_path / "folders"
     for sub in ("x", "y"):
         (folders / sub).mkdir(parents=True)
@@ -336,6 +344,8 @@ def test_the_answer_is_the_plans_at_the_edges(case_sensitive: Any, tmp_path: Pat
         "a glob matching a _folder": planned(tmp_path / "_stag*"),
         "a glob class negated with ^": planned(classes / "[^b]*"),
         "a glob class negated with !": planned(classes / "[!b]*"),
+        "a plain subfolder": planned(plain_sub),
+        "a plain subfolder beside files": planned(mixed_sub),
         "glob of folders": planned(folders / "*"),
         "unused table": planned(files["one"], UNUSED_TABLES + RULES_YAML.lstrip()),
         "JSON": planned(files["one"], fmt="JSON"),
