@@ -346,8 +346,8 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
     It answers as the planning will decide (``spark_udf.api``'s key-set, decoder and local-files
     choices; tests/spark_udf/test_jvm_profile.py runs both on the same inputs), and says False when
     unsure: a local master; one unnamed input of JSON lines files, local and uncompressed, without
-    ``--source-option``; a ``--schema`` every column of which the decoder reads (without one, Spark's
-    reader infers the schema from every row); pattern rules only, no table joined, no view; no
+    ``--source-option``; a ``--schema`` every column of which the decoder reads, none reserved
+    (``_cep_``; without one, Spark's reader infers the schema from every row); pattern rules only, no table joined, no view; no
     setting that turns the local read or the decoder off.
     """
     from spark_udf.keyed import kind_of
