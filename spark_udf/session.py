@@ -44,15 +44,16 @@ ENGINE_BATCH_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStop
 """JVM options of a batch job whose input the engine reads and decodes itself, in local mode: a
 key-set backfill of local JSON lines files (:func:`spark_udf.local_files.engine_reads_input`).
 
-The JVM then reads no input row: it carries the map tasks' packed groups (a few MB each) from the
-map side to the reduce side and writes the output rows. Such code runs a few thousand times per
+The JVM then reads no input row: it carries the map tasks' packed groups (about 70 bytes a row)
+from the map side to the reduce side and writes the output rows. Such code runs a few thousand times per
 job, so the optimising compiler (C2) costs more than it gives back: in a backfill of the S&P file
 its threads compiled about 0.35 CPU s in every run, while the executor threads used 0.4-0.5 s.
-With C1 only, the JIT threads' CPU fell to 0.12-0.15 s and the executor threads' did not grow;
-three alternated pairs of ``benchmarks/bench_spark_backfill.py --forms key-set`` (2026-11-28): the
-first run 1.12-1.26 s against 1.26-1.33 s, 1.95-2.10 CPU s against 2.28-2.32 (docs/spark.md, "The
-JVM of a backfill"). Where the JVM reads every row (Spark's readers, rule groups) C1 alone is
-1.4-1.75x slower, which is why it is chosen only when the engine reads the input."""
+With C1 only, the JIT threads' CPU fell to 0.1-0.16 s and the executor threads' did not grow;
+three alternated pairs of ``benchmarks/bench_spark_backfill.py --forms key-set`` (2026-11-28,
+C1 alone against the options above): the first run 1.10-1.31 s against 1.22-1.32 s, 1.85-2.17 CPU
+s against 2.21-2.35 (docs/spark.md, "The JVM of a backfill"). Where the JVM reads every row
+(Spark's readers, rule groups) C1 alone is 1.4-1.75x slower, which is why it is chosen only when
+the engine reads the input."""
 
 _LOG4J = """\
 rootLogger.level = {root}
