@@ -20,6 +20,7 @@ import pytest
 from cep.cli import spark as spark_cli
 from patterns.rules import parse_rules
 from spark_udf.local_files import engine_reads_input, flat_ddl
+from tests.spark_udf.test_backfill_groups import JOINED  # a rule joining a table
 from tests.spark_udf.workload import RULES_YAML
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
@@ -32,20 +33,6 @@ ANALYTICS = """
       SELECT k, COUNT(*) AS n FROM ticks GROUP BY k, TUMBLE(ts, INTERVAL '5' SECOND)
 """
 SEARCH = "  - {name: hot, kind: search, from: ticks, time_field: ts, query: hot}\n"
-JOINED = """
-tables:
-  - name: limits
-    from: limit_changes
-    primary_key: k
-    columns: [cap]
-    time_field: ts
-rules:
-  - name: over_limit
-    sql: |
-      SELECT * FROM ticks AS t JOIN limits FOR SYSTEM_TIME AS OF t.ts AS l ON t.k = l.k
-      MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS at PATTERN (A)
-                       DEFINE A AS A.px > l.cap)
-"""
 
 
 def _lines(n: int = 30) -> bytes:
@@ -215,7 +202,6 @@ def test_cep_spark_backfill_starts_the_jvm_for_what_reads_the_input(tmp_path: Pa
 
 @pytest.mark.spark
 def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
-    from spark_udf.api import _ddl_schema
 
     keywords = ("from int, select string", "user string", "order string, a int", "date int, `from` string")
     for ddl in (SCHEMA, "date string, open double, volume bigint, symbol string", "A INT, b Boolean, c TINYINT",
@@ -223,13 +209,7 @@ def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
                 "a\x1fstring", "a\x1cstring", "a\x85string", "a\u2029string", "a\u00a0string", "a\u3000string, b int",
                 "a\tstring,\nb\r\nint\x0b", "a: string", "string string, int int", "`é` string", "é string",
                 *keywords):
-        try:
-            expected = spark.createDataFrame([], ddl).schema
-        except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
-            with pytest.raises(type(e)):
-                _ddl_schema(spark, ddl)
-            continue
-        assert _ddl_schema(spark, ddl) == expected, ddl
+        _read_as_spark_reads(spark, ddl)
     # a session that refuses reserved words as names (ANSI mode's enforceReservedKeywords)
     settings = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.enforceReservedKeywords": "true"}
     before = {k: spark.conf.get(k) for k in settings}
@@ -237,13 +217,7 @@ def test_a_flat_ddl_read_without_spark_is_sparks_schema(spark: Any) -> None:
         for k, v in settings.items():
             spark.conf.set(k, v)
         for ddl in (SCHEMA, *keywords):
-            try:
-                expected = spark.createDataFrame([], ddl).schema
-            except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
-                with pytest.raises(type(e)):
-                    _ddl_schema(spark, ddl)
-                continue
-            assert _ddl_schema(spark, ddl) == expected, ddl
+            _read_as_spark_reads(spark, ddl)
     finally:
         for k, v in before.items():
             spark.conf.set(k, v)
@@ -379,3 +353,16 @@ def test_the_file_columns_replace_a_column_as_with_column_does(spark: Any, tmp_p
                     assert got.collect() == expected.collect(), (sensitive, ddl, source, block)
     finally:
         spark.conf.set(key, before)
+
+
+def _read_as_spark_reads(spark: Any, ddl: str) -> None:
+    """``_ddl_schema`` gives Spark's schema of ``ddl``, or refuses it as Spark does."""
+    from spark_udf.api import _ddl_schema
+
+    try:
+        expected = spark.createDataFrame([], ddl).schema
+    except Exception as e:  # noqa: BLE001 - Spark refuses it: so must the reading here
+        with pytest.raises(type(e)):
+            _ddl_schema(spark, ddl)
+        return
+    assert _ddl_schema(spark, ddl) == expected, ddl
