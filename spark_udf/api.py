@@ -19,7 +19,7 @@ Example:
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
 
-About 1,280 lines: the public entry point and the plan of one query (which stage each rule takes,
+About 1,330 lines: the public entry point and the plan of one query (which stage each rule takes,
 the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
 workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.json_lines`,
 :mod:`spark_udf.local_files`, :mod:`spark_udf.tables`).
@@ -66,6 +66,7 @@ from spark_udf.core import (
     rule_key,
 )
 from spark_udf.frames import arrival_watermarks, envelope_schema, types_by_name
+from spark_udf.keyed import joined_table
 from spark_udf.kinds import KEYED_KINDS, STATELESS_KINDS, is_keyed, kind_of
 from spark_udf.schema import (
     INTEGRAL,
@@ -290,7 +291,7 @@ def apply_rules(frame: DataFrame | Mapping[str, DataFrame], rules: RuleSet | Ite
         else:
             known = ", ".join(sorted((set(KEYED_KINDS) - {"view"}) | set(STATELESS_KINDS)))  # a view is no rule kind
             raise CepError(f"rule {r.name!r}: kind {k!r} cannot run on Spark yet (runnable kinds: {known})")
-        joined = _joined_table(r)
+        joined = joined_table(r)
         if joined is not None and not is_keyed(r):
             raise CepError(f"rule {r.name!r} joins table {joined!r}: a {k} rule's temporal join cannot run on Spark "
                            "yet (docs/spark.md, \"Tables\"); run it in the embedded engine (cep run)")
@@ -1324,12 +1325,3 @@ def _table_bindings(rules: list[Any], tables: Mapping[str, Any], layout: InputLa
             if join is not None and str(join.table) in views:
                 out[r.name] = replace(bound[str(join.table)], report=())
     return out
-
-
-def _joined_table(rule: Any) -> str | None:
-    """The table a rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF``, a search rule's ``join:``), or None."""
-    compiled = getattr(rule, "compiled", None)
-    join = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
-    if join is None:
-        join = getattr(getattr(getattr(rule, "spec", None), "join", None), "table", None)
-    return None if join is None else str(join)

@@ -15,7 +15,7 @@ import numpy as np
 
 from cep.operator import OperatorOutput
 
-__all__ = ["KeyedOperator", "KeyedKind", "PatternKind", "AnalyticsKind", "JoinedSearchKind", "HostedSearch", "KEYED_KINDS",
+__all__ = ["KeyedOperator", "joined_table", "KeyedKind", "PatternKind", "AnalyticsKind", "JoinedSearchKind", "HostedSearch", "KEYED_KINDS",
            "kind_of", "is_keyed"]
 
 
@@ -249,3 +249,12 @@ def is_keyed(rule: Any) -> bool:
     if k == "search":
         return getattr(getattr(rule, "spec", None), "join", None) is not None
     return k in KEYED_KINDS
+
+
+def joined_table(rule: Any) -> str | None:
+    """The table a rule joins (``FROM s JOIN t FOR SYSTEM_TIME AS OF``, a search rule's ``join:``), or None."""
+    compiled = getattr(rule, "compiled", None)
+    join = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
+    if join is None:
+        join = getattr(getattr(getattr(rule, "spec", None), "join", None), "table", None)
+    return None if join is None else str(join)

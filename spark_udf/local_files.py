@@ -350,7 +350,8 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
     (``_cep_``; without one, Spark's reader infers the schema from every row); pattern rules only, no table joined, no view; no
     setting that turns the local read or the decoder off.
     """
-    from spark_udf.keyed import kind_of
+    from spark_udf.keyed import joined_table, kind_of
+    from spark_udf.schema import RESERVED_PREFIX
     from spark_udf.shipping import is_local_master
 
     if not is_local_master(master) or fmt.lower() != "json" or options or not schema or len(inputs) != 1:
@@ -359,7 +360,7 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
     fields = flat_ddl(schema)
     if name is not None or fields is None:
         return False
-    if any(n.startswith("_cep_") for n, _ in fields):
+    if any(n.startswith(RESERVED_PREFIX) for n, _ in fields):
         return False  # a reserved column read from the lines: the decoder passes only the file and the block
     setting = {k: str(v).strip().lower() for k, v in conf.items()}
     if (setting.get("spark.cep.backfill.localFiles", "true") != "true"
@@ -378,11 +379,8 @@ def engine_reads_input(rules: Any, inputs: list[tuple[str | None, str]], fmt: st
     rule_list = list(rules)
     if not rule_list or getattr(rules, "views", None):
         return False
-    for r in rule_list:
-        compiled = getattr(r, "compiled", None)
-        joined = getattr(getattr(getattr(compiled, "statement", None), "join", None), "table", None)
-        if kind_of(r) != "pattern" or joined is not None:
-            return False
+    if any(kind_of(r) != "pattern" or joined_table(r) is not None for r in rule_list):
+        return False
     try:
         return _local_input_files(path) is not None
     except OSError:  # a folder that cannot be listed, a file gone meanwhile: Spark's reading will say
