@@ -48,10 +48,10 @@ from spark_udf.core import (
 )
 from spark_udf.schema import RESERVED_PREFIX
 
-__all__ = ["Packer", "PackedGroups", "late_free", "murmur3_int", "partition_values", "reduce_partitions", "PACKED_SCHEMA",
-           "PART_COL", "PARTITION_BYTES"]
+__all__ = ["Packer", "PackedGroups", "late_free", "murmur3_int", "partition_values", "reduce_partitions", "stream_rows",
+           "PACKED_SCHEMA", "PART_COL", "PARTITION_BYTES"]
 
-ORDER_COL = "_cep_order"  # a row's order in its map task: (partition << 33) + row, as monotonically_increasing_id
+ORDER_COL = "_cep_order"  # a row's index in its map task; with the task's partition: (partition << 33) + row
 _MIN = np.iinfo(np.int64).min
 
 
@@ -92,6 +92,7 @@ WITHIN_COL = "_cep_within"  # per key set: the largest valid time of the earlier
 PACKED_SCHEMA = (f"{PART_COL} int, _cep_ks int, _cep_bucket int, {ROWS_COL} binary, "
                  "_cep_seg string, _cep_mx bigint, _cep_mn bigint, _cep_lag bigint")
 _SEGS_META = b"cep_segments"
+_TASK_META = b"cep_task"  # the map task's partition id: a row's order is (partition << 33) + its ORDER_COL
 
 
 def murmur3_int(value: int, seed: int = 42) -> int:
@@ -345,17 +346,21 @@ class Packer:
                               max(cur[i][2], lag)]
         # the segment's reserved columns (cep spark backfill's file path and block) travel as its code
         table = table.drop_columns([c for c in self.seg_cols if c.startswith(RESERVED_PREFIX) and c in names])
-        order = (np.int64(pid) << np.int64(33)) + np.arange(done, done + n, dtype=np.int64)
-        table = table.append_column(SEG_CODE_COL, pa.array(code)).append_column(ORDER_COL, pa.array(order))
-        for i, w in enumerate(within):
-            table = table.append_column(f"{WITHIN_COL}_{i}", pa.array(w))
         assigned = []
         for i, ks in enumerate(self.key_sets):
             bucket = ((_key_hash([table.column(c) for c in ks], hashes) % np.uint64(nparts)).astype(np.int64)
                       if ks else np.zeros(n, dtype=np.int64))
             # a malformed record goes to one group only (the first key set's), which reports it
             assigned.append(np.where(corrupt, CORRUPT_BUCKET if i == 0 else -2, bucket))
-        return self._flush(_plain_large_dictionaries(table, nparts), assigned, seg_codes)
+        rows = np.arange(done, done + n, dtype=np.int64)
+        per_row = [(SEG_CODE_COL, pa.array(code.astype(_narrow_int(len(seg_codes) - 1)))),
+                   (ORDER_COL, pa.array(rows.astype(_narrow_int(done + n - 1, 32))))]
+        # a row's watermark within its segment only where it is behind an earlier row there: elsewhere
+        # the segment's watermark decides alone (within <= time: time < max(plan, within) - L only if
+        # time < plan - L, for every lateness L >= 0), and a flush without such rows sends none
+        within_cols = [(f"{WITHIN_COL}_{i}", pa.array(w)) if bool((w[ok] > ms[ok]).any()) else None
+                       for i, w in enumerate(within)]
+        return self._flush(_plain_large_dictionaries(table, nparts), assigned, seg_codes, pid, per_row, within_cols)
 
     def _times(self, col: Any) -> tuple[np.ndarray, np.ndarray]:
         """Each row's event time (ms) and whether it is valid, as :class:`~spark_udf.core.TimeReading`
@@ -374,13 +379,19 @@ class Packer:
             ms, ok, _ = self.reading.read(pd.DataFrame({self.time_col: _arrow_values(col)}), self.time_col)
         return ms, ok
 
-    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int]) -> list[Any]:
+    def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int], pid: int,
+               per_row: list[tuple[str, Any]], within_cols: list[tuple[str, Any] | None]) -> list[Any]:
         """One packed row per group of the held rows, a batch per key set: each key set's rows ordered
-        by group once, then each group's slice written as an Arrow stream."""
+        by group once, then each group's slice written as an Arrow stream.
+
+        A stream carries the data columns, each row's segment code and index in the task (the
+        narrowest integers that hold them), its key set's watermarks within the segment when some
+        row is behind (``within_cols``), and the malformed records only in the group that reports
+        them: every other group's copy of the all-NULL column was 6% of the S&P file's packed bytes."""
         import pyarrow as pa
 
         segs = sorted(seg_codes, key=seg_codes.__getitem__)
-        meta = {_SEGS_META: json.dumps(segs).encode()}
+        meta = {_SEGS_META: json.dumps(segs).encode(), _TASK_META: str(pid).encode()}
         out = []
         for ks in range(len(self.key_sets)):
             gid = assigned[ks]
@@ -392,14 +403,18 @@ class Packer:
             wanted = [(int(ordered[a]), int(a), int(e)) for a, e in zip(starts, ends) if len(ordered) and ordered[a] != -2]
             if not wanted:
                 continue
-            taken = table.take(pa.array(perm)).replace_schema_metadata(meta)
+            mine = table
+            for name, arr in per_row + ([within_cols[ks]] if within_cols[ks] is not None else []):
+                mine = mine.append_column(name, arr)
+            taken = mine.take(pa.array(perm)).replace_schema_metadata(meta)
+            clean = taken.drop_columns([CORRUPT_COL]) if CORRUPT_COL in taken.schema.names else taken
             parts, buckets = [], []
             # every group's stream written one after the other into one buffer, which becomes the binary
             # column as it is (where each stream stops: its offsets): no copy of the packed rows into Python bytes
             sink = pa.BufferOutputStream()
             stops = [0]
             for bucket, a, e in wanted:
-                sub = taken.slice(a, e - a)
+                sub = (taken if bucket == CORRUPT_BUCKET else clean).slice(a, e - a)
                 with pa.ipc.new_stream(sink, sub.schema) as w:
                     w.write_table(sub)
                 stops.append(sink.tell())
@@ -413,6 +428,47 @@ class Packer:
                 "_cep_mn": pa.array([None] * n, pa.int64()), "_cep_lag": pa.array([None] * n, pa.int64()),
             }))
         return out
+
+
+def _narrow_int(largest: int, least: int = 8) -> Any:
+    """The narrowest numpy signed integer type of at least ``least`` bits that holds 0 to ``largest``.
+
+    Example:
+        >>> _narrow_int(127), _narrow_int(128), _narrow_int(5, 32), _narrow_int(1 << 31, 32)
+        (<class 'numpy.int8'>, <class 'numpy.int16'>, <class 'numpy.int32'>, <class 'numpy.int64'>)
+    """
+    for t in (np.int8, np.int16, np.int32):
+        if np.iinfo(t).bits >= least and largest <= np.iinfo(t).max:
+            return t
+    return np.int64
+
+
+def stream_rows(t: Any, plan: dict[str, tuple[int, list[int]]], ks: int, judged: bool, group: Any = None
+                ) -> tuple[Any, list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """One packed stream read back: ``(data, segments, codes, rank, order, before)``.
+
+    ``data`` is the table without the packing's columns, ``codes`` each row's index into the
+    stream's ``segments``, ``rank`` its segment's place in the arrival ``plan``, ``order`` its
+    order in the input (``(partition << 33) + row``, as ``monotonically_increasing_id``), and
+    ``before`` (when ``judged``) its arrival watermark before the lateness: the larger of its
+    segment's (from the plan) and its own within the segment where the map task sent one."""
+    meta = t.schema.metadata
+    segs = json.loads(meta[_SEGS_META])
+    missing = [s for s in segs if s not in plan]
+    if missing:  # every segment was ranked by the statistics of the same pass
+        raise RuntimeError(f"rows of group {group!r} come from input segment {missing[0]} that no map task "
+                           "reported: its statistics did not reach this partition")
+    codes = t.column(SEG_CODE_COL).to_numpy().astype(np.int64)
+    rank = np.asarray([plan[s][0] for s in segs], dtype=np.int64)[codes]
+    order = (np.int64(int(meta[_TASK_META])) << np.int64(33)) + t.column(ORDER_COL).to_numpy().astype(np.int64)
+    within = f"{WITHIN_COL}_{ks}"
+    before = None
+    if judged:
+        before = np.asarray([plan[s][1][ks] for s in segs], dtype=np.int64)[codes]
+        if within in t.schema.names:
+            before = np.maximum(before, t.column(within).to_numpy())
+    data = t.drop_columns([c for c in (SEG_CODE_COL, ORDER_COL, within) if c in t.schema.names])
+    return data.replace_schema_metadata(None), segs, codes, rank, order, before
 
 
 def _binary(data: Any, ends: list[int]) -> Any:
@@ -575,27 +631,20 @@ class PackedGroups:
 
         ks, bucket = key
         at = self.seg_cols.index(SOURCE_COL) if SOURCE_COL in self.seg_cols else None
-        tables, ranks, befores, sources = [], [], [], []
+        tables, ranks, orders, befores, sources = [], [], [], [], []
         for blob in blobs:
-            t = pa.ipc.open_stream(blob).read_all()
-            segs = json.loads(t.schema.metadata[_SEGS_META])
-            missing = [s for s in segs if s not in plan]
-            if missing:  # every segment was ranked by the statistics of the same pass
-                raise RuntimeError(f"rows of group {key!r} come from input segment {missing[0]} that no map task "
-                                   "reported: its statistics did not reach this partition")
-            codes = t.column(SEG_CODE_COL).to_numpy()
-            ranks.append(np.asarray([plan[s][0] for s in segs], dtype=np.int64)[codes])
-            if judged:
-                before = np.asarray([plan[s][1][ks] for s in segs], dtype=np.int64)[codes]
-                befores.append(np.maximum(before, t.column(f"{WITHIN_COL}_{ks}").to_numpy()))
+            data, segs, codes, rank, order, before = stream_rows(pa.ipc.open_stream(blob).read_all(), plan, ks, judged, key)
+            ranks.append(rank)
+            orders.append(order)
+            if before is not None:
+                befores.append(before)
             if at is not None:
                 sources.append(np.asarray([json.loads(s)[at] for s in segs], dtype=object)[codes])
-            tables.append(t.replace_schema_metadata(None))
+            tables.append(data)
         if any(t.schema != tables[0].schema for t in tables):  # a column a dictionary in some tasks' rows only
             tables = [_plain_large_dictionaries(t, 0) for t in tables]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        rank = np.concatenate(ranks)
-        perm = np.lexsort((table.column(ORDER_COL).to_numpy(), rank))
+        perm = np.lexsort((np.concatenate(orders), np.concatenate(ranks)))
         table = table.take(pa.array(perm))
         src = np.concatenate(sources)[perm] if sources else (
             _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)

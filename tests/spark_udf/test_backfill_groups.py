@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from cep.engine import Engine
 from cep.events import read_events
 from patterns.rules import parse_rules
-from spark_udf.backfill import Packer, late_free, partition_values
+from spark_udf.backfill import Packer, late_free, partition_values, stream_rows
 from spark_udf.core import MALFORMED, GroupCore, TimeReading, arrival_plan
 from tests.spark_udf.conftest import counted, event_of, match_key, write_events
 
@@ -376,17 +376,21 @@ def test_the_packed_statistics_say_whether_any_row_is_late(segments: list[list[i
                  key=str)
     plan = arrival_plan(((s, k, mx) for s, k, mx, _, _ in got), 1)
     assert late_free(got, plan, 0, lateness) == (_late_rows(segments, lateness) == 0)
-    # each row's watermark: its segment's (from the plan) and its own within the segment, the second pass's figure
+    # each row's arrival watermark as the reduce side reads it: its segment's (from the plan) and its own within
+    # the segment where it is behind an earlier row there; late (or not) exactly as by the second pass's figure
     expect = _watermarks(segments)
+    behind = any(t < max(seg[:j]) for seg in segments for j, t in enumerate(seg) if j)
     seen = 0
     for blob in packed["_cep_rows"].dropna():
         t = pa.ipc.open_stream(blob).read_all()
-        segs = json.loads(t.schema.metadata[b"cep_segments"])
-        codes = t.column("_cep_seg_code").to_numpy()
-        before = np.asarray([plan[x][1][0] for x in segs])[codes]
-        prior = np.maximum(before, t.column("_cep_within_0").to_numpy())
-        for order, p in zip(t.column("_cep_order").to_pylist(), prior.tolist()):
-            assert (None if p == np.iinfo(np.int64).min else p) == expect[order]
+        assert behind or "_cep_within_0" not in t.schema.names  # no row behind: no watermark of its own sent
+        data, _, _, _, order, before = stream_rows(t, plan, 0, True)
+        assert not [c for c in data.schema.names if c.startswith("_cep_") and c != "_cep_source"]
+        for o, ts, b in zip(order.tolist(), data.column("ts").to_pylist(), before.tolist()):
+            w = expect[o]
+            for lt in {0, lateness}:
+                assert (ts < b - lt) == (w is not None and ts < w - lt), (o, ts, b, w, lt)
+            assert b <= (np.iinfo(np.int64).min if w is None else w)  # never ahead of the true watermark
             seen += 1
     assert seen == len(rows)
 

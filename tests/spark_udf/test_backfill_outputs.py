@@ -211,3 +211,50 @@ def test_a_failure_reading_the_first_rows_is_one_line_and_exit_3(monkeypatch, ca
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cep spark backfill: reading the first rows failed")
     assert "Python worker exited unexpectedly" in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt,writers", [("json", None), ("json", 1), ("parquet", None)])
+def test_a_partitioned_write_gives_a_sorted_writes_rows_and_leaves_the_session_as_it_was(
+        spark: Any, tmp_path: Path, monkeypatch: Any, fmt: str, writers: int | None) -> None:
+    """Row formats are written as the rows come (open files per output folder, ``writers`` 1: Spark
+    sorts what does not fit), Parquet after Spark's sort; either way the rows of Spark's own
+    sorted write, and the user's settings as they were."""
+    from pyspark.sql import DataFrameWriter
+
+    from spark_udf import api
+
+    if writers is not None:
+        monkeypatch.setattr(api, "ROW_FORMAT_WRITERS", writers)
+    seen: list[tuple[Any, Any]] = []
+    save = DataFrameWriter.save
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append((spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", None),
+                     spark.conf.get("spark.sql.optimizer.plannedWrite.enabled", None)))
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataFrameWriter, "save", spy)
+    schema = ", ".join(f"{c} {t}" for c, t in TYPES.items())
+    frame = spark.read.schema(schema).json(str(DATA))
+    result = api.apply_rules(frame, load_rules(RULE_FILE))
+    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "3")  # the user's own setting
+    try:
+        result.write(str(tmp_path / "ours"), fmt)
+        assert spark.conf.get("spark.sql.maxConcurrentOutputFileWriters") == "3"
+    finally:
+        spark.conf.unset("spark.sql.maxConcurrentOutputFileWriters")
+    assert spark.conf.get("spark.sql.optimizer.plannedWrite.enabled", None) in (None, "true")
+    row_format = fmt != "parquet"
+    assert seen == [(str(writers or api.ROW_FORMAT_WRITERS), "false") if row_format else ("3", seen[0][1])]
+    result.envelope.write.format(fmt).partitionBy("output", "rule").save(str(tmp_path / "sorted"))
+
+    def rows(name: str) -> Counter:
+        got = spark.read.format(fmt).load(str(tmp_path / name)).collect()
+        return Counter(json.dumps({k: v for k, v in r.asDict(recursive=True).items() if v is not None}, sort_keys=True,
+                                  default=str) for r in got)
+
+    ours = rows("ours")
+    assert sum(ours.values()) == result.envelope.count() > 300
+    assert {json.loads(r)["output"] for r in ours} == {"match", "timeout"}
+    assert ours == rows("sorted")
