@@ -883,8 +883,8 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
     index = {ks: i for i, ks in enumerate(key_sets)}
     rules_of: dict[int, list[str]] = {}
     lateness: dict[int, list[int]] = {}
-    for k, r in zip(kinds, keyed):
-        i = index[_bucket_columns(k, r)]
+    sets = [index[_bucket_columns(k, r)] for k, r in zip(kinds, keyed)]
+    for k, r, i in zip(kinds, keyed, sets):
         rules_of.setdefault(i, []).append(r.name)
         lateness.setdefault(i, []).append(int(k.lateness_ms(r)))
     seg_cols = tuple(layout.segment_columns)
@@ -899,11 +899,27 @@ def _key_set_stage(frame: DataFrame, keyed: list[Any], kinds: list[Any], cfg: Sp
             from spark_udf.local_files import SplitReader
 
             source, tasks = local
-            packer.decoder = SplitReader(decoder, twin.source_column, twin.block_column, tasks)
+            packer.decoder = runner.reader = SplitReader(decoder, twin.source_column, twin.block_column, tasks)
+            # each key set's streams with only the fields its rules read; a row's whole event, where a
+            # late or error row needs it, decoded again from the task's splits
+            packer.keep = [_fields_read([r for r, i in zip(keyed, sets) if i == ks]) for ks in range(len(key_sets))]
         else:
             source = twin.text
     packed = source.mapInArrow(packer.pack, PACKED_SCHEMA).repartition(parts, F.col(PART_COL))
     return packed.mapInPandas(runner.run, schema)
+
+
+def _fields_read(rules: list[Any]) -> frozenset[str] | None:
+    """The event fields any of ``rules`` (pattern rules) reads, None when one keeps whole events."""
+    from spark_udf.backfill import columns_read
+
+    out: set[str] = set()
+    for r in rules:
+        got = columns_read(r)
+        if got is None:
+            return None
+        out |= got
+    return frozenset(out)
 
 
 def _engine_decoder(frame: DataFrame, twin: JsonText, corrupt: bool) -> Any:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -93,6 +93,8 @@ PACKED_SCHEMA = (f"{PART_COL} int, _cep_ks int, _cep_bucket int, {ROWS_COL} bina
                  "_cep_seg string, _cep_mx bigint, _cep_mn bigint, _cep_lag bigint")
 _SEGS_META = b"cep_segments"
 _TASK_META = b"cep_task"  # the map task's partition id: a row's order is (partition << 33) + its ORDER_COL
+_NARROW_META = b"cep_narrow"  # the stream carries only the fields its key set's rules read (Packer.keep)
+_ROW_BITS = 33  # a row's order: (partition << _ROW_BITS) + its index in the task
 
 
 def murmur3_int(value: int, seed: int = 42) -> int:
@@ -251,6 +253,10 @@ class Packer:
     decoder: Any = None
     """The engine's decoder of a JSON lines input read as text (:class:`spark_udf.json_lines.JsonLinesDecoder`):
     the task's batches are its lines, decoded here into the columns Spark's reader would give."""
+    keep: list[frozenset[str] | None] | None = None
+    """Per key set, the fields its rules read (:func:`columns_read`; None: every field), when the map
+    tasks read the files themselves (:class:`spark_udf.local_files.SplitReader`): a flush whose rows
+    cannot become a late or error row of their own segment sends only those (see :meth:`_pack`)."""
 
     def pack(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Inside a Spark task: the task's input batches, packed (see :meth:`pack_task`)."""
@@ -258,9 +264,17 @@ class Packer:
 
         from spark_udf.core import partition_id
 
+        pid = partition_id(TaskContext)
+        packer = self
+        if self.keep is not None:
+            # a narrow row's whole event is decoded again from the task's splits (PackedGroups.reread),
+            # found by the task's partition: only where the task reads the splits of its own index
+            batches = list(batches)
+            if [i for rb in batches for i in rb.column("id").to_pylist()] != [pid]:
+                packer = replace(self, keep=None)
         if self.decoder is not None:
-            batches = self.decoder.decode(batches)
-        return _worker_start(self.pack_task(batches, partition_id(TaskContext)))
+            batches = self.decoder.decode(iter(batches))
+        return _worker_start(packer.pack_task(batches, pid))
 
     def pack_task(self, batches: Iterator[Any], pid: int) -> Iterator[Any]:
         """The packed rows (``PACKED_SCHEMA``) of the input batches of partition ``pid``, in input order.
@@ -358,9 +372,16 @@ class Packer:
         # a row's watermark within its segment only where it is behind an earlier row there: elsewhere
         # the segment's watermark decides alone (within <= time: time < max(plan, within) - L only if
         # time < plan - L, for every lateness L >= 0), and a flush without such rows sends none
-        within_cols = [(f"{WITHIN_COL}_{i}", pa.array(w)) if bool((w[ok] > ms[ok]).any()) else None
-                       for i, w in enumerate(within)]
-        return self._flush(_plain_large_dictionaries(table, nparts), assigned, seg_codes, pid, per_row, within_cols)
+        behind = [bool((w[ok] > ms[ok]).any()) for w in within]
+        within_cols = [(f"{WITHIN_COL}_{i}", pa.array(w)) if b else None for i, (w, b) in enumerate(zip(within, behind))]
+        # only the fields the key set's rules read, where no row can be an error row (no valid time or
+        # key; malformed records keep their text) and none is behind an earlier row of its segment:
+        # the rows a rule may still report whole (late against an earlier segment) are decoded again
+        # from the file on the reduce side, which the map tasks' own reading of the splits allows
+        narrow = [None if self.keep is None or self.keep[i] is None or behind[i] or bool((~v & ~corrupt).any())
+                  else self.keep[i] for i, v in enumerate(valid)]
+        return self._flush(_plain_large_dictionaries(table, nparts), assigned, seg_codes, pid, per_row, within_cols,
+                           narrow)
 
     def _times(self, col: Any) -> tuple[np.ndarray, np.ndarray]:
         """Each row's event time (ms) and whether it is valid, as :class:`~spark_udf.core.TimeReading`
@@ -380,14 +401,16 @@ class Packer:
         return ms, ok
 
     def _flush(self, table: Any, assigned: list[np.ndarray], seg_codes: dict[str, int], pid: int,
-               per_row: list[tuple[str, Any]], within_cols: list[tuple[str, Any] | None]) -> list[Any]:
+               per_row: list[tuple[str, Any]], within_cols: list[tuple[str, Any] | None],
+               narrow: list[frozenset[str] | None] | None = None) -> list[Any]:
         """One packed row per group of the held rows, a batch per key set: each key set's rows ordered
         by group once, then each group's slice written as an Arrow stream.
 
         A stream carries the data columns, each row's segment code and index in the task (the
         narrowest integers that hold them), its key set's watermarks within the segment when some
         row is behind (``within_cols``), and the malformed records only in the group that reports
-        them: every other group's copy of the all-NULL column was 6% of the S&P file's packed bytes."""
+        them: every other group's copy of the all-NULL column was 6% of the S&P file's packed bytes.
+        Where ``narrow`` names a key set's fields, its streams carry only those (and say so)."""
         import pyarrow as pa
 
         segs = sorted(seg_codes, key=seg_codes.__getitem__)
@@ -404,9 +427,14 @@ class Packer:
             if not wanted:
                 continue
             mine = table
+            fields = narrow[ks] if narrow is not None else None
+            if fields is not None:
+                mine = mine.drop_columns([c for c in mine.schema.names
+                                          if c not in fields and not c.startswith(RESERVED_PREFIX)])
             for name, arr in per_row + ([within_cols[ks]] if within_cols[ks] is not None else []):
                 mine = mine.append_column(name, arr)
-            taken = mine.take(pa.array(perm)).replace_schema_metadata(meta)
+            taken = mine.take(pa.array(perm)).replace_schema_metadata(
+                {**meta, _NARROW_META: b"1"} if fields is not None else meta)
             clean = taken.drop_columns([CORRUPT_COL]) if CORRUPT_COL in taken.schema.names else taken
             parts, buckets = [], []
             # every group's stream written one after the other into one buffer, which becomes the binary
@@ -443,14 +471,28 @@ def _narrow_int(largest: int, least: int = 8) -> Any:
     return np.int64
 
 
-def stream_rows(t: Any, plan: dict[str, tuple[int, list[int]]], ks: int, judged: bool, group: Any = None
-                ) -> tuple[Any, list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """One packed stream read back: ``(data, segments, codes, rank, order, before)``.
+class Stream(NamedTuple):
+    """One packed stream read back (:func:`stream_rows`)."""
 
-    ``data`` is the table without the packing's columns, ``codes`` each row's index into the
-    stream's ``segments``, ``rank`` its segment's place in the arrival ``plan``, ``order`` its
-    order in the input (``(partition << 33) + row``, as ``monotonically_increasing_id``), and
-    ``before`` (when ``judged``) its arrival watermark before the lateness: the larger of its
+    data: Any
+    """The rows without the packing's columns."""
+    segments: list[str]
+    codes: np.ndarray
+    """Each row's index into ``segments``."""
+    rank: np.ndarray
+    """Each row's segment's place in the arrival plan."""
+    order: np.ndarray
+    """Each row's order in the input: ``(partition << 33) + row``, as ``monotonically_increasing_id``."""
+    before: np.ndarray | None
+    """Each row's arrival watermark before the lateness (when judged)."""
+    narrow: bool
+    """Whether ``data`` holds only the fields its key set's rules read (:attr:`Packer.keep`)."""
+
+
+def stream_rows(t: Any, plan: dict[str, tuple[int, list[int]]], ks: int, judged: bool, group: Any = None) -> Stream:
+    """One packed stream of key set ``ks`` read back against the arrival ``plan``.
+
+    When ``judged``, each row's arrival watermark before the lateness is the larger of its
     segment's (from the plan) and its own within the segment where the map task sent one."""
     meta = t.schema.metadata
     segs = json.loads(meta[_SEGS_META])
@@ -460,7 +502,7 @@ def stream_rows(t: Any, plan: dict[str, tuple[int, list[int]]], ks: int, judged:
                            "reported: its statistics did not reach this partition")
     codes = t.column(SEG_CODE_COL).to_numpy().astype(np.int64)
     rank = np.asarray([plan[s][0] for s in segs], dtype=np.int64)[codes]
-    order = (np.int64(int(meta[_TASK_META])) << np.int64(33)) + t.column(ORDER_COL).to_numpy().astype(np.int64)
+    order = (np.int64(int(meta[_TASK_META])) << np.int64(_ROW_BITS)) + t.column(ORDER_COL).to_numpy().astype(np.int64)
     within = f"{WITHIN_COL}_{ks}"
     before = None
     if judged:
@@ -468,7 +510,30 @@ def stream_rows(t: Any, plan: dict[str, tuple[int, list[int]]], ks: int, judged:
         if within in t.schema.names:
             before = np.maximum(before, t.column(within).to_numpy())
     data = t.drop_columns([c for c in (SEG_CODE_COL, ORDER_COL, within) if c in t.schema.names])
-    return data.replace_schema_metadata(None), segs, codes, rank, order, before
+    return Stream(data.replace_schema_metadata(None), segs, codes, rank, order, before, _NARROW_META in meta)
+
+
+def columns_read(rule: Any) -> frozenset[str] | None:
+    """The event fields a pattern rule reads to match (its conditions, measures, ORDER BY and
+    PARTITION BY fields), or None when it keeps whole events (``ALL ROWS PER MATCH``).
+
+    They are what its operator takes from a batch (:attr:`cep.operator.PatternOperator.columns`,
+    ``time_col``, ``key_cols``): a field outside them changes nothing but the events of its late
+    and error rows (tests/spark_udf/test_backfill_groups.py runs every rule of ``rules/`` both ways).
+
+    Example:
+        >>> from patterns.rules import parse_rules
+        >>> sql = ("SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.px AS p "
+        ...        "PATTERN (A B) DEFINE B AS B.qty > A.qty)")
+        >>> sorted(columns_read(parse_rules(sql).rules[0]))
+        ['k', 'px', 'qty', 'ts']
+    """
+    from cep.operator import PatternOperator
+
+    op = PatternOperator.from_rule(rule)
+    if op.keep_records or op.join is not None:
+        return None
+    return frozenset([*op.columns, op.time_col, *op.key_cols])
 
 
 def _binary(data: Any, ends: list[int]) -> Any:
@@ -589,6 +654,33 @@ class PackedGroups:
     arrival_order: bool = True
     batch_rows: int = DEFAULT_BATCH_SIZE
     """Rows of a group fed to its rules at a time, in arrival order (``cep run``'s batch size)."""
+    reader: Any = None
+    """The map tasks' reader of their splits (:class:`spark_udf.local_files.SplitReader`), when their
+    streams may be narrow (:attr:`Packer.keep`): a narrow row's whole event is decoded again with it."""
+    _tasks: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def reread(self, order: int) -> dict[str, Any]:
+        """The whole event of the input row of ``order`` (``(partition << 33) + row``), decoded again
+        from its map task's splits, as the map task decoded it (the rows of a task decoded once per
+        reduce task, when the first of its narrow rows becomes a late or error row)."""
+        import pyarrow as pa
+
+        from cep.events import batch_from_arrow
+
+        if self.reader is None:
+            raise RuntimeError("a narrow packed row needs the map tasks' split reader to give its whole event")
+        pid, row = order >> _ROW_BITS, order & ((1 << _ROW_BITS) - 1)
+        table = self._tasks.get(pid)
+        if table is None:
+            got = list(self.reader.decode(iter([pa.record_batch([pa.array([pid], pa.int64())], names=["id"])])))
+            table = pa.Table.from_batches(got) if got else None
+            if table is not None:
+                table = table.select([c for c in table.schema.names if not c.startswith(RESERVED_PREFIX)])
+            self._tasks[pid] = table
+        if table is None or row >= table.num_rows:
+            raise RuntimeError(f"row {row} of map task {pid} is not in its input any more: did an input file change "
+                               "during the backfill?")
+        return batch_from_arrow(table.slice(row, 1).combine_chunks()).record(0)
 
     def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         """Inside a Spark task: the groups of one reduce partition (see :meth:`run_task`)."""
@@ -631,21 +723,26 @@ class PackedGroups:
 
         ks, bucket = key
         at = self.seg_cols.index(SOURCE_COL) if SOURCE_COL in self.seg_cols else None
-        tables, ranks, orders, befores, sources = [], [], [], [], []
+        tables, ranks, orders, befores, sources, narrow = [], [], [], [], [], []
         for blob in blobs:
-            data, segs, codes, rank, order, before = stream_rows(pa.ipc.open_stream(blob).read_all(), plan, ks, judged, key)
-            ranks.append(rank)
-            orders.append(order)
-            if before is not None:
-                befores.append(before)
+            st = stream_rows(pa.ipc.open_stream(blob).read_all(), plan, ks, judged, key)
+            ranks.append(st.rank)
+            orders.append(st.order)
+            narrow.append(np.full(st.data.num_rows, st.narrow))
+            if st.before is not None:
+                befores.append(st.before)
             if at is not None:
-                sources.append(np.asarray([json.loads(s)[at] for s in segs], dtype=object)[codes])
-            tables.append(data)
+                sources.append(np.asarray([json.loads(s)[at] for s in st.segments], dtype=object)[st.codes])
+            tables.append(st.data)
         if any(t.schema != tables[0].schema for t in tables):  # a column a dictionary in some tasks' rows only
             tables = [_plain_large_dictionaries(t, 0) for t in tables]
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        perm = np.lexsort((np.concatenate(orders), np.concatenate(ranks)))
+        # (narrow streams lack the fields no rule reads: NULL in their rows, whose whole events are decoded again)
+        table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+        order = np.concatenate(orders)
+        perm = np.lexsort((order, np.concatenate(ranks)))
         table = table.take(pa.array(perm))
+        order, thin = order[perm], np.concatenate(narrow)[perm]
+        events = (lambda i: self.reread(int(order[i])) if thin[i] else None) if thin.any() else None
         src = np.concatenate(sources)[perm] if sources else (
             _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)
         prior = np.concatenate(befores)[perm] if judged else None
@@ -658,7 +755,7 @@ class PackedGroups:
         batch = batch_from_arrow(data)
         batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
         frames = core.replay_in_batches(self.rules_of.get(ks, []), bucket, batch, src, prior, self.batch_rows,
-                                        release=self.arrival_order)
+                                        release=self.arrival_order, events=events)
         if not frames:
             return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

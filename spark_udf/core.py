@@ -341,7 +341,8 @@ class GroupCore:
         return self._frame(spec, out)
 
     def replay_in_batches(self, rules: list[str], bucket: int, batch: EventBatch, src: np.ndarray | None,
-                          prior: np.ndarray | None, rows: int, release: bool = True) -> list[pd.DataFrame]:
+                          prior: np.ndarray | None, rows: int, release: bool = True,
+                          events: Callable[[int], dict[str, Any] | None] | None = None) -> list[pd.DataFrame]:
         """Every rule of a key-set group over the group's rows in arrival order, ``rows`` at a time,
         then the final watermark: each rule's frame (those with rows).
 
@@ -355,7 +356,10 @@ class GroupCore:
         ``release`` false: no release between batches. Without arrival order (``SparkRunConfig.
         arrival_order`` false) no row is late and the rules see the group's rows sorted by time at
         :meth:`finish`; a row may then be any amount behind an earlier one, and a release would apply
-        the rows released before it first (different matches)."""
+        the rows released before it first (different matches).
+
+        ``events`` gives the whole event of row ``i`` of ``batch`` where the batch holds only the
+        fields the rules read (None elsewhere): a late or error row of such a row reports it."""
         from cep.sharing import SharedBatch
 
         ops = []
@@ -380,6 +384,7 @@ class GroupCore:
                     finally:
                         if sharing:
                             op.shared = None  # type: ignore[attr-defined]
+                    _whole_events(res, events)
                     self._attach_sources(res, src)
                     out.extend(res)
                     wm = op.watermark if release and a + part.n < batch.n else None  # type: ignore[attr-defined]
@@ -389,11 +394,14 @@ class GroupCore:
                         # most every later row's arrival watermark less the lateness, under which
                         # no later row that is not late can fall
                         res = op.advance_to(wm)  # type: ignore[attr-defined]
+                        _whole_events(res, events)
                         self._attach_sources(res, src)
                         out.extend(res)
             frames = []
             for spec, op, out in ops:
-                out.extend(op.finish())
+                res = op.finish()
+                _whole_events(res, events)
+                out.extend(res)
                 frame = self._frame(spec, out)
                 if frame is not None:
                     frames.append(frame)
@@ -943,3 +951,16 @@ def keys_present(pdf: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
     for k in keys:
         ok &= (~pdf[k].isna()).to_numpy() if k in pdf.columns else False
     return ok
+
+
+def _whole_events(res: OperatorOutput, events: Callable[[int], dict[str, Any] | None] | None) -> None:
+    """Each late and error row of ``res`` with the whole event of its row (``line``: the row's number
+    in the replayed batch) where ``events`` has one (the batch held only the fields the rules read)."""
+    if events is None:
+        return
+    for rec in res.late + res.errors:
+        line = rec.get("line")
+        if line is not None:
+            whole = events(int(line) - 1)
+            if whole is not None:
+                rec["event"] = whole

@@ -384,7 +384,8 @@ def test_the_packed_statistics_say_whether_any_row_is_late(segments: list[list[i
     for blob in packed["_cep_rows"].dropna():
         t = pa.ipc.open_stream(blob).read_all()
         assert behind or "_cep_within_0" not in t.schema.names  # no row behind: no watermark of its own sent
-        data, _, _, _, order, before = stream_rows(t, plan, 0, True)
+        st_ = stream_rows(t, plan, 0, True)
+        data, order, before = st_.data, st_.order, st_.before
         assert not [c for c in data.schema.names if c.startswith("_cep_") and c != "_cep_source"]
         for o, ts, b in zip(order.tolist(), data.column("ts").to_pylist(), before.tolist()):
             w = expect[o]
@@ -620,3 +621,100 @@ def test_a_file_split_over_tasks_with_only_the_file_as_arrival_column_gives_cep_
         spark.conf.set(key, before)
     assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
     assert exp.late and _problems(rows, "late") == _expected(exp.late)
+
+
+WIDE_SCHEMA = "k string, g string, ts long, px long, note string, qty double, big long"
+
+
+def _overlapping_files(seed: int, errors: bool) -> list[list[Any]]:
+    """Three files, each in time order, each starting up to 3 s before the one before ends (its first
+    rows late against the earlier file only), with fields no rule reads (a string, sometimes
+    missing, a double, a long, sometimes NULL); with ``errors`` the second holds a row without a
+    key and one without a time."""
+    rng = random.Random(seed)
+    keys = [f"key{i}" for i in range(17)]
+    out, t = [], 1_000_000
+    for f in range(3):
+        t -= rng.randint(1_500, 3_000) if f else 0
+        rows: list[Any] = []
+        for _ in range(rng.randint(150, 220)):
+            t += rng.randint(1, 300)
+            row = {"k": rng.choice(keys), "g": rng.choice("xyz"), "ts": t, "px": rng.randint(0, 9),
+                   "qty": rng.random() * 100, "big": None if rng.random() < 0.2 else rng.randint(-(1 << 60), 1 << 60)}
+            if rng.random() < 0.8:
+                row["note"] = rng.choice(["buy", "sell", "hold é", 'q"uote'])
+            rows.append(row)
+        if errors and f == 1:
+            rows.insert(7, {"k": None, "g": "x", "ts": rows[6]["ts"], "px": 1, "note": "no key"})
+            rows.insert(12, {"k": "key1", "g": "y", "ts": None, "px": 1, "note": "no time"})
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("seed,errors", [(21, False), (22, True)])
+def test_narrow_streams_report_the_whole_events_of_rows_late_against_an_earlier_file(
+        tmp_path: Path, seed: int, errors: bool) -> None:
+    """The local-files path in plain Python: the map tasks read their splits, a flush whose rows cannot
+    be late within their file or errors sends only the fields its key set's rules read; the rows that
+    are late against an earlier file have their whole events decoded again (once per map task) and
+    every row is ``cep run``'s. With errors the second file's flush stays whole, and its groups'
+    streams meet narrow ones."""
+    from spark_udf.backfill import PackedGroups, columns_read
+    from spark_udf.core import CORRUPT_COL
+    from spark_udf.json_lines import JsonLinesDecoder, column_kinds
+    from spark_udf.local_files import SplitReader, flat_ddl, plan_files
+
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_overlapping_files(seed, errors))]
+    exp = _embedded(paths)
+    assert exp.late
+    rules = _rules()
+    types = dict(flat_ddl(WIDE_SCHEMA) or [])
+    core, _ = GroupCore.for_rules(rules, types, 5)
+    key_sets = [("g",), ("k",), ()]
+    rules_of = {0: ["by_group"], 1: ["lanes", "abc"], 2: ["no_partition"]}
+    lateness = {0: [2000], 1: [1000, 800], 2: [900]}
+    keep = [frozenset().union(*(columns_read(r) for r in rules if r.name in rules_of[i])) for i in range(3)]
+    assert keep == [frozenset({"g", "ts", "px"}), frozenset({"k", "ts", "px"}), frozenset({"k", "ts", "px"})]
+    decoder = JsonLinesDecoder(column_kinds(flat_ddl(WIDE_SCHEMA)), CORRUPT_COL, ("_cep_source", "_cep_block"),
+                               dictionary=True)
+    tasks = plan_files([p.resolve().as_uri() for p in paths], 1 << 27, 4 << 20, 3)
+    assert tasks is not None and len(tasks) == 3
+    reader = SplitReader(decoder, "_cep_source", "_cep_block", tasks)
+    parts = partition_values(2)
+    packer = Packer("ts", key_sets, ("_cep_source", "_cep_block"), TimeReading(), parts, decoder=reader, keep=keep)
+    out = []
+    for pid in range(len(tasks)):
+        ids = iter([pa.record_batch([pa.array([pid], pa.int64())], names=["id"])])
+        out += list(packer.pack_task(reader.decode(ids), pid))
+    packed = pa.Table.from_batches(out).to_pandas()
+    streams = [pa.ipc.open_stream(b).read_all() for b in packed["_cep_rows"].dropna()]
+    thin = [t for t in streams if (t.schema.metadata or {}).get(b"cep_narrow")]
+    assert thin and all("note" not in t.schema.names and "qty" not in t.schema.names for t in thin)
+    assert (len(thin) < len(streams)) == errors  # the file with errors: its streams whole
+    runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source", "_cep_block"), reader=reader)
+    calls: list[int] = []
+    reread = runner.reread
+    runner.reread = lambda order: calls.append(order) or reread(order)  # type: ignore[method-assign]
+    rows = [r for p in parts for f in runner.run(iter([packed[packed["_cep_part"] == p]])) for r in f.to_dict("records")]
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
+    assert _problems(rows, "late") == _expected(exp.late)
+    assert _problems(rows, "error") == _expected(exp.errors)
+    assert calls  # (a row late for several rules: once per rule)
+    assert len(runner._tasks) <= len(tasks)  # each map task's rows decoded again at most once
+    late_events = [json.loads(_event(r)) for r in rows if r["output"] == "late"]
+    assert any("qty" in e and "note" in e for e in late_events)  # whole events, fields no rule reads included
+
+
+@pytest.mark.spark
+def test_narrow_streams_on_spark_give_cep_runs_rows(case_sensitive: Any, tmp_path: Path) -> None:
+    """The same through apply_rules(read_json_lines(...)): every row and every late event as ``cep run``'s."""
+    paths = [write_events(tmp_path / "in", i, rows) for i, rows in enumerate(_overlapping_files(23, True))]
+    exp = _embedded(paths)
+    assert exp.late and exp.errors
+    result = _json_backfill(case_sensitive, tmp_path / "in", schema=WIDE_SCHEMA)
+    assert result.keyed_groups == "key-set"
+    rows = [r.asDict() for r in result.envelope.collect()]
+    assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
+    assert _problems(rows, "late") == _expected(exp.late)
+    assert _problems(rows, "error") == _expected(exp.errors)
