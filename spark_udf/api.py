@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,10 +142,11 @@ class SparkRunConfig:
             raise ValueError(f"on_rule_change must be 'fail' or 'reset', found {self.on_rule_change!r}")
 
 
-ROW_FORMATS = frozenset({"json", "csv", "text"})
+ROW_FORMATS = frozenset({"json", "csv"})
 """Output formats whose open file holds only a buffer (see :meth:`CepResult.write`)."""
 ROW_FORMAT_WRITERS = 64
 """Open files per task of a partitioned write in a row format before Spark falls back to sorting the rest."""
+_ROW_FORMAT_WRITE = threading.Lock()
 
 
 @dataclass
@@ -234,10 +236,10 @@ class CepResult:
               partition_by: tuple[str, ...] = ("output", "rule")) -> None:
         """Write a static (backfill) result; same layout as :meth:`write_stream`.
 
-        A partitioned write in a row format (JSON, CSV, text) writes each task's rows as they come,
+        A partitioned write in a row format (JSON, CSV) writes each task's rows as they come,
         one open file per output folder (``ROW_FORMAT_WRITERS`` at most, then Spark sorts the rest),
         instead of sorting every row by folder first: the sort held the rows until a task's last
-        group was done and then wrote them all (about 0.07 s of a 0.84 s backfill of the S&P file,
+        group was done and then wrote them all (0.05-0.1 s of a 0.84 s warm backfill of the S&P file,
         docs/spark.md). An open file of a row format holds a buffer; one of Parquet or ORC holds a
         row group's columns, so those formats keep the sort."""
         w = self.envelope.write.format(format).mode(mode)
@@ -249,17 +251,20 @@ class CepResult:
         conf = self.envelope.sparkSession.conf
         settings = {"spark.sql.optimizer.plannedWrite.enabled": "false",
                     "spark.sql.maxConcurrentOutputFileWriters": str(ROW_FORMAT_WRITERS)}
-        before = {k: conf.get(k, None) for k in settings}
-        try:
-            for k, v in settings.items():
-                conf.set(k, v)
-            w.save(path)
-        finally:
-            for k, v in before.items():
-                if v is None:
-                    conf.unset(k)
-                else:
+        # the settings are the session's: writes from several threads take turns, so each puts back
+        # what the user had (a job another thread plans meanwhile sees them; it writes the same rows)
+        with _ROW_FORMAT_WRITE:
+            before = {k: conf.get(k, None) for k in settings}
+            try:
+                for k, v in settings.items():
                     conf.set(k, v)
+                w.save(path)
+            finally:
+                for k, v in before.items():
+                    if v is None:
+                        conf.unset(k)
+                    else:
+                        conf.set(k, v)
 
     def counts(self) -> dict[str, int]:
         """Backfill counts once an action ran: matches, late, errors and matches per rule."""

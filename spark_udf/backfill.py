@@ -519,7 +519,7 @@ def columns_read(rule: Any) -> frozenset[str] | None:
 
     They are what its operator takes from a batch (:attr:`cep.operator.PatternOperator.columns`,
     ``time_col``, ``key_cols``): a field outside them changes nothing but the events of its late
-    and error rows (tests/spark_udf/test_backfill_groups.py runs every rule of ``rules/`` both ways).
+    and error rows (tests/spark_udf/test_backfill_fields.py runs every pattern rule of ``rules/`` both ways).
 
     Example:
         >>> from patterns.rules import parse_rules
@@ -734,7 +734,11 @@ class PackedGroups:
             if at is not None:
                 sources.append(np.asarray([json.loads(s)[at] for s in st.segments], dtype=object)[st.codes])
             tables.append(st.data)
-        if any(t.schema != tables[0].schema for t in tables):  # a column a dictionary in some tasks' rows only
+        types: dict[str, set[Any]] = {}
+        for t in tables:
+            for f in t.schema:
+                types.setdefault(f.name, set()).add(f.type)
+        if any(len(v) > 1 for v in types.values()):  # a column a dictionary in some tasks' rows only
             tables = [_plain_large_dictionaries(t, 0) for t in tables]
         # (narrow streams lack the fields no rule reads: NULL in their rows, whose whole events are decoded again)
         table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
@@ -742,7 +746,18 @@ class PackedGroups:
         perm = np.lexsort((order, np.concatenate(ranks)))
         table = table.take(pa.array(perm))
         order, thin = order[perm], np.concatenate(narrow)[perm]
-        events = (lambda i: self.reread(int(order[i])) if thin[i] else None) if thin.any() else None
+        packed: Any = None
+
+        def events(i: int) -> dict[str, Any] | None:
+            if not thin[i]:
+                return None
+            whole = self.reread(int(order[i]))
+            read = {c: v for c, v in packed.record(i).items() if c in narrow_fields}
+            if any(whole.get(c) != v for c, v in read.items()):
+                raise RuntimeError(f"input row {int(order[i]) & ((1 << _ROW_BITS) - 1)} of map task "
+                                   f"{int(order[i]) >> _ROW_BITS} reads otherwise now ({read} packed, "
+                                   f"{ {c: whole.get(c) for c in read} } now): did an input file change during the backfill?")
+            return whole
         src = np.concatenate(sources)[perm] if sources else (
             _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)
         prior = np.concatenate(befores)[perm] if judged else None
@@ -754,8 +769,11 @@ class PackedGroups:
         data = table.select([c for c in table.column_names if not c.startswith(RESERVED_PREFIX)])
         batch = batch_from_arrow(data)
         batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
+        packed = batch
+        narrow_fields = set.intersection(*(set(t.schema.names) for t, n in zip(tables, narrow) if len(n) and n[0])) \
+            if thin.any() else set()
         frames = core.replay_in_batches(self.rules_of.get(ks, []), bucket, batch, src, prior, self.batch_rows,
-                                        release=self.arrival_order, events=events)
+                                        release=self.arrival_order, events=events if thin.any() else None)
         if not frames:
             return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -659,7 +659,8 @@ def test_narrow_streams_report_the_whole_events_of_rows_late_against_an_earlier_
     are late against an earlier file have their whole events decoded again (once per map task) and
     every row is ``cep run``'s. With errors the second file's flush stays whole, and its groups'
     streams meet narrow ones."""
-    from spark_udf.backfill import PackedGroups, columns_read
+    from spark_udf.api import _fields_read
+    from spark_udf.backfill import PackedGroups
     from spark_udf.core import CORRUPT_COL
     from spark_udf.json_lines import JsonLinesDecoder, column_kinds
     from spark_udf.local_files import SplitReader, flat_ddl, plan_files
@@ -673,7 +674,7 @@ def test_narrow_streams_report_the_whole_events_of_rows_late_against_an_earlier_
     key_sets = [("g",), ("k",), ()]
     rules_of = {0: ["by_group"], 1: ["lanes", "abc"], 2: ["no_partition"]}
     lateness = {0: [2000], 1: [1000, 800], 2: [900]}
-    keep = [frozenset().union(*(columns_read(r) for r in rules if r.name in rules_of[i])) for i in range(3)]
+    keep = [_fields_read([r for r in rules if r.name in rules_of[i]]) for i in range(3)]
     assert keep == [frozenset({"g", "ts", "px"}), frozenset({"k", "ts", "px"}), frozenset({"k", "ts", "px"})]
     decoder = JsonLinesDecoder(column_kinds(flat_ddl(WIDE_SCHEMA)), CORRUPT_COL, ("_cep_source", "_cep_block"),
                                dictionary=True)
@@ -691,17 +692,39 @@ def test_narrow_streams_report_the_whole_events_of_rows_late_against_an_earlier_
     thin = [t for t in streams if (t.schema.metadata or {}).get(b"cep_narrow")]
     assert thin and all("note" not in t.schema.names and "qty" not in t.schema.names for t in thin)
     assert (len(thin) < len(streams)) == errors  # the file with errors: its streams whole
+    decoded: list[list[int]] = []
+    decode = reader.decode
+
+    def counted_decode(batches: Any) -> Any:
+        batches = list(batches)
+        decoded.append([i for b in batches for i in b.column("id").to_pylist()])
+        return decode(iter(batches))
+
     runner = PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source", "_cep_block"), reader=reader)
     calls: list[int] = []
     reread = runner.reread
     runner.reread = lambda order: calls.append(order) or reread(order)  # type: ignore[method-assign]
-    rows = [r for p in parts for f in runner.run(iter([packed[packed["_cep_part"] == p]])) for r in f.to_dict("records")]
+    reader.decode = counted_decode  # type: ignore[method-assign]
+    rows = []
+    for p in parts:
+        runner._tasks.clear()  # each reduce partition is a task of its own
+        rows += [r for f in runner.run(iter([packed[packed["_cep_part"] == p]])) for r in f.to_dict("records")]
     rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
     assert counted(rows, "match") == Counter(match_key(m) for m in exp.matches)
     assert _problems(rows, "late") == _expected(exp.late)
     assert _problems(rows, "error") == _expected(exp.errors)
     assert calls  # (a row late for several rules: once per rule)
-    assert len(runner._tasks) <= len(tasks)  # each map task's rows decoded again at most once
+    # each map task's rows decoded again at most once per reduce task, and only those of late rows' tasks
+    assert len(decoded) <= len(parts) * len(tasks) and all(len(d) == 1 for d in decoded)
+    assert {d[0] for d in decoded} == {o >> 33 for o in calls}
+    # an input file that changed before the reduce side read a row again: the task fails and says so
+    rewritten = [dict(r, px=(r["px"] + 1) % 10) if isinstance(r, dict) else r for r in _overlapping_files(seed, errors)[1]]
+    write_events(tmp_path / "in", 1, rewritten)
+    write_events(tmp_path / "in", 2, [dict(r, px=(r["px"] + 1) % 10) for r in _overlapping_files(seed, errors)[2]])
+    runner._tasks.clear()
+    with pytest.raises(RuntimeError, match="did an input file change during the backfill"):
+        for p in parts:
+            list(runner.run(iter([packed[packed["_cep_part"] == p]])))
     late_events = [json.loads(_event(r)) for r in rows if r["output"] == "late"]
     assert any("qty" in e and "note" in e for e in late_events)  # whole events, fields no rule reads included
 
