@@ -19,7 +19,7 @@ Example:
     >>> result = apply_rules(events, "rules/trading.yaml")           # doctest: +SKIP
     >>> query = result.write_stream("out/", checkpoint="ck/")        # doctest: +SKIP
 
-About 1,330 lines: the public entry point and the plan of one query (which stage each rule takes,
+About 1,380 lines: the public entry point and the plan of one query (which stage each rule takes,
 the arrival passes of a backfill, the outputs) read as one story; what runs inside Spark's
 workers lives apart (:mod:`spark_udf.core`, :mod:`spark_udf.backfill`, :mod:`spark_udf.json_lines`,
 :mod:`spark_udf.local_files`, :mod:`spark_udf.tables`).

@@ -458,6 +458,16 @@ class Packer:
         return out
 
 
+def _task_row(order: int) -> tuple[int, int]:
+    """A row's map task (its partition) and index in the task, from its order ``(partition << 33) + row``.
+
+    Example:
+        >>> _task_row((3 << 33) + 7)
+        (3, 7)
+    """
+    return order >> _ROW_BITS, order & ((1 << _ROW_BITS) - 1)
+
+
 def _narrow_int(largest: int, least: int = 8) -> Any:
     """The narrowest numpy signed integer type of at least ``least`` bits that holds 0 to ``largest``.
 
@@ -669,7 +679,7 @@ class PackedGroups:
 
         if self.reader is None:
             raise RuntimeError("a narrow packed row needs the map tasks' split reader to give its whole event")
-        pid, row = order >> _ROW_BITS, order & ((1 << _ROW_BITS) - 1)
+        pid, row = _task_row(order)
         table = self._tasks.get(pid)
         if table is None:
             got = list(self.reader.decode(iter([pa.record_batch([pa.array([pid], pa.int64())], names=["id"])])))
@@ -681,6 +691,25 @@ class PackedGroups:
             raise RuntimeError(f"row {row} of map task {pid} is not in its input any more: did an input file change "
                                "during the backfill?")
         return batch_from_arrow(table.slice(row, 1).combine_chunks()).record(0)
+
+    def _events(self, batch: Any, order: np.ndarray, thin: np.ndarray, fields: set[str]) -> Any:
+        """The whole event of row ``i`` of a group's ``batch`` where the row was packed narrow
+        (``thin``; None elsewhere), decoded again (:meth:`reread`) and checked against the ``fields``
+        it was packed with: a file changed since the map side read it fails the task."""
+
+        def whole(i: int) -> dict[str, Any] | None:
+            if not thin[i]:
+                return None
+            got = self.reread(int(order[i]))
+            packed = {c: v for c, v in batch.record(i).items() if c in fields}
+            if any(got.get(c) != v for c, v in packed.items()):
+                pid, row = _task_row(int(order[i]))
+                raise RuntimeError(f"input row {row} of map task {pid} reads otherwise now ({packed} packed, "
+                                   f"{ {c: got.get(c) for c in packed} } now): did an input file change during the "
+                                   "backfill?")
+            return got
+
+        return whole
 
     def run(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         """Inside a Spark task: the groups of one reduce partition (see :meth:`run_task`)."""
@@ -746,18 +775,7 @@ class PackedGroups:
         perm = np.lexsort((order, np.concatenate(ranks)))
         table = table.take(pa.array(perm))
         order, thin = order[perm], np.concatenate(narrow)[perm]
-        packed: Any = None
-
-        def events(i: int) -> dict[str, Any] | None:
-            if not thin[i]:
-                return None
-            whole = self.reread(int(order[i]))
-            read = {c: v for c, v in packed.record(i).items() if c in narrow_fields}
-            if any(whole.get(c) != v for c, v in read.items()):
-                raise RuntimeError(f"input row {int(order[i]) & ((1 << _ROW_BITS) - 1)} of map task "
-                                   f"{int(order[i]) >> _ROW_BITS} reads otherwise now ({read} packed, "
-                                   f"{ {c: whole.get(c) for c in read} } now): did an input file change during the backfill?")
-            return whole
+        fields = next((set(t.schema.names) for t, n in zip(tables, narrow) if len(n) and n[0]), set())
         src = np.concatenate(sources)[perm] if sources else (
             _arrow_values(table.column(SOURCE_COL)) if SOURCE_COL in table.column_names else None)
         prior = np.concatenate(befores)[perm] if judged else None
@@ -769,11 +787,9 @@ class PackedGroups:
         data = table.select([c for c in table.column_names if not c.startswith(RESERVED_PREFIX)])
         batch = batch_from_arrow(data)
         batch.lines = np.arange(1, batch.n + 1, dtype=np.int64)  # row numbers: mapped back to sources
-        packed = batch
-        narrow_fields = set.intersection(*(set(t.schema.names) for t, n in zip(tables, narrow) if len(n) and n[0])) \
-            if thin.any() else set()
         frames = core.replay_in_batches(self.rules_of.get(ks, []), bucket, batch, src, prior, self.batch_rows,
-                                        release=self.arrival_order, events=events if thin.any() else None)
+                                        release=self.arrival_order,
+                                        events=self._events(batch, order, thin, fields) if thin.any() else None)
         if not frames:
             return None
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
