@@ -722,9 +722,18 @@ def test_narrow_streams_report_the_whole_events_of_rows_late_against_an_earlier_
     write_events(tmp_path / "in", 1, rewritten)
     write_events(tmp_path / "in", 2, [dict(r, px=(r["px"] + 1) % 10) for r in _overlapping_files(seed, errors)[2]])
     runner._tasks.clear()
-    with pytest.raises(RuntimeError, match="did an input file change during the backfill"):
+    with pytest.raises(RuntimeError, match=r"reads otherwise now .* did an input file change during the backfill"):
         for p in parts:
             list(runner.run(iter([packed[packed["_cep_part"] == p]])))
+    # files cut short: the row is gone
+    for i in (1, 2):
+        write_events(tmp_path / "in", i, _overlapping_files(seed, errors)[i][:3])
+    runner._tasks.clear()
+    with pytest.raises(RuntimeError, match=r"of map task \d is not in its input any more: did an input file change"):
+        for p in parts:
+            list(runner.run(iter([packed[packed["_cep_part"] == p]])))
+    with pytest.raises(RuntimeError, match="a narrow packed row needs the map tasks' split reader"):
+        PackedGroups(core, rules_of, lateness, len(key_sets), ("_cep_source", "_cep_block")).reread(1 << 33)
     late_events = [json.loads(_event(r)) for r in rows if r["output"] == "late"]
     assert any("qty" in e and "note" in e for e in late_events)  # whole events, fields no rule reads included
 
